@@ -1,0 +1,26 @@
+"""mage: check, time and profile implementations of five small GPU operations, and record tidy data.
+
+Measuring imports only torch, numpy and pandas; figures (plotly) live in ``mage.figures``, imported lazily.
+"""
+from .errors import MageInputError
+from .ops import OPS, CSRGraph, shape_key
+from .registry import get as get_impl, impls, register
+
+
+def run(op: str, impl: str, *inputs, dtype: str = "fp32", out=None):
+    """Validate the inputs, then call one implementation: the safe entry point for notebooks and users."""
+    from . import ops
+    spec = ops.get(op)
+    spec.validate(*inputs)
+    im = get_impl(op, impl, dtype)
+    args = im.prepare(*inputs) if im.prepare else inputs
+    return im.fn(*args, out=out)
+
+
+def load(path):
+    """Load a data directory (or one CSV) as one tidy DataFrame; see ``mage.data``."""
+    from .data import load as _load
+    return _load(path)
+
+
+__all__ = ["MageInputError", "OPS", "CSRGraph", "shape_key", "impls", "get_impl", "register", "run", "load"]
