@@ -1,0 +1,127 @@
+"""Command line: ``python -m mage measure|check|ceilings|tiles|import-published|machine-name``."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from . import ops, registry
+
+
+def _cuda_or_exit(what: str):
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit(f"mage {what}: no CUDA device here. Measuring needs a GPU; `python -m mage check` runs the "
+                 "correctness checks that work on the CPU.")
+
+
+def cmd_measure(a):
+    _cuda_or_exit("measure")
+    from . import measure as m
+    out = Path(a.out)
+    st = m.Settings(iters=a.iters, spans=a.spans, rounds=a.rounds, graph=not a.no_graph)
+    t0 = time.perf_counter()
+    m.prepare_run(out, st, " ".join(map(shlex.quote, sys.argv)), log=m.stderr_log)
+    all_rows = []
+    if not a.tiles_only:
+        cases = m.plan(a.ops, a.impls, a.shapes, a.cache, a.dtypes)
+        rows, checks = m.run_cases(cases, out, st, native=a.impls is None or "rust_native" in a.impls,
+                                   log=m.stderr_log)
+        m.write(out, rows, checks)
+        all_rows.append(rows)
+        failed = checks[~checks["passed"]] if len(checks) else checks
+        if len(failed):
+            print(f"{len(failed)} implementation(s) failed their check and were not timed:")
+            print(failed[["op", "impl", "dtype", "shape", "reason"]].to_string(index=False))
+    if a.tiles:
+        m.measure_tiles(a.ops, [s for s in a.shapes if s in ("field", "large")], out, st, log=m.stderr_log)
+    print(m.summary_table(all_rows[0]) if all_rows else "")
+    print(f"\nwrote {out}/ (run {st.run}) in {time.perf_counter() - t0:.0f} s")
+
+
+def cmd_check(a):
+    import torch
+    from .check import check_all
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    impls = [i for i in registry.impls(names=a.impls) if i.op in a.ops and not i.runs_on(device)]
+    df = check_all(impls, trials=a.trials, dists=("normal", "heavy"), device=device)
+    if a.out:
+        from .data import merge_csv
+        merge_csv(df.assign(run=f"check-{device}"), Path(a.out) / "checks.csv", ["op", "impl", "dtype", "shape", "dist"])
+    cols = ["op", "impl", "dtype", "shape", "dist", "error", "passed", "reason"]
+    print(df[cols].to_string(index=False, max_colwidth=60))
+    skipped = [f"{i.op}/{i.name}/{i.dtype}: {i.runs_on(device)}" for i in registry.impls(names=a.impls)
+               if i.op in a.ops and i.runs_on(device)]
+    if skipped:
+        print(f"\nnot run on {device}: " + "; ".join(skipped))
+    for mod, err in registry.LOAD_ERRORS.items():
+        print(f"could not load {mod}: {err}")
+    n_bad = int((~df["passed"]).sum())
+    print(f"\n{len(df) - n_bad} passed, {n_bad} failed")
+    return 1 if n_bad else 0
+
+
+def cmd_ceilings(a):
+    _cuda_or_exit("ceilings")
+    from . import measure as m
+    m.prepare_run(Path(a.out), m.Settings(), " ".join(sys.argv), log=m.stderr_log)
+
+
+def cmd_import_published(a):
+    from .published import import_published
+    df = import_published(Path(a.src), Path(a.out))
+    print(f"wrote {len(df)} rows to {a.out}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m mage", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    op_names = list(ops.OPS)
+
+    def common(sp):
+        sp.add_argument("--ops", nargs="+", default=op_names, choices=op_names)
+        sp.add_argument("--impls", nargs="+", default=None, help="implementation names (default: all)")
+
+    sp = sub.add_parser("measure", help="check, then measure the three views into --out (needs CUDA)")
+    common(sp)
+    sp.add_argument("--shapes", nargs="+", default=["field"], choices=["field", "large", "sweep"])
+    sp.add_argument("--cache", nargs="+", default=["warm", "cold"], choices=["warm", "cold"])
+    sp.add_argument("--dtypes", nargs="+", default=None, choices=["fp32", "tf32", "bf16"])
+    sp.add_argument("--all", action="store_true", help="field, large and sweep shapes, and the tile sweep")
+    sp.add_argument("--tiles", action="store_true", help="also run the Triton tile sweep")
+    sp.add_argument("--tiles-only", action="store_true")
+    sp.add_argument("--iters", type=int, default=100)
+    sp.add_argument("--spans", type=int, default=300)
+    sp.add_argument("--rounds", type=int, default=3)
+    sp.add_argument("--no-graph", action="store_true")
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(fn=cmd_measure)
+
+    sp = sub.add_parser("check", help="correctness at awkward shapes (CPU where possible)")
+    common(sp)
+    sp.add_argument("--trials", type=int, default=2)
+    sp.add_argument("--out", default=None, help="also record the table in OUT/checks.csv")
+    sp.set_defaults(fn=cmd_check)
+
+    sp = sub.add_parser("ceilings", help="measure copy bandwidth, matmul rates and launch cost (needs CUDA)")
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(fn=cmd_ceilings)
+
+    sp = sub.add_parser("import-published", help="the original note's published figures in mage's schema")
+    sp.add_argument("src")
+    sp.add_argument("--out", default="data/rtx4090-published")
+    sp.set_defaults(fn=cmd_import_published)
+
+    sp = sub.add_parser("machine-name", help="the data folder name for this machine's GPU")
+    sp.set_defaults(fn=lambda a: print(__import__("mage.env", fromlist=["x"]).machine_name()))
+
+    a = p.parse_args(argv)
+    if getattr(a, "all", False):
+        a.shapes, a.tiles = ["field", "large", "sweep"], True
+    return a.fn(a) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

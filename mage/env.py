@@ -1,0 +1,110 @@
+"""The environment a measurement ran in: the card, the software, and the clocks while it ran.
+
+Every run stores this beside its data, so a figure can say which machine made it and a reader can see
+whether clocks moved or the card throttled during a round.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import subprocess
+import sys
+
+import torch
+
+# NVML throttle reasons that mean the card slowed itself (idle and application-clock settings do not).
+_SLOWDOWN_MASK = 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80 | 0x100  # sw power, hw, sync boost, sw/hw thermal, power brake, display
+
+
+def _git_commit() -> str:
+    if os.environ.get("MAGE_GIT_COMMIT"):
+        return os.environ["MAGE_GIT_COMMIT"]  # the tree may travel without its .git
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=os.path.dirname(__file__)).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _version(module: str) -> str:
+    try:
+        return __import__(module).__version__
+    except Exception:  # noqa: BLE001 - absent or broken: say so in the record instead of failing
+        return "absent"
+
+
+def _nvml():
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def clocks() -> dict:
+    """SM and memory clocks (MHz), power (W), temperature (C) and throttle reasons, read through NVML."""
+    nv = _nvml()
+    if nv is None:
+        return {}
+    h = nv.nvmlDeviceGetHandleByIndex(torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    out = {}
+    for key, read in {
+        "sm_mhz": lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+        "mem_mhz": lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
+        "power_w": lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
+        "temp_c": lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+        "throttle": lambda: int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)),
+    }.items():
+        try:
+            out[key] = read()
+        except Exception:  # noqa: BLE001 - a sensor the driver does not expose
+            pass
+    return out
+
+
+def clock_warnings(readings: list[dict]) -> list[str]:
+    """Flags for a sequence of clock readings: the SM clock moved by more than 5%, or the card throttled."""
+    flags = []
+    sm = [r["sm_mhz"] for r in readings if "sm_mhz" in r]
+    if sm and max(sm) > 1.05 * min(sm):
+        flags.append(f"clocks_moved:{min(sm)}-{max(sm)}MHz")
+    if any(r.get("throttle", 0) & _SLOWDOWN_MASK for r in readings):
+        flags.append("throttled")
+    return flags
+
+
+def environment(command: str | None = None) -> dict:
+    env = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(), "platform": platform.platform(),
+        "torch": torch.__version__, "triton": _version("triton"), "numpy": _version("numpy"),
+        "pandas": _version("pandas"), "cuda": torch.version.cuda or "none",
+        "git_commit": _git_commit(), "command": command or " ".join(sys.argv),
+    }
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(torch.cuda.current_device())
+        env.update(gpu=p.name, sm_count=p.multi_processor_count, l2_bytes=getattr(p, "L2_cache_size", None),
+                   memory_bytes=p.total_memory, capability=f"{p.major}.{p.minor}")
+        nv = _nvml()
+        if nv is not None:
+            try:
+                d = nv.nvmlSystemGetDriverVersion()
+                env["driver"] = d.decode() if isinstance(d, bytes) else d
+            except Exception:  # noqa: BLE001
+                pass
+        env["clocks_at_start"] = clocks()
+    else:
+        env["gpu"] = "none"
+    return env
+
+
+def machine_name() -> str:
+    """A short folder name for this card's data: 'h200', 'rtx4090', ..., or 'cpu'."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    name = torch.cuda.get_device_name().lower().replace("nvidia", "").replace("geforce", "")
+    for word in ("sxm", "pcie", "nvl", "hbm3", "-", "_"):
+        name = name.replace(word, " ")
+    return "".join(name.split()[:2]) or "gpu"

@@ -1,0 +1,305 @@
+"""The measurement: for each case, check every implementation, then take the three views (and graph
+replay) side by side, and write tidy rows with the floors and flags derived from this run's ceilings.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+
+from . import ops, registry
+from .check import check
+from .ceilings import measure_all as measure_ceilings
+from .data import add_environment, merge_csv
+from .env import clock_warnings, clocks, environment, machine_name
+from .profile import ProfileError, profile
+from .timing import graph_span, spans, summarize
+
+KEY = ["op", "impl", "dtype", "shape", "cache", "view", "round", "stat"]
+RATE = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "bf16": "bf16_tflops"}
+COLD_FACTOR = 2.5  # input sets cover this many L2 sizes, so each call finds its inputs evicted
+COLD_MAX_SETS, COLD_MAX_BYTES = 64, 8 * 2**30
+
+
+@dataclass
+class Settings:
+    iters: int = 100  # profiled calls
+    spans: int = 300  # event spans per implementation, over all rounds
+    rounds: int = 3
+    warmup: int = 10
+    graph: bool = True
+    seed: int = 1234
+    run: str = ""
+    ceilings: dict = field(default_factory=dict)
+    l2_bytes: int = 60 * 2**20
+
+
+def nbytes(inputs) -> int:
+    total = 0
+    for t in inputs:
+        if isinstance(t, torch.Tensor):
+            total += t.numel() * t.element_size()
+        elif isinstance(t, ops.CSRGraph):
+            total += sum(x.numel() * x.element_size() for x in (t.rowptr, t.col, t.w))
+    return total
+
+
+def n_sets(cache: str, size: int, l2_bytes: int) -> int:
+    """How many input sets to rotate among: one when warm; enough to overflow L2 when cold."""
+    if cache == "warm" or size == 0:
+        return 1
+    k = math.ceil(COLD_FACTOR * l2_bytes / size)
+    return max(1, min(k, COLD_MAX_SETS, COLD_MAX_BYTES // size))
+
+
+def _cycling(fn, arg_sets):
+    """A zero-argument call that walks through the input sets, one per call."""
+    if len(arg_sets) == 1:
+        args = arg_sets[0]
+        return lambda: fn(*args)
+    state = {"i": 0}
+
+    def call():
+        i = state["i"]
+        state["i"] = (i + 1) % len(arg_sets)
+        return fn(*arg_sets[i])
+
+    return call
+
+
+def cost(spec, shape, inputs, dtype):
+    """FLOPs and compulsory bytes, with a generated graph's actual edge count rather than the nominal."""
+    if spec.name == "neighbor_agg":
+        g = inputs[0]
+        shape = dict(shape, deg=g.nnz / max(g.n, 1))
+    return spec.cost(shape, dtype)
+
+
+def derived(view, value, flops, nbytes_, dtype, ceil):
+    """Floor (the larger of bytes over bandwidth and FLOPs over rate) and the achieved rates."""
+    out = {"flops": flops, "bytes": nbytes_}
+    if view in ("kernel_time", "event_span", "graph_span") and ceil:
+        floor_us = max(nbytes_ / (ceil["copy_gbps"] * 1e3), flops / (ceil[RATE[dtype]] * 1e6))
+        out["floor_us"] = floor_us
+        if value > 0:
+            out.update(achieved_gbps=nbytes_ / (value * 1e3), achieved_tflops=flops / (value * 1e6),
+                       frac_of_floor=floor_us / value)
+    return out
+
+
+def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
+    """Rows and check rows for one (op, shape, dtype group, cache). Implementations that fail the check
+    are recorded as failing and not timed."""
+    rows, checks = [], []
+    dtype = impls[0].dtype
+    key = ops.shape_key(shape)
+    good = []
+    for im in impls:
+        c = check(im, shape, trials=1, seed=st.seed + 17, device="cuda")
+        checks.append({**c.row(), "run": st.run})
+        if c.passed:
+            good.append(im)
+        else:
+            log(f"  refusing to time {im.name} {key}: {c.reason}")
+    if not good:
+        return rows, checks
+    probe = spec.inputs(shape, seed=st.seed, device="cuda", dtype=dtype)
+    k = n_sets(cache, nbytes(probe), st.l2_bytes)
+    sets = [probe] + [spec.inputs(shape, seed=st.seed + i, device="cuda", dtype=dtype) for i in range(1, k)]
+    flops, nb = cost(spec, shape, probe, dtype)
+    base = dict(op=spec.name, dtype=dtype, shape=key, shape_set=shape_set, cache=cache, run=st.run,
+                source="measured")
+
+    def row(im, view, value, unit, rnd=0, stat="mean", **extra):
+        r = dict(base, impl=im.name, family=im.family, view=view, round=rnd, stat=stat, value=value, unit=unit,
+                 config=json.dumps(im.config, sort_keys=True) if im.config else "")
+        r.update(derived(view, value, flops, nb, dtype, st.ceilings))
+        r.update(extra)
+        return r
+
+    calls, kernel = {}, {}
+    for im in good:
+        t0 = time.perf_counter()
+        arg_sets = [im.prepare(*s) if im.prepare else s for s in sets]
+        torch.cuda.synchronize()
+        prep = time.perf_counter() - t0
+        calls[im.name] = _cycling(im.fn, arg_sets)
+        rows.append(row(im, "prepare_time", prep, "s", prepare_s=prep))
+        try:
+            p = profile(calls[im.name], iters=st.iters)
+        except ProfileError as e:
+            raise ProfileError(f"{spec.name} {im.name} {key}: {e}") from e
+        kernel[im.name] = p
+        names = "|".join(p.kernel_names)
+        flags = ";".join(p.flags)
+        rows.append(row(im, "kernel_time", p.kernel_us, "us", kernel_names=names, flags=flags))
+        rows.append(row(im, "launches", p.launches, "count", kernel_names=names, flags=flags))
+        if p.copy_us:
+            rows.append(row(im, "copy_time", p.copy_us, "us", kernel_names=names))
+        if st.graph:
+            try:
+                g = graph_span([_cycling(im.fn, [a]) for a in arg_sets])
+                rows.append(row(im, "graph_span", g, "us"))
+            except Exception as e:  # noqa: BLE001 - not every call can be captured; say so, keep going
+                log(f"  graph capture failed for {im.name} {key}: {type(e).__name__}: {e}")
+                torch.cuda.synchronize()
+
+    readings = []
+    sp = spans(calls, n=st.spans, rounds=st.rounds, warmup=st.warmup, between=lambda r: readings.append(clocks()))
+    round_flags = clock_warnings(readings)
+    by_name = {im.name: im for im in good}
+    for name, per_round in sp.samples.items():
+        im = by_name[name]
+        for r, samples in enumerate(per_round, start=1):
+            s = summarize(samples)
+            extra = {"order": ">".join(sp.orders[r - 1]),
+                     "flags": ";".join(round_flags + ([f"outliers:{s['outliers']}"] if s["outliers"] else []))}
+            for stat in ("n", "mean", "median", "p20", "p80", "min"):
+                rows.append(row(im, "event_span", s[stat], "us", rnd=r, stat=stat, **extra))
+        whole = summarize([x for r in per_round for x in r])
+        p = kernel[name]
+        flags = list(round_flags)
+        if p.kernel_us > 1.02 * whole["mean"]:
+            flags.append("untracked_work")  # kernel time above the span: work outside the measured call?
+        if whole["mean"] > 2 * p.kernel_us:
+            flags.append("launch_bound")
+        for stat in ("n", "mean", "median", "p10", "p90", "min", "max"):
+            rows.append(row(im, "event_span", whole[stat], "us", stat=stat, flags=";".join(flags),
+                            kernel_names="|".join(p.kernel_names)))
+    return rows, checks
+
+
+def _native_rows(spec, shape, shape_set, log):
+    try:
+        from kernels import rust
+        return rust.native_spans(spec.name, shape, shape_set)
+    except Exception as e:  # noqa: BLE001 - the native binary is optional; say why it is absent
+        log(f"  rust_native skipped for {spec.name}: {type(e).__name__}: {e}")
+        return None
+
+
+def plan(op_names, impl_names, shape_sets, caches, dtypes=None):
+    """The cases to run: (op, shape, shape_set, cache, [impls of one dtype])."""
+    cases = []
+    for name in op_names:
+        spec = ops.get(name)
+        chosen = [i for i in registry.impls(name, names=impl_names) if (dtypes is None or i.dtype in dtypes)]
+        chosen = [i for i in chosen if not i.runs_on("cuda")]
+        for shape_set in shape_sets:
+            for shape in spec.shapes[shape_set]:
+                for cache in caches:
+                    for dt in dict.fromkeys(i.dtype for i in chosen):
+                        group = [i for i in chosen if i.dtype == dt]
+                        if group:
+                            cases.append((spec, shape, shape_set, cache, group))
+    return cases
+
+
+def new_run_id() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + machine_name()
+
+
+def prepare_run(out_dir, st: Settings, command: str, log=print):
+    """Environment and ceilings for this run, written before any kernel is timed."""
+    st.run = st.run or new_run_id()
+    env = environment(command)
+    st.l2_bytes = env.get("l2_bytes") or st.l2_bytes
+    add_environment(out_dir, st.run, env)
+    log(f"run {st.run} on {env.get('gpu')}: measuring ceilings")
+    crow = [dict(r, run=st.run) for r in measure_ceilings()]
+    merge_csv(pd.DataFrame(crow), out_dir / "ceilings.csv", ["name", "run"])
+    st.ceilings = {r["name"]: r["value"] for r in crow}
+    for r in crow:
+        log(f"  {r['name']:>16} {r['value']:10.2f} {r['unit']}")
+    return env
+
+
+def run_cases(cases, out_dir, st: Settings, native=False, log=print):
+    all_rows, all_checks = [], []
+    t_start = time.perf_counter()
+    for n, (spec, shape, shape_set, cache, group) in enumerate(cases, 1):
+        elapsed = time.perf_counter() - t_start
+        log(f"[{n:3d}/{len(cases)} {elapsed:6.1f}s] {spec.name} {ops.shape_key(shape)} {group[0].dtype} {cache}: "
+            + ", ".join(i.name for i in group))
+        rows, checks = measure_case(spec, shape, shape_set, cache, group, st, log=log)
+        all_rows += rows
+        all_checks += checks
+        if native and cache == "warm" and group[0].dtype == "fp32":
+            extra = _native_rows(spec, shape, shape_set, log)
+            if extra is not None and len(extra):
+                all_rows += extra.assign(run=st.run).to_dict("records")
+        torch.cuda.empty_cache()
+    return pd.DataFrame(all_rows), pd.DataFrame(all_checks)
+
+
+def write(out_dir, rows: pd.DataFrame, checks: pd.DataFrame):
+    for shape_set, part in rows.groupby("shape_set"):
+        merge_csv(part, out_dir / f"{shape_set}.csv", KEY)
+    if len(checks):
+        merge_csv(checks, out_dir / "checks.csv", ["op", "impl", "dtype", "shape", "dist"])
+
+
+def summary_table(rows: pd.DataFrame) -> str:
+    """One line per (op, impl, dtype, shape, cache): the three views and graph replay side by side."""
+    if rows.empty:
+        return "(no rows)"
+    top = rows[(rows["round"] == 0) & (rows["stat"] == "mean")]
+    t = top.pivot_table(index=["op", "shape_set", "impl", "dtype", "cache"], columns="view", values="value",
+                        aggfunc="first")
+    cols = [c for c in ("kernel_time", "event_span", "graph_span", "launches") if c in t.columns]
+    t = t[cols]
+    frac = top[top["view"] == "kernel_time"].set_index(["op", "shape_set", "impl", "dtype", "cache"])["frac_of_floor"] \
+        if "frac_of_floor" in top.columns else None
+    if frac is not None:
+        t["floor_frac"] = frac
+    return t.round(2).to_string()
+
+
+def quick(impl, shape: dict, iters: int = 20, n_spans: int = 30):
+    """Check and time one implementation at one shape (the book's live widget): a few seconds."""
+    c = check(impl, shape, trials=1)
+    result = {"error": c.error, "passed": c.passed, "reason": c.reason, "kernel_us": math.nan, "span_us": math.nan}
+    if not c.passed or not torch.cuda.is_available():
+        return result
+    spec = ops.get(impl.op)
+    inputs = spec.inputs(shape, seed=1, device="cuda", dtype=impl.dtype)
+    args = impl.prepare(*inputs) if impl.prepare else inputs
+    fn = lambda: impl.fn(*args)  # noqa: E731
+    result["kernel_us"] = profile(fn, iters=iters).kernel_us
+    result["span_us"] = summarize([x for r in spans({"x": fn}, n=n_spans, rounds=3).samples["x"] for x in r])["mean"]
+    return result
+
+
+def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print):
+    """The Triton tile sweep: every configuration in the op's SWEEP, checked, then profiled and spanned."""
+    from kernels import triton_ops
+    rows, checks = [], []
+    for name in op_names:
+        spec = ops.get(name)
+        sweep = triton_ops.sweep_configs(name)
+        for shape_set in shape_sets:
+            for shape in spec.shapes[shape_set]:
+                variants = [triton_ops.variant(name, **cfg) for cfg in sweep]
+                for i, v in enumerate(variants):
+                    log(f"  tiles {name} {ops.shape_key(shape)} [{i + 1}/{len(variants)}] {v.config}")
+                    r, c = measure_case(spec, shape, shape_set, "warm", [v], Settings(
+                        iters=20, spans=60, rounds=3, warmup=3, graph=False, seed=st.seed, run=st.run,
+                        ceilings=st.ceilings, l2_bytes=st.l2_bytes), log=log)
+                    for x in r:
+                        x["tile_of"], x["shape_set"] = shape_set, "tiles"
+                    rows += r
+                    checks += c
+    df = pd.DataFrame(rows)
+    if len(df):
+        merge_csv(df, out_dir / "tiles.csv", KEY + ["config"])
+    return df, pd.DataFrame(checks)
+
+
+def stderr_log(msg):
+    print(msg, file=sys.stderr, flush=True)

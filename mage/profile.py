@@ -1,0 +1,99 @@
+"""Time inside GPU kernels and launches per call, from a CUPTI profile (torch.profiler).
+
+CUPTI records every kernel of the process, whoever launched it (PyTorch, Triton, CuPy, a Rust library
+calling the driver), so all columns are measured the same way. Only time inside kernels counts: the gaps
+between launches do not. Copies and memsets are reported apart.
+"""
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile as _torch_profile, record_function
+
+ITER = "mage::iter"
+# Host-side API calls that submit one unit of GPU work; used to count launches per iteration.
+_LAUNCH_APIS = ("LaunchKernel", "cuLaunch", "GraphLaunch", "cudaLaunchCooperative")
+_COPY_PREFIXES = ("Memcpy", "Memset", "memcpy", "memset")
+
+
+class ProfileError(RuntimeError):
+    """The profile did not record what was asked for; never paper over that with a number."""
+
+
+@dataclass
+class Profile:
+    iters: int
+    kernel_us: float  # GPU time inside kernels per call
+    copy_us: float  # GPU time in memcpy/memset per call
+    launches: float  # kernels per call
+    kernel_names: list = field(default_factory=list)  # distinct kernel names, most frequent first
+    per_iter_launches: list = field(default_factory=list)  # host launch calls seen in each iteration
+    flags: list = field(default_factory=list)
+
+    @property
+    def stable(self) -> bool:
+        return "launches_unstable" not in self.flags
+
+
+def _is_copy(name: str) -> bool:
+    return name.startswith(_COPY_PREFIXES)
+
+
+def profile(fn, iters: int = 100, warmup: int = 5, exclude=()) -> Profile:
+    """Profile ``iters`` calls of ``fn`` (after ``warmup``), each inside a record_function range.
+
+    ``exclude``: kernel name substrings that belong to the harness, not the call (none by default).
+    Raises ProfileError when the iterations or the kernels are missing from the trace.
+    """
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with _torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            with record_function(ITER):
+                fn()
+        torch.cuda.synchronize()
+    return summarize_events(prof.events(), iters, exclude)
+
+
+def summarize_events(events, iters: int, exclude=()) -> Profile:
+    """Turn profiler events into per-call kernel time and launch counts (split out for testing)."""
+    ranges = sorted((e.time_range.start, e.time_range.end) for e in events
+                    if e.name == ITER and e.device_type == DeviceType.CPU)
+    if len(ranges) != iters:
+        raise ProfileError(f"profile recorded {len(ranges)} iterations, expected {iters}")
+    gpu = [e for e in events if e.device_type == DeviceType.CUDA and not any(x in e.name for x in exclude)]
+    kernels = [e for e in gpu if not _is_copy(e.name)]
+    copies = [e for e in gpu if _is_copy(e.name)]
+    if not kernels and not copies:
+        raise ProfileError("profile recorded no GPU activity: is CUPTI tracing this process?")
+    dur = lambda e: e.time_range.end - e.time_range.start  # noqa: E731 - microseconds
+    flags = []
+    # Host launch calls inside each iteration's range: the per-call count must be one stable integer.
+    launches = [e for e in events if e.device_type == DeviceType.CPU and any(a in e.name for a in _LAUNCH_APIS)]
+    starts = sorted(e.time_range.start for e in launches)
+    per_iter, j = [], 0
+    for lo, hi in ranges:
+        while j < len(starts) and starts[j] < lo:
+            j += 1
+        k = j
+        while k < len(starts) and starts[k] <= hi:
+            k += 1
+        per_iter.append(k - j)
+        j = k
+    n_kernels = len(kernels)
+    if n_kernels % iters:
+        flags.append("launches_unstable")
+        warnings.warn(f"{n_kernels} kernels over {iters} iterations is not a whole number per call")
+    elif any(per_iter) and len(set(per_iter)) > 1:
+        flags.append("launches_unstable")
+        warnings.warn(f"host launches per iteration vary: {sorted(Counter(per_iter).items())}")
+    if not any(per_iter):
+        flags.append("host_launches_not_traced")
+    names = [name for name, _ in Counter(e.name for e in kernels).most_common()]
+    return Profile(iters=iters, kernel_us=sum(map(dur, kernels)) / iters, copy_us=sum(map(dur, copies)) / iters,
+                   launches=n_kernels / iters, kernel_names=names, per_iter_launches=per_iter, flags=flags)

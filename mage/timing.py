@@ -1,0 +1,112 @@
+"""Event spans around whole calls (the launch path included) and CUDA-graph replay (launch path removed).
+
+Spans start on an idle GPU (a synchronisation before each), so host-side launch work shows up in the
+span exactly as a user calling from Python sees it. Rounds rotate the order of implementations so a
+slow drift in clocks or temperature does not always favour the one measured first.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+def rotation(names: list[str], rounds: int) -> list[list[str]]:
+    """Round r measures the implementations starting from the r-th: every one goes first once in three."""
+    n = len(names)
+    return [names[r % n:] + names[: r % n] for r in range(rounds)] if n else [[] for _ in range(rounds)]
+
+
+def _quantile(sorted_xs, q):
+    if len(sorted_xs) == 1:
+        return sorted_xs[0]
+    pos = q * (len(sorted_xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+def summarize(samples: list[float]) -> dict:
+    """The statistics kept for a set of spans (raw spans are summarised, never dropped)."""
+    xs = sorted(samples)
+    q1, q3 = _quantile(xs, 0.25), _quantile(xs, 0.75)
+    fence = q3 + 3.0 * (q3 - q1)
+    return {"n": len(xs), "mean": statistics.fmean(xs), "median": _quantile(xs, 0.5),
+            "p10": _quantile(xs, 0.1), "p20": _quantile(xs, 0.2), "p80": _quantile(xs, 0.8),
+            "p90": _quantile(xs, 0.9), "min": xs[0], "max": xs[-1],
+            # flagged, not removed: a span far above the upper quartile (an interrupt, a clock change)
+            "outliers": sum(x > fence for x in xs)}
+
+
+class EventTimer:
+    """Times one call with CUDA events on an idle GPU; returns microseconds."""
+
+    def __init__(self):
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def __call__(self, fn: Callable) -> float:
+        torch.cuda.synchronize()
+        self.start.record()
+        fn()
+        self.end.record()
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) * 1e3
+
+
+@dataclass
+class SpanRounds:
+    samples: dict  # name -> list (one per round) of lists of spans in us
+    orders: list  # the order of names in each round
+
+    def round_means(self, name) -> list[float]:
+        return [statistics.fmean(r) for r in self.samples[name]]
+
+
+def spans(calls: dict[str, Callable], n: int = 300, rounds: int = 3, warmup: int = 10,
+          timer: Callable | None = None, between: Callable | None = None) -> SpanRounds:
+    """``n`` warmed spans per implementation, split over ``rounds`` with rotated order.
+
+    ``timer(fn) -> us`` is injectable (tests use a fake). ``between(round)`` runs before each round
+    (the harness reads clocks there), outside every span.
+    """
+    timer = timer or EventTimer()
+    names = list(calls)
+    per_round = max(1, n // rounds)
+    orders = rotation(names, rounds)
+    samples = {name: [] for name in names}
+    for r, order in enumerate(orders):
+        if between:
+            between(r + 1)
+        for name in order:
+            fn = calls[name]
+            for _ in range(warmup):
+                fn()
+            samples[name].append([timer(fn) for _ in range(per_round)])
+    if between:
+        between(rounds + 1)
+    return SpanRounds(samples, orders)
+
+
+def graph_span(calls: list[Callable], replays: int = 20, repeat: int = 10) -> float:
+    """Microseconds per call when ``calls`` (run ``repeat`` times in order) are captured in one CUDA graph
+    and replayed: launch overhead is gone, what remains is GPU work plus the gaps between kernels."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm on the capture stream, as capture requires
+        for fn in calls:
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(repeat):
+            for fn in calls:
+                fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    timer = EventTimer()
+    per_replay = sorted(timer(graph.replay) for _ in range(replays))
+    return _quantile(per_replay, 0.5) / (repeat * len(calls))
