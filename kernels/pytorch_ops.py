@@ -73,6 +73,9 @@ class _Compiled:
         # a size sweep compiles one graph per shape; the default limit of 8 would silently fall back
         # to eager for the rest
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        # Compile in this process: a pool of compile workers keeps running after compilation and was
+        # seen to slow the host side of the spans measured right after it.
+        torch._inductor.config.compile_threads = 1
         self.compiled = torch.compile(expr, dynamic=False)
 
     def prepare(self, *inputs):

@@ -17,13 +17,18 @@ def _cuda_or_exit(what: str):
                  "correctness checks that work on the CPU.")
 
 
+def _command_line() -> str:
+    """The command as a user would retype it (no machine-specific interpreter path)."""
+    return "python -m mage " + " ".join(map(shlex.quote, sys.argv[1:]))
+
+
 def cmd_measure(a):
     _cuda_or_exit("measure")
     from . import measure as m
     out = Path(a.out)
     st = m.Settings(iters=a.iters, spans=a.spans, rounds=a.rounds, graph=not a.no_graph)
     t0 = time.perf_counter()
-    m.prepare_run(out, st, " ".join(map(shlex.quote, sys.argv)), log=m.stderr_log)
+    m.prepare_run(out, st, _command_line(), log=m.stderr_log)
     all_rows = []
     if not a.tiles_only:
         cases = m.plan(a.ops, a.impls, a.shapes, a.cache, a.dtypes)
@@ -66,7 +71,7 @@ def cmd_check(a):
 def cmd_ceilings(a):
     _cuda_or_exit("ceilings")
     from . import measure as m
-    m.prepare_run(Path(a.out), m.Settings(), " ".join(sys.argv), log=m.stderr_log)
+    m.prepare_run(Path(a.out), m.Settings(), _command_line(), log=m.stderr_log)
 
 
 def cmd_import_published(a):

@@ -160,6 +160,17 @@ def random_graph(n: int, deg: int, dist: str, gen: torch.Generator, device) -> C
                           w.to(device), n)
 
 
+def regraph(g: CSRGraph, gen: torch.Generator) -> CSRGraph:
+    """Same degrees as ``g``, fresh random (sorted) columns and weights."""
+    n, E = g.n, g.nnz
+    col = torch.randint(0, max(g.n_src, 1), (E,), generator=gen, device=gen.device)
+    if E:
+        col = col[torch.argsort(g.row.long() * max(g.n_src, 1) + col)]
+    w = torch.rand(E, generator=gen, device=gen.device) * 2 - 1
+    dev = g.col.device
+    return CSRGraph.build(g.rowptr, col.to(torch.int32).to(dev), w.float().to(dev), g.n_src)
+
+
 # ---------------------------------------------------------------------------------------- the ops
 @dataclass(frozen=True)
 class Op:

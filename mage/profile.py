@@ -66,7 +66,10 @@ def summarize_events(events, iters: int, exclude=()) -> Profile:
                     if e.name == ITER and e.device_type == DeviceType.CPU)
     if len(ranges) != iters:
         raise ProfileError(f"profile recorded {len(ranges)} iterations, expected {iters}")
-    gpu = [e for e in events if e.device_type == DeviceType.CUDA and not any(x in e.name for x in exclude)]
+    # The iteration ranges also appear on the GPU timeline (as user annotations spanning the kernels
+    # they launched): they are markers, not work, and would double the count.
+    gpu = [e for e in events if e.device_type == DeviceType.CUDA and e.name != ITER
+           and not any(x in e.name for x in exclude)]
     kernels = [e for e in gpu if not _is_copy(e.name)]
     copies = [e for e in gpu if _is_copy(e.name)]
     if not kernels and not copies:

@@ -1,0 +1,64 @@
+"""On a GPU: every registered implementation at 30+ random shapes, the expected launch counts, and the
+cost of an empty launch. Skipped without CUDA."""
+import random
+
+import pytest
+import torch
+
+from mage import ops, registry
+from mage.check import check
+from mage.profile import profile
+
+pytestmark = pytest.mark.gpu
+
+
+def random_shapes(op: str, n: int = 30, seed: int = 0):
+    """Awkward shapes (primes, one row, odd sizes) plus the field-note and large shapes."""
+    rnd = random.Random(seed)
+    odd = lambda lo, hi: rnd.randint(lo, hi) | 1  # noqa: E731
+    make = {
+        "matmul": lambda: dict(M=rnd.choice([1, odd(2, 300)]), K=odd(1, 700), N=odd(1, 500)),
+        "bias_gelu": lambda: dict(R=rnd.choice([1, odd(2, 3000)]), C=odd(1, 5000)),
+        "layernorm": lambda: dict(R=rnd.choice([1, odd(2, 3000)]), C=odd(1, 9000)),
+        "triangle": lambda: dict(N=odd(1, 100), C=odd(1, 70)),
+        "neighbor_agg": lambda: dict(n=odd(1, 5000), F=odd(1, 200), deg=rnd.randint(0, 40),
+                                     dist=rnd.choice(["uniform", "skewed"])),
+    }[op]
+    spec = ops.get(op)
+    return [make() for _ in range(n)] + spec.shapes["field"] + spec.shapes["large"]
+
+
+CASES = [(i.op, i.name, i.dtype) for i in registry.impls()]
+
+
+@pytest.mark.parametrize("op,name,dtype", CASES)
+def test_impl_passes_at_random_shapes(op, name, dtype):
+    impl = registry.get(op, name, dtype)
+    if impl.runs_on("cuda"):
+        pytest.skip(impl.runs_on("cuda"))
+    failures = []
+    for k, shape in enumerate(random_shapes(op)):
+        r = check(impl, shape, trials=1, seed=k, dist="heavy" if k % 3 == 0 else "normal", device="cuda")
+        if not r.passed:
+            failures.append((shape, r.reason))
+    assert not failures, failures[:5]
+
+
+def _launches(op, name, shape):
+    spec, impl = ops.get(op), registry.get(op, name)
+    inputs = spec.inputs(shape, seed=0, device="cuda")
+    args = impl.prepare(*inputs) if impl.prepare else inputs
+    return profile(lambda: impl.fn(*args), iters=20).launches
+
+
+@pytest.mark.parametrize("op,name,want", [
+    ("bias_gelu", "pytorch", 2), ("bias_gelu", "torch_compile", 1), ("neighbor_agg", "pytorch", 4),
+    ("layernorm", "pytorch", 1), ("matmul", "pytorch", 1),
+])
+def test_launch_counts(op, name, want):
+    assert _launches(op, name, ops.get(op).shapes["field"][0]) == want
+
+
+def test_empty_kernel_is_cheap_inside_the_gpu():
+    p = profile(lambda: torch.cuda._sleep(0), iters=100)
+    assert p.launches == 1 and p.kernel_us < 5.0

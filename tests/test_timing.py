@@ -1,0 +1,40 @@
+"""Round rotation, statistics and the span protocol, with a fake timer instead of a GPU."""
+import pytest
+
+from mage.timing import rotation, spans, summarize
+
+
+def test_rotation_puts_each_first_once():
+    order = rotation(["a", "b", "c"], 3)
+    assert order == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert [r[0] for r in order] == ["a", "b", "c"]
+
+
+def test_summarize_statistics():
+    s = summarize([float(x) for x in range(1, 11)])
+    assert s["n"] == 10 and s["mean"] == 5.5 and s["median"] == 5.5 and s["min"] == 1 and s["max"] == 10
+    assert s["p10"] == pytest.approx(1.9) and s["p90"] == pytest.approx(9.1)
+    assert s["outliers"] == 0
+
+
+def test_outliers_are_flagged_not_dropped():
+    s = summarize([10.0] * 99 + [1000.0])
+    assert s["outliers"] == 1 and s["n"] == 100 and s["max"] == 1000.0
+
+
+def test_spans_protocol_with_fake_timer():
+    log = []
+
+    def fake_timer(fn):
+        fn()
+        return {"a": 5.0, "b": 7.0}[log[-1]]
+
+    calls = {"a": lambda: log.append("a"), "b": lambda: log.append("b")}
+    rounds_seen = []
+    sp = spans(calls, n=30, rounds=3, warmup=2, timer=fake_timer, between=rounds_seen.append)
+    assert sp.orders == [["a", "b"], ["b", "a"], ["a", "b"]]
+    assert [len(r) for r in sp.samples["a"]] == [10, 10, 10]
+    assert sp.round_means("b") == [7.0, 7.0, 7.0]
+    assert rounds_seen == [1, 2, 3, 4]  # clocks read before every round and after the last
+    # warm-up calls come before each implementation's timed spans, in the rotated order
+    assert log[:12] == ["a"] * 12 and log[12:24] == ["b"] * 12 and log[24:36] == ["b"] * 12
