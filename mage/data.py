@@ -16,7 +16,7 @@ import pandas as pd
 # and 1..3 for one round of event spans; ``stat`` says which statistic ``value`` is.
 REQUIRED = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "value", "unit"]
 OPTIONAL = ["family", "flops", "bytes", "floor_us", "achieved_gbps", "achieved_tflops", "frac_of_floor",
-            "kernel_names", "flags", "config", "run", "source", "order", "prepare_s", "tile_of"]
+            "kernel_names", "flags", "config", "run", "source", "order", "prepare_s", "tile_of", "clocks"]
 VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches": "count",
          "copy_time": "us", "prepare_time": "s"}
 SHAPE_SETS = {"field", "large", "sweep", "tiles", "published"}

@@ -13,8 +13,9 @@ import sys
 
 import torch
 
-# NVML throttle reasons that mean the card slowed itself (idle and application-clock settings do not).
-_SLOWDOWN_MASK = 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80 | 0x100  # sw power, hw, sync boost, sw/hw thermal, power brake, display
+# NVML throttle reasons that mean the card slowed itself: software power cap, hardware slowdown,
+# software and hardware thermal slowdown, power brake (idle, application clocks and sync boost do not).
+_SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 
 def _git_commit() -> str:
@@ -55,7 +56,8 @@ def clocks() -> dict:
         "mem_mhz": lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
         "power_w": lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
         "temp_c": lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
-        "throttle": lambda: int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)),
+        "throttle": lambda: int(getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons",
+                                        getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None))(h)),
     }.items():
         try:
             out[key] = read()

@@ -169,6 +169,7 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
         for r, samples in enumerate(per_round, start=1):
             s = summarize(samples)
             extra = {"order": ">".join(sp.orders[r - 1]),
+                     "clocks": json.dumps(readings[r - 1: r + 1], sort_keys=True),  # before and after
                      "flags": ";".join(round_flags + ([f"outliers:{s['outliers']}"] if s["outliers"] else []))}
             for stat in ("n", "mean", "median", "p20", "p80", "min"):
                 rows.append(row(im, "event_span", s[stat], "us", rnd=r, stat=stat, **extra))

@@ -38,3 +38,10 @@ def test_spans_protocol_with_fake_timer():
     assert rounds_seen == [1, 2, 3, 4]  # clocks read before every round and after the last
     # warm-up calls come before each implementation's timed spans, in the rotated order
     assert log[:12] == ["a"] * 12 and log[12:24] == ["b"] * 12 and log[24:36] == ["b"] * 12
+
+
+def test_clock_warnings():
+    from mage.env import clock_warnings
+    assert clock_warnings([{"sm_mhz": 1980, "throttle": 1}, {"sm_mhz": 1980, "throttle": 0}]) == []
+    flags = clock_warnings([{"sm_mhz": 1980, "throttle": 0}, {"sm_mhz": 1500, "throttle": 0x4}])
+    assert flags == ["clocks_moved:1500-1980MHz", "throttled"]
