@@ -1,0 +1,56 @@
+"""What the five Triton launchers share: splitting a config into kernel constants and launch options,
+choosing the default config for a shape, and building an ``Impl`` with a config bound to it.
+"""
+from __future__ import annotations
+
+import functools
+
+import triton
+
+from mage import ops
+from mage.errors import MageInputError
+from mage.registry import Impl
+
+# Keys of a config dict that are launch options, not constants of the kernel.
+LAUNCH_KEYS = ("num_warps", "num_stages")
+
+
+def split(config: dict) -> tuple[dict, dict]:
+    """(kernel constants, launch options) of one config dict."""
+    consts = {k: v for k, v in config.items() if k not in LAUNCH_KEYS}
+    launch = {k: v for k, v in config.items() if k in LAUNCH_KEYS}
+    return consts, launch
+
+
+def pow2(n: int) -> int:
+    return triton.next_power_of_2(max(int(n), 1))
+
+
+def choose(op: str, defaults: dict, shape: dict, config: dict) -> dict:
+    """The config a call runs with: the chosen default for its shape set, overridden by ``config``.
+
+    ``defaults`` maps a shape key ('M=4096,K=4096,N=4096') or a shape set ('field', 'large', 'sweep')
+    to a config; a shape in no set gets the 'sweep' entry, tuned over the widest range of sizes.
+    """
+    key = ops.shape_key(shape)
+    if key in defaults:
+        base = defaults[key]
+    else:
+        base = defaults["sweep"]
+        for shape_set in ("field", "large"):
+            if any(ops.shape_key(s) == key for s in ops.OPS[op].shapes[shape_set]):
+                base = defaults[shape_set]
+    unknown = set(config) - set(base)
+    if unknown:
+        raise MageInputError(op, "config", f"has unknown keys {sorted(unknown)}; known: {sorted(base)}")
+    return {**base, **config}
+
+
+def impl(op: str, launcher, precision: str, config: dict, prepare=None, **fixed) -> Impl:
+    """An unregistered ``Impl`` of ``launcher`` with ``config`` bound (for sweeps and the widget);
+    ``fixed`` are launcher arguments that are not tile choices (matmul's precision)."""
+    fn = functools.partial(launcher, **fixed, **config)
+    prep = functools.partial(prepare, **config) if prepare else None
+    return Impl(op=op, name="triton", fn=fn, dtype=precision, family="triton", needs_cuda=True,
+                interpret=precision != "bf16",  # bf16 dots are wrong in the interpreter (see matmul.py)
+                prepare=prep, config=dict(config))

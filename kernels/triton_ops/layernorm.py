@@ -1,0 +1,121 @@
+"""layernorm in Triton: each program normalises BLOCK_R rows over their C columns. A row that fits in
+one block stays in registers (read once); a longer row is reduced in chunks and read a second time.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mage import ops
+from mage.registry import register
+
+from . import common
+
+
+# <kernel>
+@triton.jit
+def _layernorm_kernel(
+    X, Gamma, Beta, Y,  # pointers to x [R, C], gamma [C], beta [C] and the output y [R, C]
+    R, C,  # rows and columns
+    stride_x, stride_y,  # row strides of x and y (columns are contiguous)
+    eps,  # added to the variance
+    BLOCK_R: tl.constexpr,  # rows per program
+    BLOCK_C: tl.constexpr,  # columns per chunk
+    ONE_BLOCK: tl.constexpr,  # BLOCK_C >= C: the whole row is one chunk and stays in registers
+):
+    # Reduction scheme. One chunk: two passes over the registers (mean, then the mean of squared
+    # deviations), exact and still one read of x from memory. Several chunks: each chunk's mean and
+    # sum of squared deviations, again two-pass within the chunk, merged into the row's running pair
+    # with Chan's update (Welford's at chunk granularity). The one-pass sum of x and of x^2 would be
+    # cheaper but cancels catastrophically when |mean| >> std; per-element Welford costs a division
+    # per element for no accuracy we need.
+    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = row < R
+    x_row = X + row.to(tl.int64)[:, None] * stride_x
+    y_row = Y + row.to(tl.int64)[:, None] * stride_y
+    cols = tl.arange(0, BLOCK_C)
+    if ONE_BLOCK:
+        mask = rmask[:, None] & (cols < C)[None, :]
+        x = tl.load(x_row + cols[None, :], mask=mask, other=0.0)
+        mean = tl.sum(x, axis=1) / C
+        dev = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(dev * dev, axis=1) / C + eps)
+        gamma = tl.load(Gamma + cols, mask=cols < C, other=0.0)
+        beta = tl.load(Beta + cols, mask=cols < C, other=0.0)
+        tl.store(y_row + cols[None, :], dev * rstd[:, None] * gamma[None, :] + beta[None, :], mask=mask)
+    else:
+        mean = tl.zeros((BLOCK_R,), dtype=tl.float32)
+        m2 = tl.zeros((BLOCK_R,), dtype=tl.float32)
+        for c0 in range(0, C, BLOCK_C):
+            mask = rmask[:, None] & (c0 + cols < C)[None, :]
+            x = tl.load(x_row + c0 + cols[None, :], mask=mask, other=0.0)
+            n_a = c0 * 1.0  # columns merged so far, as a float
+            n_b = tl.minimum(C - c0, BLOCK_C) * 1.0  # columns in this chunk
+            mean_b = tl.sum(x, axis=1) / n_b
+            dev = tl.where(mask, x - mean_b[:, None], 0.0)
+            delta = mean_b - mean
+            mean += delta * (n_b / (n_a + n_b))
+            m2 += tl.sum(dev * dev, axis=1) + delta * delta * (n_a * n_b / (n_a + n_b))
+        rstd = 1.0 / tl.sqrt(m2 / C + eps)
+        for c0 in range(0, C, BLOCK_C):  # second read of x: from L2 while the rows are recent
+            cmask = c0 + cols < C
+            mask = rmask[:, None] & cmask[None, :]
+            x = tl.load(x_row + c0 + cols[None, :], mask=mask, other=0.0)
+            gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0)
+            beta = tl.load(Beta + c0 + cols, mask=cmask, other=0.0)
+            y = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
+            tl.store(y_row + c0 + cols[None, :], y, mask=mask)
+# </kernel>
+
+
+# MAX_BLOCK_C caps the chunk: BLOCK_C = min(next power of two >= C, MAX_BLOCK_C).
+FIRST = dict(BLOCK_R=1, MAX_BLOCK_C=1024, num_warps=4)
+SWEEP = [
+    FIRST,
+    dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=4),
+    dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=8),
+    dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=16),
+    dict(BLOCK_R=2, MAX_BLOCK_C=8192, num_warps=8),
+    dict(BLOCK_R=4, MAX_BLOCK_C=8192, num_warps=8),
+    dict(BLOCK_R=4, MAX_BLOCK_C=4096, num_warps=16),
+    dict(BLOCK_R=8, MAX_BLOCK_C=2048, num_warps=8),
+]
+# A reasoned guess until a measured sweep replaces it: whole rows in registers, 8 warps.
+_GUESS = dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=8)
+DEFAULTS = {"field": dict(BLOCK_R=2, MAX_BLOCK_C=8192, num_warps=4), "large": _GUESS, "sweep": _GUESS}
+
+
+def layernorm(x, gamma, beta, out=None, **config):
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta over each row, eps = mage.ops.EPS_LAYERNORM."""
+    ops.OPS["layernorm"].validate(x, gamma, beta)
+    R, C = x.shape
+    ops.check_out("layernorm", out, (R, C), x.dtype, x.device)
+    out = torch.empty((R, C), dtype=x.dtype, device=x.device) if out is None else out
+    if R == 0:
+        return out
+    if x.stride(1) != 1:
+        x = x.contiguous()  # costs one extra read and write of x
+    gamma, beta = gamma.contiguous(), beta.contiguous()
+    cfg = common.choose("layernorm", DEFAULTS, dict(R=R, C=C), config)
+    block_c = min(common.pow2(C), cfg.pop("MAX_BLOCK_C"))
+    consts, launch = common.split(cfg)
+    grid = (triton.cdiv(R, consts["BLOCK_R"]),)
+    _layernorm_kernel[grid](x, gamma, beta, out, R, C, x.stride(0), out.stride(0), ops.EPS_LAYERNORM,
+                            BLOCK_C=block_c, ONE_BLOCK=block_c >= C, **consts, **launch)
+    return out
+
+
+register("layernorm", "triton", family="triton", interpret=True, needs_cuda=True,
+         config=DEFAULTS)(lambda x, gamma, beta, out=None: layernorm(x, gamma, beta, out=out))
+
+
+@torch.library.custom_op("mage::triton_layernorm", mutates_args=())
+def layernorm_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """The kernel as a PyTorch operator, so torch.compile graphs can call it."""
+    return layernorm(x, gamma, beta)
+
+
+@layernorm_op.register_fake
+def _(x, gamma, beta):
+    return torch.empty_like(x)
