@@ -286,13 +286,11 @@ def quick(impl, shape: dict, iters: int = 20, n_spans: int = 30):
 
 def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print):
     """The Triton tile sweep: every configuration in the op's SWEEP, checked, then profiled and spanned."""
-    import importlib
-
     from kernels import triton_ops
     rows, checks = [], []
     for name in op_names:
         spec = ops.get(name)
-        sweep = importlib.import_module(f"kernels.triton_ops.{name}").SWEEP
+        sweep = triton_ops.sweep_configs(name)
         for shape_set in shape_sets:
             for shape in spec.shapes[shape_set]:
                 variants = [triton_ops.variant(name, **cfg) for cfg in sweep]
