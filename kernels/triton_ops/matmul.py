@@ -63,17 +63,20 @@ def _matmul_kernel(
 FIRST = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=2)
 # What a tuned FP32 kernel needs on Hopper: big output tiles (more multiply-adds per loaded value),
 # enough warps to hold the accumulator, and 3-4 stages of cp.async prefetch to cover memory latency.
+# The FP32 (FMA) dot keeps a whole BLOCK_K slice of both operands in registers, so BLOCK_K = 16 (the
+# smallest Triton allows) leaves room for bigger tiles: compiled for sm_90, 128x128x32 with 4 warps
+# spills, 128x128x16 with 8 warps does not.
 SWEEP = [
     FIRST,
-    dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3),
-    dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3),
-    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3),
-    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=3),
+    dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=16, GROUP_M=8, num_warps=4, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=16, GROUP_M=8, num_warps=4, num_stages=3),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=16, GROUP_M=8, num_warps=4, num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=3),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=4),
-    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=3),
-    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=3),
     dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=3),
-    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=4),
+    dict(BLOCK_M=256, BLOCK_N=64, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=4),
 ]
 # Tensor-core rows want deeper K steps (bf16: 64 values are 128 bytes, one full line per row).
 SWEEP_TC = [
@@ -82,7 +85,7 @@ SWEEP_TC = [
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3),
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3),
 ]
-_GUESS = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=3)
+_GUESS = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=4)
 _GUESS_TC = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
 # Chosen config per precision and shape set. Reasoned guesses until a measured sweep replaces them.
 DEFAULTS = {

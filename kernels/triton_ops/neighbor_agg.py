@@ -18,6 +18,64 @@ from . import common
 
 # <kernel>
 @triton.jit
+def _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Count, F, stride_x, stride_y,
+               chunk, feats, fmask, SPLIT, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr):
+    # One chunk of a hub: up to SPLIT consecutive edges, BLOCK_E gathered rows of x per step.
+    hub = tl.load(ChunkHub + chunk)
+    row = tl.load(HubRow + hub)
+    first = tl.load(HubFirst + hub)
+    parts = tl.load(HubFirst + hub + 1) - first
+    lo = tl.load(Rowptr + row) + (chunk - first) * SPLIT
+    hi = tl.minimum(lo + SPLIT, tl.load(Rowptr + row + 1))
+    acc = tl.zeros((BLOCK_F,), dtype=tl.float32)
+    for e0 in range(lo, hi, BLOCK_E):
+        edges = e0 + tl.arange(0, BLOCK_E)
+        mask = edges < hi
+        j = tl.load(Col + edges, mask=mask, other=0)
+        w = tl.load(W + edges, mask=mask, other=0.0)
+        xj = tl.load(X + j.to(tl.int64)[:, None] * stride_x + feats[None, :],
+                     mask=mask[:, None] & fmask[None, :], other=0.0)
+        acc += tl.sum(w[:, None] * xj, axis=0)
+    tl.store(Part + chunk * F + feats, acc, mask=fmask)
+    # The last chunk of the hub to arrive adds the partial sums in chunk order, so the result does
+    # not depend on arrival order: the counter only elects that program, no value is summed
+    # atomically. The barrier and the acq_rel atomic publish this block's partials before it.
+    tl.debug_barrier()
+    slot = Count + hub * tl.num_programs(1) + tl.program_id(1)
+    if tl.atomic_add(slot, 1, sem="acq_rel") == parts - 1:
+        total = tl.zeros((BLOCK_F,), dtype=tl.float32)
+        for p in range(first, first + parts):
+            total += tl.load(Part + p * F + feats, mask=fmask, other=0.0, cache_modifier=".cg")
+        tl.store(Y + row.to(tl.int64) * stride_y + feats, total, mask=fmask)
+        tl.atomic_xchg(slot, 0)  # ready for the next call
+
+
+@triton.jit
+def _row_block(Rowptr, Col, W, X, Y, n, stride_x, stride_y, block, feats, fmask, SPLIT,
+               BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr):
+    # BLOCK_R rows side by side: step d takes edges d .. d + BLOCK_D of every row at once.
+    row = block * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = row < n
+    start = tl.load(Rowptr + row, mask=rmask, other=0)
+    deg = tl.load(Rowptr + row + 1, mask=rmask, other=0) - start
+    keep = rmask
+    if SPLIT > 0:
+        keep = rmask & (deg <= SPLIT)  # hubs are written by their chunks
+        deg = tl.where(keep, deg, 0)
+    acc = tl.zeros((BLOCK_R, BLOCK_F), dtype=tl.float32)
+    for d0 in range(0, tl.max(deg, axis=0), BLOCK_D):
+        d = d0 + tl.arange(0, BLOCK_D)
+        mask = d[None, :] < deg[:, None]
+        edges = start[:, None] + d[None, :]
+        j = tl.load(Col + edges, mask=mask, other=0)
+        w = tl.load(W + edges, mask=mask, other=0.0)
+        xj = tl.load(X + j.to(tl.int64)[:, :, None] * stride_x + feats[None, None, :],
+                     mask=mask[:, :, None] & fmask[None, None, :], other=0.0)
+        acc += tl.sum(w[:, :, None] * xj, axis=1)
+    tl.store(Y + row.to(tl.int64)[:, None] * stride_y + feats[None, :], acc, mask=keep[:, None] & fmask[None, :])
+
+
+@triton.jit
 def _neighbor_agg_kernel(
     Rowptr, Col, W,  # the CSR graph: rowptr [n + 1], col [E], w [E]
     X, Y,  # pointers to x [n_src, F] and the output y [n, F]
@@ -25,7 +83,7 @@ def _neighbor_agg_kernel(
     Part, Count,  # partial sums [chunks, F], and arrivals per (hub, feature block), zero between calls
     n, F,  # rows of y and features
     stride_x, stride_y,  # row strides of x and y (features are contiguous)
-    n_chunks,  # programs below this take one hub chunk each; the rest take row blocks
+    n_chunks,  # programs below this take one hub chunk each (the heavy work first); the rest row blocks
     SPLIT,  # rows with more edges than this are hubs, summed in chunks of SPLIT edges (0: no hubs)
     BLOCK_R: tl.constexpr,  # rows per row block
     BLOCK_D: tl.constexpr,  # edges per row per step in a row block
@@ -36,71 +94,28 @@ def _neighbor_agg_kernel(
     feats = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     fmask = feats < F
     if pid < n_chunks:
-        # One chunk of a hub: up to SPLIT consecutive edges, BLOCK_E gathered rows of x per step.
-        hub = tl.load(ChunkHub + pid)
-        row = tl.load(HubRow + hub)
-        first = tl.load(HubFirst + hub)
-        parts = tl.load(HubFirst + hub + 1) - first
-        lo = tl.load(Rowptr + row) + (pid - first) * SPLIT
-        hi = tl.minimum(lo + SPLIT, tl.load(Rowptr + row + 1))
-        acc = tl.zeros((BLOCK_F,), dtype=tl.float32)
-        for e0 in range(lo, hi, BLOCK_E):
-            edges = e0 + tl.arange(0, BLOCK_E)
-            mask = edges < hi
-            j = tl.load(Col + edges, mask=mask, other=0)
-            w = tl.load(W + edges, mask=mask, other=0.0)
-            xj = tl.load(X + j.to(tl.int64)[:, None] * stride_x + feats[None, :],
-                         mask=mask[:, None] & fmask[None, :], other=0.0)
-            acc += tl.sum(w[:, None] * xj, axis=0)
-        tl.store(Part + pid * F + feats, acc, mask=fmask)
-        # The last chunk of the hub to arrive adds the partial sums in chunk order, so the result
-        # does not depend on arrival order. The counter only elects that program; no value is summed
-        # atomically. The barrier and the acq_rel atomic publish this block's partials before it.
-        tl.debug_barrier()
-        slot = Count + hub * tl.num_programs(1) + tl.program_id(1)
-        if tl.atomic_add(slot, 1, sem="acq_rel") == parts - 1:
-            total = tl.zeros((BLOCK_F,), dtype=tl.float32)
-            for p in range(first, first + parts):
-                total += tl.load(Part + p * F + feats, mask=fmask, other=0.0, cache_modifier=".cg")
-            tl.store(Y + row.to(tl.int64) * stride_y + feats, total, mask=fmask)
-            tl.atomic_xchg(slot, 0)  # ready for the next call
+        _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Count, F, stride_x, stride_y,
+                   pid, feats, fmask, SPLIT, BLOCK_E, BLOCK_F)
     else:
-        # A block of BLOCK_R rows side by side: step d takes edges d..d+BLOCK_D of every row at once.
-        row = (pid - n_chunks) * BLOCK_R + tl.arange(0, BLOCK_R)
-        rmask = row < n
-        start = tl.load(Rowptr + row, mask=rmask, other=0)
-        deg = tl.load(Rowptr + row + 1, mask=rmask, other=0) - start
-        if SPLIT > 0:
-            deg = tl.where(deg > SPLIT, 0, deg)  # hubs: written by their chunks
-        acc = tl.zeros((BLOCK_R, BLOCK_F), dtype=tl.float32)
-        for d0 in range(0, tl.max(deg, axis=0), BLOCK_D):
-            d = d0 + tl.arange(0, BLOCK_D)
-            mask = d[None, :] < deg[:, None]
-            edges = start[:, None] + d[None, :]
-            j = tl.load(Col + edges, mask=mask, other=0)
-            w = tl.load(W + edges, mask=mask, other=0.0)
-            xj = tl.load(X + j.to(tl.int64)[:, :, None] * stride_x + feats[None, None, :],
-                         mask=mask[:, :, None] & fmask[None, None, :], other=0.0)
-            acc += tl.sum(w[:, :, None] * xj, axis=1)
-        keep = rmask
-        if SPLIT > 0:
-            keep = rmask & (tl.load(Rowptr + row + 1, mask=rmask, other=0) - start <= SPLIT)
-        tl.store(Y + row.to(tl.int64)[:, None] * stride_y + feats[None, :], acc,
-                 mask=keep[:, None] & fmask[None, :])
+        _row_block(Rowptr, Col, W, X, Y, n, stride_x, stride_y, pid - n_chunks, feats, fmask, SPLIT,
+                   BLOCK_R, BLOCK_D, BLOCK_F)
 # </kernel>
 
 
 # FIRST: one row per program walking its edges, no splitting: a hub keeps one program busy while
 # the rest of the GPU idles. SPLIT = 0 disables splitting.
 FIRST = dict(BLOCK_R=1, BLOCK_D=32, BLOCK_E=32, SPLIT=0, MAX_BLOCK_F=64, num_warps=4)
+# Registers bound the row-block tile: BLOCK_R x BLOCK_D x 64 features over 4 warps is 128 values a
+# thread (220 registers compiled for sm_90), so the 16 x 16 tiles get 8 warps.
 SWEEP = [
     FIRST,
-    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=64, SPLIT=0, MAX_BLOCK_F=64, num_warps=4),
+    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=64, SPLIT=0, MAX_BLOCK_F=64, num_warps=8),
     dict(BLOCK_R=8, BLOCK_D=16, BLOCK_E=64, SPLIT=256, MAX_BLOCK_F=64, num_warps=4),
-    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=64, SPLIT=256, MAX_BLOCK_F=64, num_warps=4),
-    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=128, SPLIT=1024, MAX_BLOCK_F=64, num_warps=8),
-    dict(BLOCK_R=32, BLOCK_D=8, BLOCK_E=128, SPLIT=512, MAX_BLOCK_F=64, num_warps=8),
+    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=64, SPLIT=256, MAX_BLOCK_F=64, num_warps=8),
+    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=128, SPLIT=512, MAX_BLOCK_F=64, num_warps=8),
     dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=128, SPLIT=2048, MAX_BLOCK_F=64, num_warps=8),
+    dict(BLOCK_R=32, BLOCK_D=8, BLOCK_E=128, SPLIT=512, MAX_BLOCK_F=64, num_warps=8),
+    dict(BLOCK_R=8, BLOCK_D=8, BLOCK_E=128, SPLIT=512, MAX_BLOCK_F=64, num_warps=4),
     dict(BLOCK_R=4, BLOCK_D=32, BLOCK_E=64, SPLIT=128, MAX_BLOCK_F=64, num_warps=4),
 ]
 # A reasoned guess until a measured sweep replaces it: 16 rows x 16 edges x 64 features = 64 KB of

@@ -65,11 +65,12 @@ SWEEP = [
     FIRST,
     dict(BLOCK_I=32, BLOCK_J=32, BLOCK_K=16, BLOCK_C=8, GROUP_I=8, num_warps=4, num_stages=3),
     dict(BLOCK_I=32, BLOCK_J=32, BLOCK_K=16, BLOCK_C=16, GROUP_I=8, num_warps=8, num_stages=3),
-    dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, num_warps=4, num_stages=3),
+    dict(BLOCK_I=64, BLOCK_J=32, BLOCK_K=16, BLOCK_C=8, GROUP_I=8, num_warps=8, num_stages=3),
+    dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, num_warps=8, num_stages=3),
     dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=8, GROUP_I=8, num_warps=8, num_stages=3),
-    dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=32, BLOCK_C=4, GROUP_I=8, num_warps=8, num_stages=3),
     dict(BLOCK_I=128, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, num_warps=8, num_stages=3),
     dict(BLOCK_I=128, BLOCK_J=128, BLOCK_K=16, BLOCK_C=2, GROUP_I=8, num_warps=8, num_stages=3),
+    dict(BLOCK_I=128, BLOCK_J=128, BLOCK_K=16, BLOCK_C=1, GROUP_I=8, num_warps=8, num_stages=3),
 ]
 # A reasoned guess until a measured sweep replaces it: 64 x 64 per channel (the reuse of a 64 x 64
 # matmul tile) times 8 channels = 32 KB of loads per stage, 128 accumulators per thread.
