@@ -42,7 +42,6 @@ def run(op_names, shape_sets, budget_s, log):
         spec = ops.OPS[op]
         for shape_set in shape_sets:
             for shape in spec.shapes[shape_set]:
-                t_shape = time.time()
                 inputs = spec.inputs(shape, seed=1, device="cuda")
                 ref = spec.reference(*inputs)
                 flops, nbytes = spec.cost(shape)
@@ -53,6 +52,7 @@ def run(op_names, shape_sets, budget_s, log):
                     base["cusparse"] = _bench_us(lambda: torch.sparse.mm(S, x))
                 row0 = dict(op=op, shape=ops.shape_key(shape), shape_set=shape_set, flops=flops, bytes=nbytes,
                             copy_gbps=bw, **{f"{k}_us": v for k, v in base.items()})
+                t_shape = time.time()
                 for i, cfg in enumerate(triton_ops.sweep_configs(op)):
                     if time.time() - t_shape > budget_s and i > 0:
                         rows.append(dict(row0, config=json.dumps(cfg), idx=i, us=math.nan, error=math.nan,
@@ -190,10 +190,10 @@ def main(argv=None):
     rows = run(a.ops, a.sets, a.budget_s, log)
     import pandas as pd
     pd.DataFrame(rows).to_csv(a.out / "sweep.csv", index=False)
+    log("\n" + table(rows) + "\n")
     if a.precisions:
         prec = precision_rows(log)
         pd.DataFrame(prec).to_csv(a.out / "precisions.csv", index=False)
-    log("\n" + table(rows))
 
 
 if __name__ == "__main__":
