@@ -3,7 +3,7 @@ PY      := .venv/bin/python
 MACHINE ?= $(shell $(PY) -m mage machine-name 2>/dev/null || echo local)
 DATA    ?= data/h200
 
-.PHONY: venv test test-gpu measure check ceilings rust book book-test clean
+.PHONY: venv test test-gpu measure check ceilings rust book book-assets book-test regenerate wheels clean
 
 venv: .venv/.stamp
 .venv/.stamp: requirements.txt pyproject.toml
@@ -29,6 +29,42 @@ check: venv
 
 ceilings:
 	python3 -m mage ceilings --out data/$(MACHINE)
+
+# ---- the book -------------------------------------------------------------------------------------
+# The front-end files the book serves itself (offline): require.js, the widget manager, MathJax, from npm
+# into _assets/_static/offline/ (ignored). JB1 adds every file under the source _static/ to every page, so
+# they live in an extra path that Sphinx copies into the output's _static/ instead.
+ASSETS := _assets/_static/offline
+book-assets: $(ASSETS)/.stamp
+$(ASSETS)/.stamp: package.json package-lock.json
+	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	rm -rf _assets && mkdir -p $(ASSETS)/html-manager $(ASSETS)/mathjax
+	cp node_modules/requirejs/require.js $(ASSETS)/require.js
+	cp node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js \
+	   node_modules/@jupyter-widgets/html-manager/dist/*.woff* node_modules/@jupyter-widgets/html-manager/dist/*.ttf \
+	   node_modules/@jupyter-widgets/html-manager/dist/*.eot node_modules/@jupyter-widgets/html-manager/dist/*.svg \
+	   $(ASSETS)/html-manager/
+	cp -r node_modules/mathjax/es5/tex-chtml.js node_modules/mathjax/es5/input node_modules/mathjax/es5/output \
+	   node_modules/mathjax/es5/a11y node_modules/mathjax/es5/ui node_modules/mathjax/es5/adaptors $(ASSETS)/mathjax/
+	touch $@
+
+# The book from the recorded data (MAGE_DATA, default $(DATA)); strict: a warning or a cell error fails it.
+book: venv book-assets
+	MAGE_DATA="$${MAGE_DATA:-$(DATA)}" PYTHONPATH="$(CURDIR)" .venv/bin/jupyter-book build . -W --keep-going --all
+	@echo "The book is in $(CURDIR)/_build/html/ (open $(CURDIR)/_build/html/index.html)"
+
+# The browser test of the built book (builds it first if _build/html is missing).
+book-test: venv book-assets
+	$(PY) -m pytest -q -m book tests/test_book.py tests/test_figures.py
+
+# On a GPU machine: measure everything into data/<this machine>/, then build the book from it.
+regenerate:
+	python3 -m mage measure --all --out data/$(MACHINE)
+	$(MAKE) book MAGE_DATA=data/$(MACHINE)
+
+# Wheels for executing the pages with nbclient on a GPU machine whose Python lacks notebook packages.
+wheels:
+	bash notes/wheels.sh
 
 clean:
 	rm -rf _build .pytest_cache

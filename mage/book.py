@@ -1,0 +1,307 @@
+"""What the book's pages share: which dataset a build shows (one setting, MAGE_DATA), loading it once,
+gluing numbers and words into the prose, showing a figure with its caption, and the live tile widget.
+
+Pages call ``setup()`` first. Nothing here needs a GPU; the widget uses one when there is one.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from . import data as mdata
+from . import ops
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = "data/h200"
+PUBLISHED = ROOT / "data" / "rtx4090-published"
+GLUE_PREFIX = "application/papermill.record/"  # what myst-nb's glue writes; mirrored so pages run without it
+
+
+class MissingData(RuntimeError):
+    """The dataset the build was told to show is not there."""
+
+
+def data_dir() -> Path:
+    """The data directory this build shows: $MAGE_DATA (relative to the repository root), default data/h200."""
+    p = Path(os.environ.get("MAGE_DATA") or DEFAULT_DATA)
+    p = p if p.is_absolute() else ROOT / p
+    if not p.is_dir() or not any(p.glob("*.csv")):
+        raise MissingData(
+            f"The book shows the measurements in {p} (set by MAGE_DATA, default {DEFAULT_DATA}), and that folder "
+            "holds no data. Measure on a GPU first (make regenerate), or point MAGE_DATA at a data directory, "
+            "e.g. MAGE_DATA=data/<machine> make book.")
+    return p
+
+
+@dataclass
+class Book:
+    path: Path
+    df: pd.DataFrame  # every measurement row
+    checks: pd.DataFrame
+    ceilings: pd.DataFrame
+    env: dict  # run id -> environment
+    published: pd.DataFrame  # the original note's RTX 4090 figures
+
+    @property
+    def run(self) -> dict:
+        """The environment of the newest measured run (the one the prose describes)."""
+        measured = {k: v for k, v in self.env.items() if isinstance(v, dict) and v.get("gpu") not in (None, "none")}
+        if not measured:
+            return {}
+        return measured[max(measured, key=lambda k: str(measured[k].get("date", "")))]
+
+    @property
+    def machine(self) -> str:
+        gpu = str(self.run.get("gpu") or self.path.name)
+        return gpu if gpu.lower().startswith("nvidia") or "synthetic" in gpu.lower() else f"NVIDIA {gpu}"
+
+    @property
+    def tiles(self) -> pd.DataFrame:
+        return self.df[self.df["shape_set"] == "tiles"]
+
+    def value(self, op, impl, view="kernel_time", shape_set="field", cache="warm", dtype="fp32", shape=None,
+              stat="mean") -> float:
+        """One recorded number (NaN when absent), at the op's first listed shape of the set by default."""
+        d = self.df
+        if shape is None:
+            from .figures import field_shape
+            shape = field_shape(d[d["dtype"] == dtype], op, shape_set)
+        r = d[(d["op"] == op) & (d["impl"] == impl) & (d["view"] == view) & (d["shape_set"] == shape_set)
+              & (d["cache"] == cache) & (d["dtype"] == dtype) & (d["shape"] == shape) & (d["stat"] == stat)
+              & (d["round"] == 0)]
+        return float(r["value"].iloc[0]) if len(r) else math.nan
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str) -> Book:
+    p = Path(path)
+    pub = mdata.load(PUBLISHED) if PUBLISHED.is_dir() else pd.DataFrame(columns=mdata.REQUIRED)
+    return Book(p, mdata.load(p), mdata.load_checks(p), mdata.load_ceilings(p), mdata.load_environment(p), pub)
+
+
+def load() -> Book:
+    return _load(str(data_dir()))
+
+
+# ---------------------------------------------------------------------------------------------- glue
+class Plain:
+    """A string that displays without quotes (a glued word in a sentence)."""
+
+    def __init__(self, text):
+        self.text = str(text)
+
+    def __repr__(self):
+        return self.text
+
+
+def glue(name: str, value) -> None:
+    """Record ``value`` for ``{glue:text}`name``` in the prose; floats as plain floats, text unquoted."""
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display
+    if isinstance(value, (bool, int)) or not isinstance(value, float) and not hasattr(value, "__float__"):
+        value = Plain(value)
+    elif not isinstance(value, Plain):
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"glue {name!r}: the data has no finite value for it ({value})")
+    bundle, meta = format_display_data(value)
+    meta["scrapbook"] = dict(name=name, mime_prefix=GLUE_PREFIX)
+    display({GLUE_PREFIX + k: v for k, v in bundle.items()}, raw=True, metadata=meta)
+
+
+def glue_environment(book: Book) -> None:
+    """The words of the provenance admonition (notes/_provenance.md)."""
+    run = book.run
+    glue("env_machine", book.machine)
+    glue("env_date", str(run.get("date", "unknown date"))[:10])
+    glue("env_data", os.path.relpath(book.path, ROOT))
+    for k in ("torch", "triton", "cuda", "driver", "python"):
+        glue(f"env_{k}", run.get(k, "unknown"))
+    glue("env_commit", str(run.get("git_commit", "unknown"))[:10])
+    glue("env_runs", len([k for k, v in book.env.items() if isinstance(v, dict) and v.get("gpu") != "none"]))
+
+
+def _offline_renderer():
+    """plotly's notebook renderer (plotly.js inline) minus the MathJax it always fetches from a CDN: the
+    book serves its own MathJax, and no figure here uses LaTeX."""
+    import re
+    from plotly.io._base_renderers import NotebookRenderer
+
+    class OfflineNotebook(NotebookRenderer):
+        def to_mimebundle(self, fig_dict):
+            bundle = super().to_mimebundle(fig_dict)
+            bundle["text/html"] = re.sub(r'<script src="https?://[^"]*mathjax[^"]*"></script>', "",
+                                         bundle["text/html"])
+            return bundle
+
+    return OfflineNotebook()
+
+
+def setup() -> Book:
+    """First cell of every page: plotly inline (works offline), the data, the provenance words."""
+    import plotly.io as pio
+    pio.renderers["notebook"] = _offline_renderer()
+    pio.renderers.default = "notebook"
+    book = load()
+    glue_environment(book)
+    return book
+
+
+def show(fig) -> None:
+    """The figure, then its caption (cache mode, shape, machine) as a line of text under it."""
+    from IPython.display import Markdown, display
+    fig.show()
+    cap = (fig.layout.meta or {}).get("caption") if isinstance(fig.layout.meta, dict) else None
+    if cap:
+        display(Markdown(f"*{cap}*"))
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else math.nan
+
+
+# ---------------------------------------------------------------------------------------- live widget
+def _recorded(book: Book, op: str, config: dict, tile_of="field"):
+    from .figures import tile_table
+    t = tile_table(book.tiles, op, tile_of)
+    if t.empty:
+        return None
+    want = json.dumps(config, sort_keys=True)
+    hit = t[t["config"].map(lambda c: json.dumps(json.loads(c), sort_keys=True)) == want]
+    return hit.iloc[0] if len(hit) else None
+
+
+def tile_widget(book: Book, op: str = "matmul", tile_of: str = "field"):
+    """Sliders over the recorded sweep's values of each tile parameter. On a GPU each change builds the
+    Triton variant, checks it and times it; without one it shows the recorded measurement for that config
+    (and says so). The reuse count follows the chosen tile."""
+    import ipywidgets as w
+    from IPython.display import display
+    from .figures import reuse, tile_table
+    t = tile_table(book.tiles, op, tile_of)
+    if t.empty:
+        display(w.HTML(f"<p>No recorded tile sweep for {op} in {book.path.name}.</p>"))
+        return
+    keys = [k for k in json.loads(t["config"].iloc[0])]
+    shape = ops.parse_shape(t["shape"].iloc[0])
+    live = _live_reason()
+    sliders = {k: w.SelectionSlider(options=sorted(set(int(v) for v in t[k].dropna())), value=int(t[k].iloc[0]),
+                                    description=k, continuous_update=False,
+                                    style={"description_width": "110px"}, layout=w.Layout(width="420px"))
+               for k in keys}
+    out = w.HTML()
+
+    def update(*_):
+        cfg = {k: s.value for k, s in sliders.items()}
+        ru = reuse(op, cfg)
+        lines = [f"<b>{op}</b> at {ops.shape_key(shape)}, config <code>{json.dumps(cfg)}</code>"]
+        if ru:
+            lines.append(f"Per K step one program loads {ru['loads']:,} values for {ru['fmas']:,} multiply-adds: "
+                         f"<b>{ru['fmas_per_load']:.3g}</b> multiply-adds per loaded value.")
+        if live is None:
+            try:
+                from kernels import triton_ops
+                from .measure import quick
+                r = quick(triton_ops.variant(op, **cfg), shape)
+                status = "passed" if r["passed"] else f"FAILED ({r.get('reason', '')})"
+                lines.append(f"<b>Live on this GPU</b>: check {status}, error {r['error']:.2g}; kernel "
+                             f"{r['kernel_us']:.3g} us, span {r['span_us']:.3g} us.")
+            except Exception as e:  # noqa: BLE001 - a config that fails to compile is a result to show
+                lines.append(f"<b>Live run failed</b>: {type(e).__name__}: {str(e)[:300]}")
+        rec = _recorded(book, op, cfg, tile_of)
+        if rec is not None:
+            lines.append(f"<b>Recorded</b> on {book.machine} (no kernel ran here): kernel {rec['kernel_us']:.3g} us, "
+                         f"span {rec['span_us']:.3g} us, {rec['gbps']:.0f} GB/s.")
+        else:
+            lines.append("This combination is not in the recorded sweep" +
+                         (" (move another slider)." if live else "."))
+        if live:
+            lines.append(f"<i>Showing recorded measurements: {live}.</i>")
+        out.value = "<br>".join(lines)
+
+    for s in sliders.values():
+        s.observe(update, names="value")
+    update()
+    display(w.VBox(list(sliders.values()) + [out]))
+
+
+def _live_reason():
+    """None when the widget can run kernels here, else why it shows recorded numbers instead."""
+    try:
+        import torch
+    except ImportError:
+        return "no PyTorch here"
+    if not torch.cuda.is_available():
+        return "no GPU here"
+    try:
+        import triton  # noqa: F401
+        from kernels import triton_ops  # noqa: F401
+        from .measure import quick  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return f"the Triton kernels cannot be loaded ({type(e).__name__})"
+    return None
+
+
+# ------------------------------------------------------------------------------------ words from data
+def fmt(value: float, spec: str = ".3g", unit: str = "") -> str:
+    """A measured number as text, or a plain statement that it was not measured."""
+    if value is None or not math.isfinite(value):
+        return "(not measured)"
+    return f"{value:{spec}}" + (f" {unit}" if unit else "")
+
+
+def gnum(name: str, value: float, spec: str = ".3g", unit: str = "") -> None:
+    """Glue a number already formatted (so a missing measurement reads as such instead of failing)."""
+    glue(name, fmt(value, spec, unit))
+
+
+def compare(a: float, b: float, tol: float = 0.03) -> str:
+    """'faster than', 'slower than' or 'as fast as' for times a against b."""
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return "not comparable with (one is not measured)"
+    if abs(a - b) <= tol * max(a, b):
+        return "about as fast as"
+    return "faster than" if a < b else "slower than"
+
+
+def label(impl: str) -> str:
+    from .figures import IMPL_LABEL
+    return IMPL_LABEL.get(impl, impl)
+
+
+def fastest(book: Book, op: str, view: str = "kernel_time", impls=None, **kw) -> tuple[str, float]:
+    """(implementation, value) with the lowest value of ``view`` for ``op`` at its field shape."""
+    from .figures import bars
+    b = bars(book.df, cache=kw.get("cache", "warm"))
+    b = b[(b["op"] == op) & (b["view"] == view)]
+    if impls is not None:
+        b = b[b["impl"].isin(impls)]
+    if b.empty:
+        return "(not measured)", math.nan
+    r = b.loc[b["value"].idxmin()]
+    return str(r["impl"]), float(r["value"])
+
+
+def listing(pattern: str, lang: str = "rust"):
+    """The marked kernel sections (``// <kernel>`` ... ``// </kernel>``) of the source files matching
+    ``pattern`` under the repository, as a code block; says so plainly when none exists yet."""
+    from IPython.display import Markdown, display
+    files = sorted(ROOT.glob(pattern))
+    mark = "//" if lang == "rust" else "#"
+    shown = 0
+    for f in files:
+        text, start = f.read_text(), f"{mark} <kernel>"
+        parts = text.split(start)[1:]
+        for p in parts:
+            body = p.split(f"{mark} </kernel>")[0].strip("\n")
+            display(Markdown(f"`{f.relative_to(ROOT)}`\n\n```{lang}\n{body}\n```"))
+            shown += 1
+    if not shown:
+        display(Markdown(f"*No kernel source matching `{pattern}` with `{mark} <kernel>` markers is in this "
+                         "checkout yet.*"))
