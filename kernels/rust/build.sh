@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds the Rust side of mage: the device crate to PTX (validated by ptxas for sm_90), the host
+# cdylib that embeds it, the rust_native benchmark and the host tests, all under build/.
+# Installs nothing: a missing tool is named together with the Debian package that provides it.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="$here/build"
+mkdir -p "$out"
+arch="${MAGE_SM:-sm_90}"
+target=nvptx64-nvidia-cuda
+
+missing() { echo "build.sh: $1 not found. $2" >&2; exit 2; }
+
+# --- the compiler: Debian's rustc-web (or RUSTC=...), which must know the nvptx target
+RUSTC="${RUSTC:-}"
+if [ -z "$RUSTC" ]; then
+  for c in /usr/bin/rustc "$(command -v rustc || true)"; do
+    if [ -n "$c" ] && [ -x "$c" ] && "$c" --print target-list 2>/dev/null | grep -qx "$target"; then RUSTC="$c"; break; fi
+  done
+fi
+[ -n "$RUSTC" ] || missing "a rustc with the $target target" "Install Debian's rustc-web (apt-get install rustc-web rust-web-src llvm-22)."
+version="$("$RUSTC" --version | awk '{print $2}')"
+# --- the library sources to build core for the target: rust-web-src, or a rustup toolchain's rust-src
+src=""
+for s in "/usr/src/rustc-$version/library" "$("$RUSTC" --print sysroot)/lib/rustlib/src/rust/library"; do
+  if [ -f "$s/core/src/lib.rs" ]; then src="$s"; break; fi
+done
+[ -n "$src" ] || missing "the Rust library sources for rustc $version" "Install rust-web-src (apt-get install rust-web-src), or 'rustup component add rust-src'."
+PTXAS="${PTXAS:-$(command -v ptxas || true)}"
+[ -n "$PTXAS" ] || missing "ptxas" "It ships with the CUDA toolkit (Debian: nvidia-cuda-toolkit); set PTXAS=/path/to/ptxas."
+
+export RUSTC_BOOTSTRAP=1  # the nvptx target and the kernel ABI are unstable features
+cg=(-C target-cpu="$arch" -C opt-level=3 -C panic=abort -C debug-assertions=off -C overflow-checks=off)
+t0=$(date +%s)
+
+# --- core and compiler_builtins for the target, once per compiler version (a sysroot of our own)
+sysroot="$out/sysroot-$version-$arch"
+lib="$sysroot/lib/rustlib/$target/lib"
+if [ ! -f "$lib/.done" ]; then
+  echo "build.sh: building core for $target ($arch) with rustc $version (once, ~20 s)"
+  mkdir -p "$lib"
+  "$RUSTC" --edition 2024 --crate-type rlib --crate-name core --target "$target" "${cg[@]}" \
+    "$src/core/src/lib.rs" -o "$lib/libcore.rlib"
+  "$RUSTC" --edition 2024 --crate-type rlib --crate-name compiler_builtins --target "$target" "${cg[@]}" \
+    --cfg 'feature="mem"' --cfg 'feature="compiler-builtins"' -L "$lib" \
+    "$src/compiler-builtins/compiler-builtins/src/lib.rs" -o "$lib/libcompiler_builtins.rlib"
+  touch "$lib/.done"
+fi
+
+# --- the kernels: one PTX module
+echo "build.sh: device crate -> build/mage_kernels.ptx"
+"$RUSTC" --edition 2024 --crate-type rlib --crate-name mage_kernels --target "$target" "${cg[@]}" \
+  --sysroot "$sysroot" --emit=asm -o "$out/mage_kernels.raw.ptx" "$here/device/src/lib.rs"
+# Rust has no launch-bounds attribute: state each kernel's block size (and blocks per SM wanted)
+# for ptxas, which sets its register budget from them. name=threads:blocks
+bounds="matmul_scalar=256:1 matmul=256:1 bias_gelu=256:1 layernorm=256:3 triangle=512:1 neighbor_agg=256:1"
+awk -v bounds="$bounds" '
+  BEGIN { n = split(bounds, kv, " "); for (i = 1; i <= n; i++) { split(kv[i], p, "="); lb[p[1]] = p[2] } }
+  /^\.visible \.entry / { name = $3; sub(/\(.*/, "", name); pending = (name in lb) ? lb[name] : "" }
+  pending != "" && /^\{/ { split(pending, tb, ":"); print ".maxntid " tb[1] ", 1, 1"
+                            if (tb[2] > 1) print ".minnctapersm " tb[2]; pending = "" }
+  { print }' "$out/mage_kernels.raw.ptx" > "$out/mage_kernels.ptx"
+if grep -n '^\.extern' "$out/mage_kernels.ptx"; then
+  echo "build.sh: the PTX calls functions it does not define (a panic path?): see above" >&2; exit 1
+fi
+"$PTXAS" -arch="$arch" -v "$out/mage_kernels.ptx" -o "$out/mage_kernels.cubin" 2> "$out/ptxas.log" || {
+  cat "$out/ptxas.log" >&2; echo "build.sh: ptxas rejected build/mage_kernels.ptx" >&2; exit 1; }
+grep -E "Compiling entry|registers|spill" "$out/ptxas.log" | sed 's/^ptxas info *: //' > "$out/ptxas.summary"
+echo "build.sh: ptxas -arch=$arch accepted every kernel:"; sed 's/^/  /' "$out/ptxas.summary"
+
+# --- the host side: cdylib, benchmark binary and the host tests (plain rustc: no cargo needed)
+host=(--edition 2021 -C opt-level=3 -C debug-assertions=off)
+echo "build.sh: host crate -> build/libmage_rust.so, build/rust_native, build/host_tests"
+"$RUSTC" "${host[@]}" --crate-type cdylib,rlib --crate-name mage_rust "$here/host/src/lib.rs" --out-dir "$out"
+"$RUSTC" "${host[@]}" --crate-type bin --crate-name rust_native --extern mage_rust="$out/libmage_rust.rlib" \
+  "$here/host/src/bin/rust_native.rs" -o "$out/rust_native"
+"$RUSTC" --edition 2021 --test --crate-name mage_rust "$here/host/src/lib.rs" -o "$out/host_tests"
+echo "build.sh: done in $(( $(date +%s) - t0 )) s; run build/host_tests for the host-side tests"

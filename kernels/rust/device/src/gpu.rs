@@ -1,0 +1,367 @@
+//! The device module: thread and block indices as types, input and output views, shared-memory
+//! tiles, barriers and warp shuffles. All of the crate's `unsafe` is here, in the spirit of
+//! cuda-oxide's safe indexing, so kernels read as index arithmetic with no raw pointers.
+use core::arch::{asm, nvptx};
+
+// ------------------------------------------------------------------------------------ indices
+/// This thread's index within its block (x is the fastest-moving dimension).
+#[derive(Clone, Copy)]
+pub struct ThreadIdx {
+    pub x: u32,
+    pub y: u32,
+}
+
+/// This block's index within the grid.
+#[derive(Clone, Copy)]
+pub struct BlockIdx {
+    pub x: u32,
+    pub y: u32,
+    pub z: u32,
+}
+
+/// A flat element index that only the launch geometry can produce: `block.x * block_dim.x +
+/// thread.x`. Two threads of one launch never hold the same value, which is what lets
+/// [`Out::mine`] hand out a `&mut` without a data race.
+#[derive(Clone, Copy)]
+pub struct ElemIdx(usize);
+
+impl ElemIdx {
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+#[inline(always)]
+pub fn thread() -> ThreadIdx {
+    // SAFETY: reading special registers has no preconditions.
+    unsafe { ThreadIdx { x: nvptx::_thread_idx_x(), y: nvptx::_thread_idx_y() } }
+}
+
+#[inline(always)]
+pub fn block() -> BlockIdx {
+    // SAFETY: as above.
+    unsafe { BlockIdx { x: nvptx::_block_idx_x(), y: nvptx::_block_idx_y(), z: nvptx::_block_idx_z() } }
+}
+
+#[inline(always)]
+pub fn block_dim_x() -> u32 {
+    // SAFETY: as above.
+    unsafe { nvptx::_block_dim_x() }
+}
+
+#[inline(always)]
+pub fn elem_x() -> ElemIdx {
+    // SAFETY: as above.
+    let (b, d, t) = unsafe { (nvptx::_block_idx_x(), nvptx::_block_dim_x(), nvptx::_thread_idx_x()) };
+    ElemIdx(b as usize * d as usize + t as usize)
+}
+
+/// `bar.sync 0`: every thread of the block arrives before any leaves. Call it from uniform
+/// control flow only (all threads or none), as CUDA's `__syncthreads`.
+#[inline(always)]
+pub fn barrier() {
+    // SAFETY: the kernels call it from block-uniform control flow.
+    unsafe { nvptx::_syncthreads() }
+}
+
+#[inline(always)]
+pub fn lane() -> u32 {
+    thread().x & 31
+}
+
+/// Butterfly shuffle over the full warp: the value held by lane `lane ^ mask`.
+#[inline(always)]
+pub fn shfl_xor(v: f32, mask: u32) -> f32 {
+    let out: f32;
+    // SAFETY: all 32 lanes take part (member mask 0xffffffff); the kernels call it warp-uniformly.
+    unsafe {
+        asm!("shfl.sync.bfly.b32 {o}, {v}, {m}, 31, -1;", o = out(reg32) out, v = in(reg32) v,
+             m = in(reg32) mask, options(nomem, nostack))
+    };
+    out
+}
+
+/// Sum over the 32 lanes of a warp; every lane gets the total, added in the same order each run.
+#[inline(always)]
+pub fn warp_sum(mut v: f32) -> f32 {
+    let mut m = 16;
+    while m > 0 {
+        v += shfl_xor(v, m);
+        m >>= 1;
+    }
+    v
+}
+
+#[inline(always)]
+pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+    core::intrinsics::fmaf32(a, b, c)
+}
+
+#[inline(always)]
+pub fn sqrt(x: f32) -> f32 {
+    core::intrinsics::sqrtf32(x)
+}
+
+// -------------------------------------------------------------------------------------- views
+/// Four floats that load and store as one 16-byte access (`ld.v4.f32`).
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+pub struct F4(pub [f32; 4]);
+
+/// Two floats as one 8-byte access.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+pub struct F2(pub [f32; 2]);
+
+/// A read-only array in global memory: `len` elements from `ptr`. Reads outside it give the
+/// default value (zero) instead of faulting or panicking, which doubles as a tile's edge mask.
+#[derive(Clone, Copy)]
+pub struct In<T: Copy + Default> {
+    ptr: *const T,
+    len: usize,
+}
+
+impl<T: Copy + Default> In<T> {
+    /// The launch contract: the host checked that `ptr` holds `len` elements for the whole launch.
+    #[inline(always)]
+    pub fn new(ptr: *const T, len: usize) -> Self {
+        In { ptr, len }
+    }
+    #[inline(always)]
+    pub fn is_null(&self) -> bool {
+        self.ptr.is_null()
+    }
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> T {
+        // SAFETY: `i` is inside the array the host vouched for.
+        if i < self.len { unsafe { *self.ptr.add(i) } } else { T::default() }
+    }
+}
+
+impl In<f32> {
+    /// True when elements `i .. i + 4` exist and start on a 16-byte boundary.
+    #[inline(always)]
+    pub fn can4(&self, i: usize) -> bool {
+        i + 4 <= self.len && (self.ptr as usize + 4 * i) % 16 == 0
+    }
+    /// Elements `i .. i + 4` as one vector load when aligned, else one by one (zero past the end).
+    #[inline(always)]
+    pub fn get4(&self, i: usize) -> [f32; 4] {
+        if self.can4(i) {
+            // SAFETY: in bounds and 16-byte aligned, checked just above.
+            unsafe { (*(self.ptr.add(i) as *const F4)).0 }
+        } else {
+            [self.get(i), self.get(i + 1), self.get(i + 2), self.get(i + 3)]
+        }
+    }
+    #[inline(always)]
+    pub fn get2(&self, i: usize) -> [f32; 2] {
+        if i + 2 <= self.len && (self.ptr as usize + 4 * i) % 8 == 0 {
+            // SAFETY: in bounds and 8-byte aligned.
+            unsafe { (*(self.ptr.add(i) as *const F2)).0 }
+        } else {
+            [self.get(i), self.get(i + 1)]
+        }
+    }
+}
+
+/// A writable array in global memory. Stores outside it are dropped.
+#[derive(Clone, Copy)]
+pub struct Out<T: Copy> {
+    ptr: *mut T,
+    len: usize,
+}
+
+impl<T: Copy> Out<T> {
+    /// The launch contract: `ptr` holds `len` elements, and the kernel's index arithmetic gives
+    /// every element at most one writer (the tiles partition the output).
+    #[inline(always)]
+    pub fn new(ptr: *mut T, len: usize) -> Self {
+        Out { ptr, len }
+    }
+    #[inline(always)]
+    pub fn set(&self, i: usize, v: T) {
+        // SAFETY: in bounds; one writer per element by the kernel's partition of the output.
+        if i < self.len {
+            unsafe { *self.ptr.add(i) = v }
+        }
+    }
+    /// The element this thread owns, if the launch covers more threads than elements.
+    #[inline(always)]
+    pub fn mine(&mut self, idx: ElemIdx) -> Option<&mut T> {
+        // SAFETY: ElemIdx values are distinct across the threads of a launch.
+        if idx.0 < self.len { Some(unsafe { &mut *self.ptr.add(idx.0) }) } else { None }
+    }
+}
+
+impl Out<f32> {
+    #[inline(always)]
+    pub fn can4(&self, i: usize) -> bool {
+        i + 4 <= self.len && (self.ptr as usize + 4 * i) % 16 == 0
+    }
+    /// Stores `v[q]` at `i + q` for the `q < n` (n = 4: one vector store when aligned).
+    #[inline(always)]
+    pub fn set4(&self, i: usize, v: [f32; 4], n: usize) {
+        if n >= 4 && self.can4(i) {
+            // SAFETY: in bounds and aligned.
+            unsafe { *(self.ptr.add(i) as *mut F4) = F4(v) }
+        } else {
+            let mut q = 0;
+            while q < 4 {
+                if q < n {
+                    self.set(i + q, v[q]);
+                }
+                q += 1;
+            }
+        }
+    }
+    #[inline(always)]
+    pub fn set2(&self, i: usize, v: [f32; 2], n: usize) {
+        if n >= 2 && i + 2 <= self.len && (self.ptr as usize + 4 * i) % 8 == 0 {
+            // SAFETY: in bounds and aligned.
+            unsafe { *(self.ptr.add(i) as *mut F2) = F2(v) }
+        } else {
+            self.set(i, v[0]);
+            if n >= 2 {
+                self.set(i + 1, v[1]);
+            }
+        }
+    }
+}
+
+// -------------------------------------------------------------------------------------- flags
+/// Per-chunk ready flags in global memory: a producer warp publishes its partial sum, the warp
+/// that combines the chunks waits for it. Plain stores and loads with release/acquire order, no
+/// read-modify-write atomics.
+#[derive(Clone, Copy)]
+pub struct Flags {
+    ptr: *mut u32,
+    len: usize,
+}
+
+impl Flags {
+    #[inline(always)]
+    pub fn new(ptr: *mut u32, len: usize) -> Self {
+        Flags { ptr, len }
+    }
+    /// Makes this warp's earlier global stores visible GPU-wide, then raises flag `i`.
+    #[inline(always)]
+    pub fn publish(&self, i: usize) {
+        if i >= self.len {
+            return;
+        }
+        // SAFETY: in bounds; every lane fences its own stores, lane 0 alone raises the flag.
+        unsafe {
+            asm!("fence.acq_rel.gpu;", "bar.warp.sync -1;", options(nostack));
+            if lane() == 0 {
+                asm!("st.release.gpu.global.u32 [{p}], 1;", p = in(reg64) self.ptr.add(i), options(nostack));
+            }
+        }
+    }
+    /// Spins until flag `i` is raised; later loads of this thread see what its producer stored.
+    #[inline(always)]
+    pub fn wait(&self, i: usize) {
+        if i >= self.len {
+            return;
+        }
+        loop {
+            let v: u32;
+            // SAFETY: in bounds.
+            unsafe {
+                asm!("ld.acquire.gpu.global.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) self.ptr.add(i),
+                     options(nostack));
+            }
+            if v != 0 {
+                break;
+            }
+            // SAFETY: a hint to the scheduler, no memory effect.
+            unsafe { asm!("nanosleep.u32 64;", options(nomem, nostack)) };
+        }
+    }
+    /// Lowers flag `i` for the next launch on the stream (launches on one stream run in order).
+    #[inline(always)]
+    pub fn clear(&self, i: usize) {
+        if i < self.len && lane() == 0 {
+            // SAFETY: in bounds.
+            unsafe { asm!("st.relaxed.gpu.global.u32 [{p}], 0;", p = in(reg64) self.ptr.add(i), options(nostack)) };
+        }
+    }
+}
+
+// -------------------------------------------------------------------------------------- tiles
+/// A shared-memory tile of `N` floats (N a power of two: indices wrap instead of overflowing, so
+/// no index can leave the tile and no bounds check is needed).
+#[derive(Clone, Copy)]
+pub struct Tile<const N: usize> {
+    ptr: *mut f32,
+}
+
+impl<const N: usize> Tile<N> {
+    const POW2: () = assert!(N.is_power_of_two());
+
+    /// Wraps the generic address of a `.shared` array declared by [`shared_tile!`].
+    #[inline(always)]
+    pub fn from_generic(ptr: *mut f32) -> Self {
+        let () = Self::POW2;
+        Tile { ptr }
+    }
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> f32 {
+        // SAFETY: the mask keeps i below N.
+        unsafe { *self.ptr.add(i & (N - 1)) }
+    }
+    #[inline(always)]
+    pub fn set(&self, i: usize, v: f32) {
+        // SAFETY: as above; which threads write which element is the kernel's barrier discipline.
+        unsafe { *self.ptr.add(i & (N - 1)) = v }
+    }
+    /// Elements `i .. i + 4` (i a multiple of 4: the mask keeps the 16-byte alignment).
+    #[inline(always)]
+    pub fn get4(&self, i: usize) -> [f32; 4] {
+        // SAFETY: the array is 16-byte aligned and i & (N - 4) is a multiple of 4 below N.
+        unsafe { (*(self.ptr.add(i & (N - 4)) as *const F4)).0 }
+    }
+    #[inline(always)]
+    pub fn set4(&self, i: usize, v: [f32; 4]) {
+        // SAFETY: as get4.
+        unsafe { *(self.ptr.add(i & (N - 4)) as *mut F4) = F4(v) }
+    }
+}
+
+/// Declares a module-level `.shared` array of `$n` floats and gives its generic address as a
+/// [`Tile`]: `shared_tile!(fn as_tile, AS_TILE, 2048)`.
+#[macro_export]
+macro_rules! shared_tile {
+    ($fname:ident, $sym:ident, $n:expr) => {
+        core::arch::global_asm!(concat!(".shared .align 16 .b8 ", stringify!($sym), "[{bytes}];"), bytes = const ($n * 4));
+        #[inline(always)]
+        fn $fname() -> $crate::gpu::Tile<{ $n }> {
+            $crate::gpu::Tile::from_generic($crate::gpu::shared_addr!($sym))
+        }
+    };
+}
+
+#[macro_export]
+macro_rules! shared_addr {
+    ($sym:ident) => {{
+        let p: u64;
+        // SAFETY: converts the address of a declared .shared symbol to a generic pointer.
+        unsafe {
+            core::arch::asm!(concat!("cvta.shared.u64 {p}, ", stringify!($sym), ";"), p = out(reg64) p,
+                             options(pure, nomem, nostack))
+        };
+        p as *mut f32
+    }};
+}
+pub use shared_addr;
+
+/// `unroll!(i in 8 => { ... })` repeats the body with `i` = 0, 1, .., 7 as literal constants, so
+/// register arrays indexed by `i` stay in registers (LLVM leaves some counted loops rolled, and a
+/// rolled loop over an array sends the array to local memory).
+#[macro_export]
+macro_rules! unroll {
+    ($i:ident in 2 => $body:block) => { $crate::unroll!(@ $i [0 1] $body) };
+    ($i:ident in 4 => $body:block) => { $crate::unroll!(@ $i [0 1 2 3] $body) };
+    ($i:ident in 8 => $body:block) => { $crate::unroll!(@ $i [0 1 2 3 4 5 6 7] $body) };
+    (@ $i:ident [$($n:literal)*] $body:block) => { $( { #[allow(non_upper_case_globals)] const $i: usize = $n; $body } )* };
+}

@@ -1,0 +1,114 @@
+//! LayerNorm over the last dimension, one block of 256 threads per row. A row of up to
+//! 256 * 4 * VEC = 4096 floats stays in registers (one read of x, exact two-pass mean and variance);
+//! longer rows are re-read for the second and third pass.
+use crate::gpu::{self, barrier, fma, sqrt, warp_sum, In, Out};
+use crate::{shared_tile, unroll};
+
+pub const THREADS: usize = 256;
+const VEC: usize = 4; // float4s a thread keeps: rows up to 4096 floats stay in registers
+
+
+shared_tile!(partials, LAYERNORM_RED, 16);
+
+/// Sum over the block; every thread gets the same total (fixed order: warps, then warp 0).
+#[inline(always)]
+fn block_sum(v: f32) -> f32 {
+    let red = partials();
+    let tid = gpu::thread().x as usize;
+    let s = warp_sum(v);
+    if tid % 32 == 0 {
+        red.set(tid / 32, s);
+    }
+    barrier();
+    let mut total = 0.0;
+    unroll!(w in 8 => { // THREADS / 32 warps
+        total += red.get(w);
+    });
+    barrier(); // everyone has read before the next call overwrites
+    total
+}
+
+// <kernel>
+/// Grid (R); x, y are [R, C]; gamma, beta are [C].
+#[unsafe(no_mangle)]
+pub extern "ptx-kernel" fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32,
+                                     r: u32, c: u32, eps: f32) {
+    let (r, c) = (r as usize, c as usize);
+    let (x, gamma, beta, y) = (In::new(x, r * c), In::new(gamma, c), In::new(beta, c), Out::new(y, r * c));
+    let row = gpu::block().x as usize;
+    let tid = gpu::thread().x as usize;
+    if row >= r {
+        return;
+    }
+    let base = row * c;
+    let inv_c = 1.0 / c as f32;
+    if c <= THREADS * 4 * VEC {
+        // thread tid holds columns (tid + THREADS * j) * 4 .. + 4, j < VEC
+        let mut v = [[0.0f32; 4]; VEC];
+        let mut sum = 0.0;
+        unroll!(j in 4 => {
+            let cols = (tid + THREADS * j) * 4;
+            if cols < c {
+                v[j] = if cols + 4 <= c { x.get4(base + cols) } else { tail4(&x, base + cols, c - cols) };
+                sum += (v[j][0] + v[j][1]) + (v[j][2] + v[j][3]);
+            }
+        });
+        let mean = block_sum(sum) * inv_c;
+        let mut sq = 0.0;
+        unroll!(j in 4 => {
+            let cols = (tid + THREADS * j) * 4;
+            unroll!(q in 4 => {
+                if cols + q < c {
+                    let d = v[j][q] - mean;
+                    sq = fma(d, d, sq);
+                }
+            });
+        });
+        let rstd = 1.0 / sqrt(block_sum(sq) * inv_c + eps);
+        unroll!(j in 4 => {
+            let cols = (tid + THREADS * j) * 4;
+            if cols < c {
+                let (g, bt) = (gamma.get4(cols), beta.get4(cols));
+                let mut o = [0.0f32; 4];
+                unroll!(q in 4 => {
+                    o[q] = fma((v[j][q] - mean) * rstd, g[q], bt[q]);
+                });
+                y.set4(base + cols, o, c - cols);
+            }
+        });
+    } else {
+        // long rows: three passes over x (the row is re-read from L1/L2, not DRAM)
+        let mut sum = 0.0;
+        let mut col = tid;
+        while col < c {
+            sum += x.get(base + col);
+            col += THREADS;
+        }
+        let mean = block_sum(sum) * inv_c;
+        let mut sq = 0.0;
+        col = tid;
+        while col < c {
+            let d = x.get(base + col) - mean;
+            sq = fma(d, d, sq);
+            col += THREADS;
+        }
+        let rstd = 1.0 / sqrt(block_sum(sq) * inv_c + eps);
+        col = tid;
+        while col < c {
+            y.set(base + col, fma((x.get(base + col) - mean) * rstd, gamma.get(col), beta.get(col)));
+            col += THREADS;
+        }
+    }
+}
+// </kernel>
+
+#[inline(always)]
+fn tail4(x: &In<f32>, i: usize, valid: usize) -> [f32; 4] {
+    let mut v = [0.0f32; 4];
+    unroll!(q in 4 => {
+        if q < valid {
+            v[q] = x.get(i + q);
+        }
+    });
+    v
+}

@@ -1,0 +1,102 @@
+//! y_i = sum_{j in N(i)} w_ij x_j over a CSR graph: one warp per task, a task being a row or, for
+//! a hub, one chunk of a row's edges (the host's plan). A lane sums features lane*2, lane*2 + 1
+//! over the task's edges in edge order. No atomics: a chunk's warp stores its partial sum and
+//! raises a flag; the row's last chunk waits for the flags and adds the partials in chunk order,
+//! so every output is the same fixed-order sum on every run.
+use crate::gpu::{self, fma, Flags, In, Out};
+
+pub const THREADS: usize = 256;
+const WARPS: usize = THREADS / 32;
+/// Fields of one plan entry: row, first edge, end edge, first partial slot, part, parts.
+pub const PLAN_FIELDS: usize = 6;
+
+// <kernel>
+/// Grid ceil(tasks / 8), 256 threads. plan null: task t is row t. rowptr/col/w: CSR [n+1], [E];
+/// x [n_src, F]; y [n, F]; plan [tasks, 6]; ws [parts, F] partial sums; flags [parts] (all zero
+/// between launches).
+#[unsafe(no_mangle)]
+pub extern "ptx-kernel" fn neighbor_agg(
+    rowptr: *const i32, col: *const i32, w: *const f32, x: *const f32, y: *mut f32,
+    plan: *const i32, ws: *mut f32, flags: *mut u32,
+    n: u32, n_src: u32, e: u32, f: u32, tasks: u32, parts: u32,
+) {
+    let (n, e, f, tasks, parts) = (n as usize, e as usize, f as usize, tasks as usize, parts as usize);
+    let (rowptr, col, w) = (In::new(rowptr, n + 1), In::new(col, e), In::new(w, e));
+    let (x, y) = (In::new(x, n_src as usize * f), Out::new(y, n * f));
+    let plan = In::new(plan, tasks * PLAN_FIELDS);
+    let (partial_out, partial_in) = (Out::new(ws, parts * f), In::new(ws as *const f32, parts * f));
+    let flags = Flags::new(flags, parts);
+
+    let task = gpu::block().x as usize * WARPS + gpu::thread().x as usize / 32;
+    if task >= tasks {
+        return; // a whole warp leaves together
+    }
+    let (row, lo, hi, slot0, part, nparts) = if plan.is_null() {
+        (task, rowptr.get(task) as usize, rowptr.get(task + 1) as usize, 0, 0, 1)
+    } else {
+        let p = task * PLAN_FIELDS;
+        let field = |q: usize| plan.get(p + q) as usize;
+        (field(0), field(1), field(2), field(3), field(4), field(5))
+    };
+    let combiner = nparts > 1 && part + 1 == nparts;
+    let lane = gpu::lane() as usize;
+    let mut f0 = 0;
+    while f0 < f {
+        let feats = f0 + lane * 2;
+        let mask = f.saturating_sub(feats); // features of this lane that exist (>= 2: both)
+        let mut acc = [0.0f32; 2];
+        let mut edge = lo;
+        // four gathers in flight per lane before their multiply-adds
+        while edge + 4 <= hi {
+            let j = [col.get(edge), col.get(edge + 1), col.get(edge + 2), col.get(edge + 3)];
+            let wv = [w.get(edge), w.get(edge + 1), w.get(edge + 2), w.get(edge + 3)];
+            let mut xs = [[0.0f32; 2]; 4];
+            for q in 0..4 {
+                xs[q] = x.get2(j[q] as usize * f + feats);
+            }
+            for q in 0..4 {
+                acc[0] = fma(wv[q], xs[q][0], acc[0]);
+                acc[1] = fma(wv[q], xs[q][1], acc[1]);
+            }
+            edge += 4;
+        }
+        while edge < hi {
+            let xj = x.get2(col.get(edge) as usize * f + feats);
+            let wj = w.get(edge);
+            acc[0] = fma(wj, xj[0], acc[0]);
+            acc[1] = fma(wj, xj[1], acc[1]);
+            edge += 1;
+        }
+        if nparts == 1 {
+            if mask > 0 {
+                y.set2(row * f + feats, acc, mask);
+            }
+        } else if !combiner {
+            if mask > 0 {
+                partial_out.set2((slot0 + part) * f + feats, acc, mask);
+            }
+        } else {
+            let mut total = [0.0f32; 2];
+            for p in 0..nparts - 1 {
+                flags.wait(slot0 + p);
+                let v = partial_in.get2((slot0 + p) * f + feats);
+                total[0] += v[0];
+                total[1] += v[1];
+            }
+            if mask > 0 {
+                y.set2(row * f + feats, [total[0] + acc[0], total[1] + acc[1]], mask);
+            }
+        }
+        f0 += 64;
+    }
+    if nparts > 1 {
+        if combiner {
+            for p in 0..nparts - 1 {
+                flags.clear(slot0 + p);
+            }
+        } else {
+            flags.publish(slot0 + part);
+        }
+    }
+}
+// </kernel>
