@@ -69,7 +69,7 @@ grep -E "Compiling entry|registers|spill" "$out/ptxas.log" | sed 's/^ptxas info 
 echo "build.sh: ptxas -arch=$arch accepted every kernel:"; sed 's/^/  /' "$out/ptxas.summary"
 
 # --- the host side: cdylib, benchmark binary and the host tests (plain rustc: no cargo needed)
-host=(--edition 2021 -C opt-level=3 -C debug-assertions=off)
+host=(--edition 2021 -C opt-level=3 -C debug-assertions=off -C strip=debuginfo)
 echo "build.sh: host crate -> build/libmage_rust.so, build/rust_native, build/host_tests"
 "$RUSTC" "${host[@]}" --crate-type cdylib,rlib --crate-name mage_rust "$here/host/src/lib.rs" --out-dir "$out"
 "$RUSTC" "${host[@]}" --crate-type bin --crate-name rust_native --extern mage_rust="$out/libmage_rust.rlib" \

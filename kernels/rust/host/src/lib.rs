@@ -20,6 +20,9 @@ pub const MAGE_BAD_ARGUMENT: i32 = 100_001;
 pub const MAGE_NO_DRIVER: i32 = 100_002;
 pub const MAGE_MODULE_LOAD: i32 = 100_003;
 
+/// Edges per neighbor_agg task: longer rows are cut into chunks of this many edges.
+pub const NEIGHBOR_SPLIT: usize = 512;
+
 pub const KERNELS: [&str; 6] = ["matmul_scalar", "matmul", "bias_gelu", "layernorm", "triangle", "neighbor_agg"];
 
 #[derive(Clone, Copy)]
@@ -267,6 +270,39 @@ pub extern "C" fn mage_rust_error_name(code: c_int) -> *const c_char {
 #[no_mangle]
 pub extern "C" fn mage_rust_ptx() -> *const c_char {
     PTX.as_ptr() as *const c_char
+}
+
+#[no_mangle]
+pub extern "C" fn mage_rust_neighbor_split() -> i64 {
+    NEIGHBOR_SPLIT as i64
+}
+
+/// The launch geometry of kernel `kernel` (index into KERNELS) for sizes (a, b): matmul and
+/// matmul_scalar (M, N), bias_gelu (R, C), layernorm (R, -), triangle (N, C), neighbor_agg
+/// (tasks, -). Writes grid x, y, z, block x, y, z to `out`; for launch paths outside this crate.
+///
+/// # Safety
+/// `out` holds 6 u32.
+#[no_mangle]
+pub unsafe extern "C" fn mage_rust_geometry(kernel: c_int, a: i64, b: i64, out: *mut u32) -> c_int {
+    status((|| {
+        let (a, b) = (launch::dim("size", a).map_err(bad)?, launch::dim("size", b).map_err(bad)?);
+        let g = match kernel {
+            0 => launch::matmul(a, b, false),
+            1 => launch::matmul(a, b, true),
+            2 => launch::bias_gelu(a, b),
+            3 => launch::layernorm(a),
+            4 => launch::triangle(a, b),
+            5 => launch::neighbor_agg(a as u64),
+            _ => Err(format!("no kernel number {kernel}")),
+        }.map_err(bad)?;
+        if out.is_null() {
+            return Err(bad("geometry: out is null".into()));
+        }
+        let v = [g.grid.0, g.grid.1, g.grid.2, g.block.0, g.block.1, g.block.2];
+        std::ptr::copy_nonoverlapping(v.as_ptr(), out, 6);
+        Ok(())
+    })())
 }
 
 /// Loads the module on `device` now (otherwise the first launch does).
