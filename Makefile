@@ -36,10 +36,10 @@ ceilings:
 # they live in an extra path that Sphinx copies into the output's _static/ instead.
 ASSETS := _assets/_static/offline
 book-assets: $(ASSETS)/.stamp
-$(ASSETS)/.stamp: package.json package-lock.json
+$(ASSETS)/.stamp: package.json package-lock.json notes/js/widgets-offline.js
 	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	rm -rf _assets && mkdir -p $(ASSETS)/html-manager $(ASSETS)/mathjax
-	cp node_modules/requirejs/require.js $(ASSETS)/require.js
+	cp node_modules/requirejs/require.js notes/js/widgets-offline.js $(ASSETS)/
 	cp node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js \
 	   node_modules/@jupyter-widgets/html-manager/dist/*.woff* node_modules/@jupyter-widgets/html-manager/dist/*.ttf \
 	   node_modules/@jupyter-widgets/html-manager/dist/*.eot node_modules/@jupyter-widgets/html-manager/dist/*.svg \

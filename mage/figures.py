@@ -487,3 +487,57 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
     return _caption(fig, f"{machine}, recorded Triton tile sweep of {OP_LABEL[op]} at {shape} ({tile_of} shape), "
                          f"warm cache, FP32. Labels: block sizes, then warps (w), stages (s) and group (g). "
                          "Move the slider to pick a config; the numbers are recorded, no kernel runs.")
+
+
+# ------------------------------------------------------------------------------------------ one op
+def op_views(df: pd.DataFrame, op: str, machine: str, cache="warm", views=("kernel_time", "event_span", "launches")):
+    """One operation in three views side by side, one bar group per field shape (neighbour aggregation
+    has a uniform and a skewed graph)."""
+    d = df[(df["op"] == op) & (df["shape_set"] == "field") & (df["cache"] == cache) & (df["dtype"] == "fp32")
+           & (df["stat"] == "mean")]
+    shapes = [ops.shape_key(s) for s in ops.OPS[op].shapes["field"] if ops.shape_key(s) in set(d["shape"])]
+    fig = make_subplots(rows=1, cols=len(views), subplot_titles=[f"{VIEW_LABEL[v]} ({VIEW_UNIT[v]})" for v in views],
+                        horizontal_spacing=0.07)
+    palette = ["#2a7f62", "#b5651d", "#6a5acd"]
+    for c, v in enumerate(views, start=1):
+        for n, shape in enumerate(shapes):
+            s = d[(d["shape"] == shape) & (d["view"] == v)]
+            top = s[s["round"] == 0].set_index("impl")
+            impls = _ordered(top.index, IMPL_ORDER)
+            top = top.reindex(impls)
+            rounds = s[s["round"] > 0].groupby("impl")["value"].agg(["min", "max"]).reindex(impls)
+            err = None
+            if rounds["min"].notna().any():
+                err = dict(type="data", symmetric=False, array=(rounds["max"] - top["value"]).clip(lower=0).fillna(0).tolist(),
+                           arrayminus=(top["value"] - rounds["min"]).clip(lower=0).fillna(0).tolist(), color="#333")
+            fig.add_trace(go.Bar(
+                x=[IMPL_LABEL.get(i, i) for i in impls], y=top["value"].tolist(), error_y=err, name=shape,
+                legendgroup=shape, showlegend=c == 1 and len(shapes) > 1,
+                marker_color=palette[n % len(palette)] if len(shapes) > 1 else [IMPL_COLOR.get(i, "#888") for i in impls],
+                hovertemplate=f"%{{x}}<br>{VIEW_LABEL[v]} %{{y:.3g}} {VIEW_UNIT[v]}<br>shape {shape}<extra></extra>"),
+                row=1, col=c)
+        fig.update_xaxes(tickangle=-45, row=1, col=c)
+        fig.update_yaxes(rangemode="tozero", row=1, col=c)
+    fig.update_layout(barmode="group", height=460, template="plotly_white", margin=dict(t=70),
+                      title=dict(text=f"{OP_LABEL[op]} in three views", x=0),
+                      legend=dict(orientation="h", y=1.12, x=1, xanchor="right"))
+    return _caption(fig, caption("field", cache, machine, {op: " and ".join(shapes)},
+                                 "FP32. Whiskers on event spans: range of the three round means."))
+
+
+def amdahl(speedup: float, machine: str, shares=(0.05, 0.1, 0.2, 0.5, 0.9)):
+    """Whole-request speed-up against a kernel's own speed-up, one line per share of the request, with
+    a measured kernel speed-up marked."""
+    s = np.logspace(0, 2, 200)
+    fig = go.Figure()
+    for p in shares:
+        fig.add_trace(go.Scatter(x=s, y=1 / ((1 - p) + p / s), mode="lines", name=f"kernel is {p:.0%} of the request",
+                                 hovertemplate=f"share {p:.0%}<br>kernel x%{{x:.3g}} -> request x%{{y:.3g}}<extra></extra>"))
+    if speedup and math.isfinite(speedup) and speedup > 0:
+        fig.add_vline(x=speedup, line=dict(color=IMPL_COLOR["triton"], dash="dash"),
+                      annotation_text=f"fused bias + GELU, x{speedup:.2g}", annotation_position="top")
+    fig.update_xaxes(type="log", title="speed-up of the kernel")
+    fig.update_yaxes(title="speed-up of the request")
+    fig.update_layout(height=440, template="plotly_white", title=dict(text="Amdahl's law", x=0))
+    return _caption(fig, f"Curves: S = 1 / ((1 - p) + p / s). Dashed: the kernel-time speed-up of the fused Triton "
+                         f"bias + GELU over eager PyTorch on {machine} (field shape, warm cache).")

@@ -78,6 +78,7 @@ def _open(browser, url):
         return r.abort()
 
     page.route("**/*", route)
+    page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
     page.goto(url, wait_until="load")
     return page, problems
 
@@ -136,6 +137,7 @@ def _move_slider(page, i, rail, path):
     get = ("i => { const gd = [...document.querySelectorAll('.js-plotly-plot')][i];"
            " return [gd.layout.sliders[0].active, JSON.stringify(gd._fullData[0].marker.color)]; }")
     before = page.evaluate(get, i)
+    rail.scroll_into_view_if_needed()
     box = rail.bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.8, box["y"] + box["height"] / 2)
     page.wait_for_timeout(300)
