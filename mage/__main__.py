@@ -34,7 +34,6 @@ def cmd_measure(a):
         cases = m.plan(a.ops, a.impls, a.shapes, a.cache, a.dtypes)
         rows, checks = m.run_cases(cases, out, st, native=a.impls is None or "rust_native" in a.impls,
                                    log=m.stderr_log)
-        m.write(out, rows, checks)
         all_rows.append(rows)
         failed = checks[~checks["passed"]] if len(checks) else checks
         if len(failed):

@@ -203,10 +203,13 @@ def plan(op_names, impl_names, shape_sets, caches, dtypes=None):
         chosen = [i for i in registry.impls(name, names=impl_names) if (dtypes is None or i.dtype in dtypes)]
         chosen = [i for i in chosen if not i.runs_on("cuda")]
         for shape_set in shape_sets:
+            # The size sweep shows how cost grows with work: warm only, and without torch.compile, which
+            # would compile every size anew (seconds each) to show the same kernels as at field and large.
+            sweep = shape_set == "sweep"
             for shape in spec.shapes[shape_set]:
-                for cache in caches:
+                for cache in (["warm"] if sweep else caches):
                     for dt in dict.fromkeys(i.dtype for i in chosen):
-                        group = [i for i in chosen if i.dtype == dt]
+                        group = [i for i in chosen if i.dtype == dt and not (sweep and i.name == "torch_compile")]
                         if group:
                             cases.append((spec, shape, shape_set, cache, group))
     return cases
@@ -223,7 +226,9 @@ def prepare_run(out_dir, st: Settings, command: str, log=print):
     st.l2_bytes = env.get("l2_bytes") or st.l2_bytes
     add_environment(out_dir, st.run, env)
     log(f"run {st.run} on {env.get('gpu')}: measuring ceilings")
+    t0 = time.perf_counter()
     crow = [dict(r, run=st.run) for r in measure_ceilings()]
+    log(f"  ceilings took {time.perf_counter() - t0:.1f} s")
     merge_csv(pd.DataFrame(crow), out_dir / "ceilings.csv", ["name", "run"])
     st.ceilings = {r["name"]: r["value"] for r in crow}
     for r in crow:
@@ -239,18 +244,22 @@ def run_cases(cases, out_dir, st: Settings, native=False, log=print):
         log(f"[{n:3d}/{len(cases)} {elapsed:6.1f}s] {spec.name} {ops.shape_key(shape)} {group[0].dtype} {cache}: "
             + ", ".join(i.name for i in group))
         rows, checks = measure_case(spec, shape, shape_set, cache, group, st, log=log)
-        all_rows += rows
         all_checks += checks
-        if native and cache == "warm" and group[0].dtype == "fp32":
+        if native and cache == "warm" and group[0].dtype == "fp32" and shape_set != "sweep":
             extra = _native_rows(spec, shape, shape_set, log)
             if extra is not None and len(extra):
-                all_rows += extra.assign(run=st.run).to_dict("records")
+                rows += extra.assign(run=st.run).to_dict("records")
+        # written after every case, atomically: a run cut short keeps what it measured
+        write(out_dir, pd.DataFrame(rows), pd.DataFrame(checks))
+        all_rows += rows
         torch.cuda.empty_cache()
     return pd.DataFrame(all_rows), pd.DataFrame(all_checks)
 
 
 def write(out_dir, rows: pd.DataFrame, checks: pd.DataFrame):
-    for shape_set, part in rows.groupby("shape_set"):
+    if rows.empty and checks.empty:
+        return
+    for shape_set, part in (rows.groupby("shape_set") if len(rows) else []):
         merge_csv(part, out_dir / f"{shape_set}.csv", KEY)
     if len(checks):
         merge_csv(checks, out_dir / "checks.csv", ["op", "impl", "dtype", "shape", "dist"])
