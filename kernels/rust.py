@@ -22,7 +22,8 @@ from mage.registry import register
 
 BUILD = Path(os.environ.get("MAGE_RUST_BUILD", Path(__file__).parent / "rust" / "build"))
 LIB_PATH, PTX_PATH, NATIVE_PATH = BUILD / "libmage_rust.so", BUILD / "mage_kernels.ptx", BUILD / "rust_native"
-KERNELS = ("matmul_scalar", "matmul", "bias_gelu", "layernorm", "triangle", "neighbor_agg")
+KERNELS = ("matmul_scalar", "matmul", "bias_gelu", "layernorm", "triangle", "neighbor_agg", "matmul_2cta",
+           "triangle_256")
 NOT_BUILT = "the Rust kernels are not built: run `make rust` (kernels/rust/build.sh) first"
 
 
@@ -41,7 +42,7 @@ _SIGNATURES = {
     "mage_rust_matmul": [_I32, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I32],
     "mage_rust_bias_gelu": [_I32, _U64, _U64, _U64, _U64, _I64, _I64],
     "mage_rust_layernorm": [_I32, _U64, _U64, _U64, _U64, _U64, _I64, _I64, ctypes.c_float],
-    "mage_rust_triangle": [_I32, _U64, _U64, _U64, _U64, _I64, _I64],
+    "mage_rust_triangle": [_I32, _U64, _U64, _U64, _U64, _I64, _I64, _I32],
     "mage_rust_neighbor_agg": [_I32, _U64] + [_U64] * 8 + [_I64] * 6,
     "mage_rust_neighbor_plan": [ctypes.POINTER(ctypes.c_int32), _I64, _I64, ctypes.POINTER(ctypes.c_int32), _I64,
                                 ctypes.POINTER(_I64), ctypes.POINTER(_I64)],
@@ -129,23 +130,29 @@ def _stream(device: int) -> int:
 
 
 # ------------------------------------------------------------------------------ rust: the C ABI path
-def _matmul(A, B, out=None, tiled=True):
+# Kernel versions (the C ABI's `version`): matmul 0 scalar, 1 tiled, 2 tiled for 2 blocks/SM;
+# triangle 0 = 64 x 64 tiles of 512 threads, 1 = 64 x 32 tiles of 256 threads. DEFAULT is what
+# 'rust' runs; the others are there to be measured against it (``variant``).
+DEFAULT = {"matmul": 1, "triangle": 0}
+
+
+def _matmul(A, B, out=None, version=1):
     C = _output("matmul", (A, B), out)
     dev = _on_cuda("matmul", {"A": A, "B": B, "out": C})
     if C.numel():
         (M, K), N = A.shape, B.shape[1]
-        _call("mage_rust_matmul", dev, _stream(dev), A.data_ptr(), B.data_ptr(), C.data_ptr(), M, K, N, int(tiled))
+        _call("mage_rust_matmul", dev, _stream(dev), A.data_ptr(), B.data_ptr(), C.data_ptr(), M, K, N, version)
     return C
 
 
-def matmul(A, B, out=None):
+def matmul(A, B, out=None, version=None):
     """C = A B, tiled kernel: 128 x 128 tiles, BLOCK_K = 8, 8 x 8 outputs a thread."""
-    return _matmul(A, B, out, tiled=True)
+    return _matmul(A, B, out, DEFAULT["matmul"] if version is None else version)
 
 
 def matmul_scalar(A, B, out=None):
     """C = A B, one thread per output (the first version)."""
-    return _matmul(A, B, out, tiled=False)
+    return _matmul(A, B, out, version=0)
 
 
 def bias_gelu(x, b, out=None):
@@ -165,11 +172,13 @@ def layernorm(x, gamma, beta, out=None):
     return y
 
 
-def triangle(A, B, out=None):
+def triangle(A, B, out=None, version=None):
     O = _output("triangle", (A, B), out)
     dev = _on_cuda("triangle", {"A": A, "B": B, "out": O})
     if O.numel():
-        _call("mage_rust_triangle", dev, _stream(dev), A.data_ptr(), B.data_ptr(), O.data_ptr(), A.shape[0], A.shape[2])
+        version = DEFAULT["triangle"] if version is None else version
+        _call("mage_rust_triangle", dev, _stream(dev), A.data_ptr(), B.data_ptr(), O.data_ptr(), A.shape[0],
+              A.shape[2], version)
     return O
 
 
@@ -294,7 +303,7 @@ def py_matmul(A, B, out=None):
     dev = _on_cuda("matmul", {"A": A, "B": B, "out": C})
     if C.numel():
         (M, K), N = A.shape, B.shape[1]
-        _py_launch(dev, "matmul", (M, N), [(A.data_ptr(), _P), (B.data_ptr(), _P), (C.data_ptr(), _P),
+        _py_launch(dev, ("matmul_scalar", "matmul", "matmul_2cta")[DEFAULT["matmul"]], (M, N), [(A.data_ptr(), _P), (B.data_ptr(), _P), (C.data_ptr(), _P),
                                           (M, _U32), (K, _U32), (N, _U32)])
     return C
 
@@ -324,7 +333,7 @@ def py_triangle(A, B, out=None):
     dev = _on_cuda("triangle", {"A": A, "B": B, "out": O})
     if O.numel():
         N, C = A.shape[0], A.shape[2]
-        _py_launch(dev, "triangle", (N, C), [(A.data_ptr(), _P), (B.data_ptr(), _P), (O.data_ptr(), _P),
+        _py_launch(dev, ("triangle", "triangle_256")[DEFAULT["triangle"]], (N, C), [(A.data_ptr(), _P), (B.data_ptr(), _P), (O.data_ptr(), _P),
                                             (N, _U32), (C, _U32)])
     return O
 
@@ -344,7 +353,8 @@ def py_neighbor_agg(graph, x, out=None):
 
 # ---------------------------------------------------------------- rust_native: no Python at all
 def native_spans(op: str, shape: dict, shape_set: str = "field", scalar: bool = False, spans: int = 300,
-                 rounds: int = 3, warmup: int = 10, graph: bool = True, device: int = 0, timeout: float = 600):
+                 rounds: int = 3, warmup: int = 10, graph: bool = True, device: int = 0, timeout: float = 600,
+                 version: Optional[int] = None):
     """Runs the rust_native binary (its own inputs, the same PTX, the harness's span protocol) and
     returns its rows (event_span per round and overall, graph_span) as a DataFrame in mage's schema."""
     import pandas as pd
@@ -354,10 +364,24 @@ def native_spans(op: str, shape: dict, shape_set: str = "field", scalar: bool = 
            "--spans", str(spans), "--rounds", str(rounds), "--warmup", str(warmup), "--device", str(device)]
     cmd += ["--scalar"] if scalar else []
     cmd += [] if graph else ["--no-graph"]
+    if version is None and op in DEFAULT and not scalar:
+        version = DEFAULT[op]
+    cmd += [] if version is None else ["--version", str(version)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if done.returncode:
         raise RustKernelError(done.returncode, "RUST_NATIVE_FAILED", done.stderr.strip() or "no message")
     return pd.read_csv(io.StringIO(done.stdout), keep_default_na=False, na_values=[""])
+
+
+def variant(op: str, version: int):
+    """An unregistered Impl running kernel ``version`` of ``op`` (see DEFAULT), to measure against 'rust'."""
+    from mage.registry import Impl
+    fns = {"matmul": matmul, "triangle": triangle}
+    if op not in fns:
+        raise MageInputError("rust", "op", f"has versions only for {sorted(fns)}, not {op!r}")
+    fn = functools.partial(fns[op], version=version)
+    return Impl(op=op, name=f"rust_v{version}", fn=fn, family="rust", needs_cuda=True, available=available,
+                config=dict(_CONFIG[op], version=version))
 
 
 # ---------------------------------------------------------------------------------- registration

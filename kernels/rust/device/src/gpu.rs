@@ -97,6 +97,16 @@ pub fn fma(a: f32, b: f32, c: f32) -> f32 {
     core::intrinsics::fmaf32(a, b, c)
 }
 
+/// 1 / x to about 1 ulp (`rcp.approx.f32`: one special-function instruction instead of the
+/// dozen of an IEEE division).
+#[inline(always)]
+pub fn rcp(x: f32) -> f32 {
+    let out: f32;
+    // SAFETY: arithmetic only.
+    unsafe { asm!("rcp.approx.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack)) };
+    out
+}
+
 #[inline(always)]
 pub fn sqrt(x: f32) -> f32 {
     core::intrinsics::sqrtf32(x)
@@ -325,6 +335,38 @@ impl<const N: usize> Tile<N> {
     pub fn set4(&self, i: usize, v: [f32; 4]) {
         // SAFETY: as get4.
         unsafe { *(self.ptr.add(i & (N - 4)) as *mut F4) = F4(v) }
+    }
+}
+
+impl<const N: usize> Tile<N> {
+    /// A window of `span` floats from `base` (rounded down to a multiple of 4, and moved back to
+    /// fit if it would run past the tile). Reads through it at constant offsets compile to one
+    /// base register plus immediate offsets: the check `off + 4 <= span` folds away.
+    #[inline(always)]
+    pub fn view(&self, base: usize, span: usize) -> TileView {
+        let span = span.min(N) & !3;
+        let base = base & !3;
+        let base = if base + span <= N { base } else { N - span };
+        // SAFETY: base + span <= N, so the window lies inside the tile.
+        TileView { ptr: unsafe { self.ptr.add(base) }, span }
+    }
+}
+
+/// A window into a [`Tile`]; see [`Tile::view`].
+#[derive(Clone, Copy)]
+pub struct TileView {
+    ptr: *mut f32,
+    span: usize,
+}
+
+impl TileView {
+    /// Elements `off .. off + 4` of the window (off rounded down to a multiple of 4); zeros if
+    /// they are not all inside it.
+    #[inline(always)]
+    pub fn get4(&self, off: usize) -> [f32; 4] {
+        let off = off & !3;
+        // SAFETY: inside the window, 16-byte aligned (tile, base and off are multiples of 4 floats).
+        if off + 4 <= self.span { unsafe { (*(self.ptr.add(off) as *const F4)).0 } } else { [0.0; 4] }
     }
 }
 

@@ -3,12 +3,19 @@
 //! and measures its error against f64 (bounds in `host/tests/math.rs`).
 
 #[cfg(target_arch = "nvptx64")]
-use crate::gpu::fma;
+use crate::gpu::{fma, rcp};
 
 #[cfg(not(target_arch = "nvptx64"))]
 #[inline(always)]
 fn fma(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)
+}
+
+// The device uses rcp.approx.f32 (within 1 ulp); the host's exact division stands in for it.
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+fn rcp(x: f32) -> f32 {
+    1.0 / x
 }
 
 #[inline(always)]
@@ -77,7 +84,7 @@ fn erfc_pos(a: f32, sq_hi: f32, sq_lo: f32) -> f32 {
     if a < 1.0 {
         1.0 - a * horner(sq_hi + sq_lo, &ERF_P)
     } else if a < 9.2 {
-        let t = 1.0 / fma(0.5, a, 1.0);
+        let t = rcp(fma(0.5, a, 1.0));
         t * exp_neg(-sq_hi, horner(t, &ERFC_Q) - sq_lo)
     } else {
         0.0

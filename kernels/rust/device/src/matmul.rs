@@ -1,10 +1,11 @@
-//! C = A B in FP32, two versions. `matmul_scalar`: one thread, one output, the loop a newcomer
-//! writes. `matmul`: a 128 x 128 tile per block, BLOCK_K = 8 slices of A and B staged through
-//! double-buffered shared memory, an 8 x 8 register block per thread, 16-byte loads.
+//! C = A B in FP32, two versions. `matmul_scalar` (markers `<kernel-scalar>`): one thread, one
+//! output, the loop a newcomer writes. `matmul` (markers `<kernel>`): a 128 x 128 tile per block,
+//! BLOCK_K = 8 slices of A and B staged through double-buffered shared memory, an 8 x 8 register
+//! block per thread, 16-byte loads.
 use crate::gpu::{self, barrier, fma, In, Out};
 use crate::{shared_tile, unroll};
 
-// <kernel>
+// <kernel-scalar>
 /// One thread per output: C[row, col] = sum_k A[row, k] B[k, col]. Block 16 x 16.
 #[unsafe(no_mangle)]
 pub extern "ptx-kernel" fn matmul_scalar(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
@@ -22,7 +23,7 @@ pub extern "ptx-kernel" fn matmul_scalar(a: *const f32, b: *const f32, c: *mut f
     }
     c.set(row * n + col, acc);
 }
-// </kernel>
+// </kernel-scalar>
 
 const BLOCK_M: usize = 128;
 const BLOCK_N: usize = 128;
@@ -32,11 +33,22 @@ const TILE: usize = BLOCK_K * BLOCK_M; // one buffer of one operand: 1024 floats
 shared_tile!(a_tiles, MATMUL_A, 2048);
 shared_tile!(b_tiles, MATMUL_B, 2048);
 
-// <kernel>
 /// 256 threads; thread (tx, ty) = (tid % 16, tid / 16) owns rows ty*4 + {0..4} and 64 + ty*4 + {0..4}
 /// and the same pattern of columns, so a warp's 16-byte shared loads touch consecutive addresses.
 #[unsafe(no_mangle)]
 pub extern "ptx-kernel" fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
+    matmul_tiled(a, b, c, m, k, n)
+}
+
+/// The same kernel with a register budget for two blocks per SM (build.sh's launch bounds).
+#[unsafe(no_mangle)]
+pub extern "ptx-kernel" fn matmul_2cta(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
+    matmul_tiled(a, b, c, m, k, n)
+}
+
+// <kernel>
+#[inline(always)]
+fn matmul_tiled(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
     let (m, k, n) = (m as usize, k as usize, n as usize);
     let (a, b, c) = (In::new(a, m * k), In::new(b, k * n), Out::new(c, m * n));
     let (a_tiles, b_tiles) = (a_tiles(), b_tiles());
@@ -80,10 +92,11 @@ pub extern "ptx-kernel" fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: 
         let next = kt + 1 < k_tiles;
         // the next slices' global loads are in flight while this slice is multiplied
         let (na, nb) = if next { (load_a((kt + 1) * BLOCK_K), load_b((kt + 1) * BLOCK_K)) } else { ([0.0; 4], [0.0; 4]) };
+        // windows on this slice: the thread's first rows (columns), the others at constant offsets
+        let (a_view, b_view) = (a_tiles.view(buf * TILE + ty * 4, TILE - 60), b_tiles.view(buf * TILE + tx * 4, TILE - 60));
         unroll!(kk in 8 => {
-            let base = buf * TILE + kk * BLOCK_M;
-            let (a0, a1) = (a_tiles.get4(base + ty * 4), a_tiles.get4(base + 64 + ty * 4));
-            let (b0, b1) = (b_tiles.get4(base + tx * 4), b_tiles.get4(base + 64 + tx * 4));
+            let (a0, a1) = (a_view.get4(kk * BLOCK_M), a_view.get4(kk * BLOCK_M + 64));
+            let (b0, b1) = (b_view.get4(kk * BLOCK_N), b_view.get4(kk * BLOCK_N + 64));
             let av = [a0[0], a0[1], a0[2], a0[3], a1[0], a1[1], a1[2], a1[3]];
             let bv = [b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], b1[2], b1[3]];
             unroll!(i in 8 => {

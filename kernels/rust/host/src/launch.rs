@@ -76,9 +76,11 @@ pub fn layernorm(r: u32) -> Checked<Geometry> {
     Ok(Geometry { grid: grid(r as u64, 1, 1)?, block: (256, 1, 1) })
 }
 
-pub fn triangle(n: u32, c: u32) -> Checked<Geometry> {
-    let tiles = blocks(n as u64, 64);
-    Ok(Geometry { grid: grid(tiles, tiles, blocks(c as u64, 8))?, block: (512, 1, 1) })
+/// `wide`: 64 x 64 (i, j) tiles of 512 threads; else 64 x 32 tiles of 256 threads.
+pub fn triangle(n: u32, c: u32, wide: bool) -> Checked<Geometry> {
+    let block_j = if wide { 64 } else { 32 };
+    let g = grid(blocks(n as u64, block_j), blocks(n as u64, 64), blocks(c as u64, 8))?;
+    Ok(Geometry { grid: g, block: (8 * block_j as u32, 1, 1) })
 }
 
 /// One warp per task, 8 warps per block.
@@ -121,8 +123,9 @@ mod tests {
 
     #[test]
     fn triangle_and_neighbor_grids() {
-        assert_eq!(triangle(384, 128).unwrap().grid, (6, 6, 16));
-        assert_eq!(triangle(17, 33).unwrap().grid, (1, 1, 5));
+        assert_eq!(triangle(384, 128, true).unwrap().grid, (6, 6, 16));
+        assert_eq!(triangle(384, 128, false).unwrap(), Geometry { grid: (12, 6, 16), block: (256, 1, 1) });
+        assert_eq!(triangle(17, 33, true).unwrap().grid, (1, 1, 5));
         assert_eq!(neighbor_agg(8192).unwrap().grid, (1024, 1, 1));
         assert_eq!(neighbor_agg(9).unwrap().grid, (2, 1, 1));
         assert_eq!(layernorm(32768).unwrap().grid, (32768, 1, 1));

@@ -23,7 +23,8 @@ pub const MAGE_MODULE_LOAD: i32 = 100_003;
 /// Edges per neighbor_agg task: longer rows are cut into chunks of this many edges.
 pub const NEIGHBOR_SPLIT: usize = 512;
 
-pub const KERNELS: [&str; 6] = ["matmul_scalar", "matmul", "bias_gelu", "layernorm", "triangle", "neighbor_agg"];
+pub const KERNELS: [&str; 8] =
+    ["matmul_scalar", "matmul", "bias_gelu", "layernorm", "triangle", "neighbor_agg", "matmul_2cta", "triangle_256"];
 
 #[derive(Clone, Copy)]
 pub enum Kernel {
@@ -33,6 +34,8 @@ pub enum Kernel {
     Layernorm,
     Triangle,
     NeighborAgg,
+    Matmul2Cta,
+    Triangle256,
 }
 
 pub type Error = (i32, String);
@@ -41,7 +44,7 @@ pub type Error = (i32, String);
 pub struct Module {
     pub ctx: CUcontext,
     pub module: CUmodule,
-    pub funcs: [CUfunction; 6],
+    pub funcs: [CUfunction; KERNELS.len()],
 }
 // SAFETY: CUDA handles may be used from any thread once created.
 unsafe impl Send for Module {}
@@ -72,7 +75,7 @@ fn load_module(device: i32) -> Result<Module, Error> {
         let (_, msg) = check(rc, "cuModuleLoadDataEx").unwrap_err();
         return Err((MAGE_MODULE_LOAD, format!("{msg}; JIT log: {text}")));
     }
-    let mut funcs = [std::ptr::null_mut(); 6];
+    let mut funcs = [std::ptr::null_mut(); KERNELS.len()];
     for (f, name) in funcs.iter_mut().zip(KERNELS) {
         let cname = CString::new(name).unwrap();
         // SAFETY: module is loaded; out-pointer to the array slot.
@@ -120,7 +123,8 @@ macro_rules! args {
 }
 
 // ------------------------------------------------------------------ the launches, in Rust
-pub fn matmul(dev: i32, s: CUstream, a: DevPtr, b: DevPtr, c: DevPtr, m: i64, k: i64, n: i64, tiled: bool) -> Result<(), Error> {
+/// `version`: 0 the scalar kernel, 1 the tiled one, 2 the tiled one built for two blocks per SM.
+pub fn matmul(dev: i32, s: CUstream, a: DevPtr, b: DevPtr, c: DevPtr, m: i64, k: i64, n: i64, version: i32) -> Result<(), Error> {
     let (mut m, mut k, mut n) = (launch::dim("M", m).map_err(bad)?, launch::dim("K", k).map_err(bad)?, launch::dim("N", n).map_err(bad)?);
     let (ma, kb, mc) = (m as u64 * k as u64, k as u64 * n as u64, m as u64 * n as u64);
     for (name, p, e) in [("A", a, ma), ("B", b, kb), ("C", c, mc)] {
@@ -129,10 +133,15 @@ pub fn matmul(dev: i32, s: CUstream, a: DevPtr, b: DevPtr, c: DevPtr, m: i64, k:
     if mc == 0 {
         return Ok(());
     }
-    let g = launch::matmul(m, n, tiled).map_err(bad)?;
+    let kernel = match version {
+        0 => Kernel::MatmulScalar,
+        1 => Kernel::Matmul,
+        2 => Kernel::Matmul2Cta,
+        v => return Err(bad(format!("matmul has versions 0 (scalar), 1 (tiled), 2 (tiled, 2 blocks/SM), not {v}"))),
+    };
+    let g = launch::matmul(m, n, version != 0).map_err(bad)?;
     let md = module(dev)?;
     let (mut a, mut b, mut c) = (a, b, c);
-    let kernel = if tiled { Kernel::Matmul } else { Kernel::MatmulScalar };
     launch(md, kernel, g, s, &mut args!(a, b, c, m, k, n))
 }
 
@@ -169,7 +178,8 @@ pub fn layernorm(dev: i32, s: CUstream, x: DevPtr, gamma: DevPtr, beta: DevPtr, 
     launch(md, Kernel::Layernorm, g, s, &mut args!(x, gamma, beta, y, r, c, eps))
 }
 
-pub fn triangle(dev: i32, s: CUstream, a: DevPtr, b: DevPtr, o: DevPtr, n: i64, c: i64) -> Result<(), Error> {
+/// `version`: 0 the 64 x 64 tile of 512 threads, 1 the 64 x 32 tile of 256 threads.
+pub fn triangle(dev: i32, s: CUstream, a: DevPtr, b: DevPtr, o: DevPtr, n: i64, c: i64, version: i32) -> Result<(), Error> {
     let (mut n, mut c) = (launch::dim("N", n).map_err(bad)?, launch::dim("C", c).map_err(bad)?);
     let e = n as u64 * n as u64 * c as u64;
     for (name, p) in [("A", a), ("B", b), ("O", o)] {
@@ -178,10 +188,14 @@ pub fn triangle(dev: i32, s: CUstream, a: DevPtr, b: DevPtr, o: DevPtr, n: i64, 
     if e == 0 {
         return Ok(());
     }
-    let g = launch::triangle(n, c).map_err(bad)?;
+    if !(0..=1).contains(&version) {
+        return Err(bad(format!("triangle has versions 0 (512 threads) and 1 (256 threads), not {version}")));
+    }
+    let g = launch::triangle(n, c, version == 0).map_err(bad)?;
     let md = module(dev)?;
     let (mut a, mut b, mut o) = (a, b, o);
-    launch(md, Kernel::Triangle, g, s, &mut args!(a, b, o, n, c))
+    let kernel = if version == 0 { Kernel::Triangle } else { Kernel::Triangle256 };
+    launch(md, kernel, g, s, &mut args!(a, b, o, n, c))
 }
 
 /// Pointers and sizes of one neighbor_agg call; `plan` 0 means no row is split.
@@ -292,8 +306,10 @@ pub unsafe extern "C" fn mage_rust_geometry(kernel: c_int, a: i64, b: i64, out: 
             1 => launch::matmul(a, b, true),
             2 => launch::bias_gelu(a, b),
             3 => launch::layernorm(a),
-            4 => launch::triangle(a, b),
+            4 => launch::triangle(a, b, true),
             5 => launch::neighbor_agg(a as u64),
+            6 => launch::matmul(a, b, true),
+            7 => launch::triangle(a, b, false),
             _ => Err(format!("no kernel number {kernel}")),
         }.map_err(bad)?;
         if out.is_null() {
@@ -312,8 +328,8 @@ pub extern "C" fn mage_rust_init(device: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn mage_rust_matmul(device: c_int, s: u64, a: u64, b: u64, c: u64, m: i64, k: i64, n: i64, tiled: c_int) -> c_int {
-    status(matmul(device, stream(s), a, b, c, m, k, n, tiled != 0))
+pub extern "C" fn mage_rust_matmul(device: c_int, s: u64, a: u64, b: u64, c: u64, m: i64, k: i64, n: i64, version: c_int) -> c_int {
+    status(matmul(device, stream(s), a, b, c, m, k, n, version))
 }
 
 #[no_mangle]
@@ -327,8 +343,8 @@ pub extern "C" fn mage_rust_layernorm(device: c_int, s: u64, x: u64, g: u64, b: 
 }
 
 #[no_mangle]
-pub extern "C" fn mage_rust_triangle(device: c_int, s: u64, a: u64, b: u64, o: u64, n: i64, c: i64) -> c_int {
-    status(triangle(device, stream(s), a, b, o, n, c))
+pub extern "C" fn mage_rust_triangle(device: c_int, s: u64, a: u64, b: u64, o: u64, n: i64, c: i64, version: c_int) -> c_int {
+    status(triangle(device, stream(s), a, b, o, n, c, version))
 }
 
 #[no_mangle]

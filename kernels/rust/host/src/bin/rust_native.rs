@@ -4,7 +4,8 @@
 //! CUDA-graph span; prints tidy CSV rows in mage's schema on stdout.
 //!
 //! rust_native --op layernorm --shape R=1024,C=1024 --shape-set field [--scalar] [--spans 300]
-//!             [--rounds 3] [--warmup 10] [--device 0] [--no-graph]
+//!             [--rounds 3] [--warmup 10] [--device 0] [--no-graph] [--version V]
+//! (--version picks a kernel version as the C ABI's `version` argument: matmul 1 or 2, triangle 0 or 1)
 use mage_rust::driver::{check, driver, CUevent, CUgraph, CUgraphExec, CUstream, DevPtr};
 use mage_rust::{plan, Error, NeighborArgs};
 use std::collections::BTreeMap;
@@ -107,11 +108,13 @@ struct Args {
     warmup: usize,
     device: i32,
     graph: bool,
+    version: Option<i32>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args { op: String::new(), shape: String::new(), shape_set: "field".into(), scalar: false,
-                       spans: 300, rounds: 3, warmup: 10, device: 0, graph: true };
+                       spans: 300, rounds: 3, warmup: 10, device: 0, graph: true,
+                       version: None };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < argv.len() {
@@ -124,6 +127,7 @@ fn parse_args() -> Result<Args, String> {
             "--rounds" => a.rounds = val(i)?.parse().map_err(|e| format!("--rounds: {e}"))?,
             "--warmup" => a.warmup = val(i)?.parse().map_err(|e| format!("--warmup: {e}"))?,
             "--device" => a.device = val(i)?.parse().map_err(|e| format!("--device: {e}"))?,
+            "--version" => a.version = Some(val(i)?.parse().map_err(|e| format!("--version: {e}"))?),
             "--scalar" => { a.scalar = true; i += 1; continue; }
             "--no-graph" => { a.graph = false; i += 1; continue; }
             other => return Err(format!("unknown argument {other}")),
@@ -155,8 +159,8 @@ fn prepare(a: &Args, bufs: &mut Vec<Buf>) -> Result<Call, Error> {
             let (m, k, n) = (num(&s, "M")?, num(&s, "K")?, num(&s, "N")?);
             let (pa, pb) = (up(rng.normals((m * k) as usize, 1.0, 0.0))?, up(rng.normals((k * n) as usize, 1.0, 0.0))?);
             let pc = up(vec![0.0; (m * n) as usize])?;
-            let tiled = !a.scalar;
-            Box::new(move |st| mage_rust::matmul(dev, st, pa, pb, pc, m, k, n, tiled))
+            let version = if a.scalar { 0 } else { a.version.unwrap_or(1) };
+            Box::new(move |st| mage_rust::matmul(dev, st, pa, pb, pc, m, k, n, version))
         }
         "bias_gelu" => {
             let (r, c) = (num(&s, "R")?, num(&s, "C")?);
@@ -175,7 +179,8 @@ fn prepare(a: &Args, bufs: &mut Vec<Buf>) -> Result<Call, Error> {
             let (n, c) = (num(&s, "N")?, num(&s, "C")?);
             let e = (n * n * c) as usize;
             let (pa, pb, po) = (up(rng.normals(e, 1.0, 0.0))?, up(rng.normals(e, 1.0, 0.0))?, up(vec![0.0; e])?);
-            Box::new(move |st| mage_rust::triangle(dev, st, pa, pb, po, n, c))
+            let version = a.version.unwrap_or(0);
+            Box::new(move |st| mage_rust::triangle(dev, st, pa, pb, po, n, c, version))
         }
         "neighbor_agg" => {
             let (n, f, deg) = (num(&s, "n")? as usize, num(&s, "F")? as usize, num(&s, "deg")? as usize);
@@ -306,10 +311,17 @@ fn run(a: &Args) -> Result<(), Error> {
     check(unsafe { (d.stream_synchronize)(st) }, "cuStreamSynchronize")?;
     let timer = Timer::new()?;
     let imp = if a.scalar { "rust_native_scalar" } else { "rust_native" };
-    let row = |view: &str, rnd: usize, stat: &str, v: f64| {
-        println!("{},{},fp32,\"{}\",{},warm,{},{},{},{},us,rust", a.op, imp, a.shape, a.shape_set, view, rnd, stat, v);
+    let kernel = match (a.op.as_str(), a.scalar, a.version) {
+        ("matmul", true, _) => "matmul_scalar",
+        ("matmul", false, Some(2)) => "matmul_2cta",
+        ("triangle", _, Some(1)) => "triangle_256",
+        (op, _, _) => op,
     };
-    println!("op,impl,dtype,shape,shape_set,cache,view,round,stat,value,unit,family");
+    let row = |view: &str, rnd: usize, stat: &str, v: f64| {
+        println!("{},{},fp32,\"{}\",{},warm,{},{},{},{},us,rust,kernel={}", a.op, imp, a.shape, a.shape_set, view, rnd,
+                 stat, v, kernel);
+    };
+    println!("op,impl,dtype,shape,shape_set,cache,view,round,stat,value,unit,family,config");
     let per_round = (a.spans / a.rounds.max(1)).max(1);
     let mut all = Vec::new();
     for r in 1..=a.rounds {
