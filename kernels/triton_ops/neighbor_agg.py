@@ -20,6 +20,8 @@ from . import common
 @triton.jit
 def _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Count, F, stride_x, stride_y,
                chunk, feats, fmask, SPLIT, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr):
+    # Arguments as in _neighbor_agg_kernel below, plus: chunk, the hub chunk this program sums;
+    # feats and fmask, its feature columns and which of them exist.
     # One chunk of a hub: up to SPLIT consecutive edges, BLOCK_E gathered rows of x per step.
     hub = tl.load(ChunkHub + chunk)
     row = tl.load(HubRow + hub)
@@ -53,6 +55,8 @@ def _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Count, F,
 @triton.jit
 def _row_block(Rowptr, Col, W, X, Y, n, stride_x, stride_y, block, feats, fmask, SPLIT,
                BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr):
+    # Arguments as in _neighbor_agg_kernel below, plus: block, the row block this program sums;
+    # feats and fmask, its feature columns and which of them exist.
     # BLOCK_R rows side by side: step d takes edges d .. d + BLOCK_D of every row at once.
     row = block * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = row < n
