@@ -29,6 +29,8 @@ VIEW_LABEL = {"kernel_time": "GPU kernel time", "event_span": "event span", "lau
               "graph_span": "CUDA-graph replay span"}
 VIEW_UNIT = {"kernel_time": "us", "event_span": "us", "launches": "launches", "graph_span": "us"}
 PUBLISHED_LABEL = "RTX 4090 (published)"
+OP_SHORT = {"matmul": "matmul", "bias_gelu": "bias+GELU", "layernorm": "LayerNorm", "triangle": "triangle",
+            "neighbor_agg": "neighbours"}
 
 
 # ------------------------------------------------------------------------------------------- selection
@@ -155,8 +157,8 @@ def combined(df: pd.DataFrame, machine: str, cache="warm"):
     column on its own scale (shared by its two rows, so the gap between views reads directly)."""
     b = bars(df, cache=cache)
     op_list = _ordered(b["op"], OP_ORDER)
-    fig = make_subplots(rows=2, cols=len(op_list), shared_yaxes="columns", vertical_spacing=0.12,
-                        horizontal_spacing=0.04, subplot_titles=[OP_LABEL[o] for o in op_list] + [""] * len(op_list),
+    fig = make_subplots(rows=2, cols=len(op_list), shared_yaxes="columns", vertical_spacing=0.08,
+                        horizontal_spacing=0.04, subplot_titles=[OP_SHORT[o] for o in op_list] + [""] * len(op_list),
                         row_titles=["kernel time (us)", "event span (us)"])
     for c, op in enumerate(op_list, start=1):
         impls = _ordered(b.loc[b["op"] == op, "impl"], IMPL_ORDER)
@@ -164,7 +166,8 @@ def combined(df: pd.DataFrame, machine: str, cache="warm"):
         for r, v in enumerate(("kernel_time", "event_span"), start=1):
             fig.add_trace(_bar_trace(b[(b["op"] == op) & (b["view"] == v)], v, impls), row=r, col=c)
             fig.update_xaxes(categoryorder="array", categoryarray=impls, tickangle=-60, row=r, col=c,
-                             tickvals=impls, ticktext=[IMPL_LABEL.get(i, i) for i in impls])
+                             tickvals=impls, ticktext=[IMPL_LABEL.get(i, i) for i in impls],
+                             showticklabels=r == 2)  # the top row has the same bars, in the same colours
         fig.update_yaxes(rangemode="tozero", col=c)
     fig.update_traces(textposition="none")
     fig.update_layout(height=700, template="plotly_white", margin=dict(t=60, l=50, r=40, b=40),
@@ -294,8 +297,8 @@ def cards(df: pd.DataFrame, published: pd.DataFrame, machine: str, cache="warm")
     views = ["kernel_time", "event_span", "launches"]
     op_list = [o for o in OP_ORDER if o in set(pub["op"]) or o in set(ours["op"])]
     impls = ["pytorch", "triton", "rust"]
-    fig = make_subplots(rows=len(views), cols=len(op_list), vertical_spacing=0.09, horizontal_spacing=0.04,
-                        subplot_titles=[OP_LABEL[o] for o in op_list] + [""] * (len(views) - 1) * len(op_list),
+    fig = make_subplots(rows=len(views), cols=len(op_list), vertical_spacing=0.09, horizontal_spacing=0.05,
+                        subplot_titles=[OP_SHORT[o] for o in op_list] + [""] * (len(views) - 1) * len(op_list),
                         row_titles=[f"{VIEW_LABEL[v]} ({VIEW_UNIT[v]})" for v in views])
     for r, v in enumerate(views, start=1):
         for c, op in enumerate(op_list, start=1):
@@ -311,9 +314,9 @@ def cards(df: pd.DataFrame, published: pd.DataFrame, machine: str, cache="warm")
                     hovertemplate=f"<b>{label}</b> %{{x}}<br>%{{y:.3g}} {VIEW_UNIT[v]}<br>shape %{{customdata[0]}}"
                                   "<extra></extra>"), row=r, col=c)
             fig.update_yaxes(rangemode="tozero", row=r, col=c)
-    fig.update_layout(barmode="group", height=760, template="plotly_white", margin=dict(t=80),
-                      title=dict(text=f"{PUBLISHED_LABEL} against {machine}", x=0),
-                      legend=dict(orientation="h", y=1.06, x=1, xanchor="right"))
+    fig.update_layout(barmode="group", height=800, template="plotly_white", margin=dict(t=120),
+                      title=dict(text=f"{PUBLISHED_LABEL} against {machine}", x=0, y=0.99, yanchor="top"),
+                      legend=dict(orientation="h", y=1.07, x=0, xanchor="left", yanchor="bottom"))
     return _caption(fig, f"Hatched grey: the original note's published RTX 4090 figures (WSL, FP32; shapes not "
                          f"published; not measured by this project). Green: {machine}, field shapes, {cache} cache. "
                          "The shapes differ, so compare the pattern across implementations, not the heights.")
@@ -397,9 +400,13 @@ def reuse(op: str, config: dict) -> dict:
     return dict(loads=loads, fmas=fmas, fmas_per_load=fmas / loads)
 
 
+BLOCK_ORDER = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_I", "BLOCK_J", "BLOCK_R", "BLOCK_C", "MAX_BLOCK_C"]
+
+
 def config_label(config: dict) -> str:
+    """'128x64x16 w4 s3 g8': the block sizes in BLOCK_ORDER, then warps, stages, group."""
     c = dict(config)
-    blocks = [k for k in c if k.startswith("BLOCK_") or k.startswith("MAX_BLOCK")]
+    blocks = [k for k in BLOCK_ORDER if k in c] + sorted(k for k in c if "BLOCK" in k and k not in BLOCK_ORDER)
     s = "x".join(str(c[k]) for k in blocks)
     extra = [f"{k.replace('num_', '')[0]}{c[k]}" for k in ("num_warps", "num_stages") if k in c]
     extra += [f"g{c['GROUP_M']}"] if "GROUP_M" in c else []
@@ -437,8 +444,7 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
     has_reuse = "fmas_per_load" in t
     fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.1,
                         subplot_titles=["kernel time per config (us)",
-                                        "kernel time against reuse (multiply-adds per loaded value)" if has_reuse
-                                        else "kernel time against achieved GB/s"])
+                                        "kernel time against reuse" if has_reuse else "kernel time against GB/s"])
     base = "#c9c9c9"
     hi = IMPL_COLOR["triton"]
 
@@ -484,8 +490,9 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
     fig.update_xaxes(tickangle=-45, tickfont=dict(size=9), row=1, col=1)
     fig.update_xaxes(type="log" if has_reuse else "linear", title_text="multiply-adds per load" if has_reuse
                      else "GB/s", row=1, col=2)
+    blocks = " x ".join(k for k in BLOCK_ORDER if k in t.columns)
     return _caption(fig, f"{machine}, recorded Triton tile sweep of {OP_LABEL[op]} at {shape} ({tile_of} shape), "
-                         f"warm cache, FP32. Labels: block sizes, then warps (w), stages (s) and group (g). "
+                         f"warm cache, FP32. Labels: {blocks}, then warps (w), stages (s) and group (g). "
                          "Move the slider to pick a config; the numbers are recorded, no kernel runs.")
 
 
