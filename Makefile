@@ -50,6 +50,7 @@ $(ASSETS)/.stamp: package.json package-lock.json notes/js/widgets-offline.js
 
 # The book from the recorded data (MAGE_DATA, default $(DATA)); strict: a warning or a cell error fails it.
 book: venv book-assets
+	@MAGE_DATA="$${MAGE_DATA:-$(DATA)}" $(PY) -m mage.book
 	MAGE_DATA="$${MAGE_DATA:-$(DATA)}" PYTHONPATH="$(CURDIR)" .venv/bin/jupyter-book build . -W --keep-going --all
 	@echo "The book is in $(CURDIR)/_build/html/ (open $(CURDIR)/_build/html/index.html)"
 

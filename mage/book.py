@@ -305,3 +305,31 @@ def listing(pattern: str, lang: str = "rust"):
     if not shown:
         display(Markdown(f"*No kernel source matching `{pattern}` with `{mark} <kernel>` markers is in this "
                          "checkout yet.*"))
+
+
+def show_or_note(make, *args, **kw) -> None:
+    """Show ``make(*args)``; when the data set lacks what it needs, say so in the page instead."""
+    from IPython.display import Markdown, display
+    try:
+        fig = make(*args, **kw)
+    except (ValueError, KeyError, mdata.DataError) as e:
+        display(Markdown(f"*This figure needs measurements that this data set does not hold: {e}*"))
+        return
+    show(fig)
+
+
+def _main() -> int:
+    """``python -m mage.book``: check the data the build will show, before spending time on a build."""
+    import sys
+    try:
+        b = load()
+    except (MissingData, mdata.DataError) as e:
+        print(f"book: {e}", file=sys.stderr)
+        return 2
+    print(f"book: showing {b.path} ({len(b.df)} rows, {b.df['op'].nunique()} operations, "
+          f"{b.df['impl'].nunique()} implementations; {b.machine})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -548,3 +548,32 @@ def amdahl(speedup: float, machine: str, shares=(0.05, 0.1, 0.2, 0.5, 0.9)):
     fig.update_layout(height=440, template="plotly_white", title=dict(text="Amdahl's law", x=0))
     return _caption(fig, f"Curves: S = 1 / ((1 - p) + p / s). Dashed: the kernel-time speed-up of the fused Triton "
                          f"bias + GELU over eager PyTorch on {machine} (field shape, warm cache).")
+
+
+def warm_cold(df: pd.DataFrame, machine: str, view="kernel_time"):
+    """Cold-cache time over warm-cache time per implementation, one panel per operation: how much of
+    each kernel's speed came from finding its inputs already in L2."""
+    w, c = bars(df, cache="warm"), bars(df, cache="cold")
+    m = w[w["view"] == view].merge(c[c["view"] == view], on=["op", "impl", "shape"], suffixes=("_warm", "_cold"))
+    if m.empty:
+        raise ValueError("no cold-cache measurements at the field shapes")
+    m["ratio"] = m["value_cold"] / m["value_warm"]
+    op_list = _ordered(m["op"], OP_ORDER)
+    fig = make_subplots(rows=1, cols=len(op_list), subplot_titles=[OP_SHORT[o] for o in op_list], shared_yaxes=True,
+                        horizontal_spacing=0.03)
+    for i, op in enumerate(op_list, start=1):
+        g = m[m["op"] == op].set_index("impl")
+        g = g.reindex(_ordered(g.index, IMPL_ORDER))
+        fig.add_trace(go.Bar(
+            x=[IMPL_LABEL.get(x, x) for x in g.index], y=g["ratio"], showlegend=False,
+            marker_color=[IMPL_COLOR.get(x, "#888") for x in g.index],
+            customdata=np.stack([g["value_warm"], g["value_cold"], g["shape"]], axis=-1),
+            hovertemplate="%{x}<br>cold / warm %{y:.3g}<br>warm %{customdata[0]:.3g} us, cold %{customdata[1]:.3g} us"
+                          "<br>shape %{customdata[2]}<extra></extra>"), row=1, col=i)
+        fig.update_xaxes(tickangle=-60, row=1, col=i)
+    fig.add_hline(y=1, line=dict(color="#555", dash="dot"))
+    fig.update_yaxes(title_text=f"cold / warm {VIEW_LABEL[view]}", row=1, col=1)
+    fig.update_layout(height=460, template="plotly_white", title=dict(text="What a warm cache was worth", x=0))
+    return _caption(fig, caption("field", "cold against warm", machine, {o: field_shape(df, o) for o in op_list},
+                                 "Cold: each call finds its inputs evicted from L2 (rotating among enough input "
+                                 "sets to overflow it). 1 means the cache made no difference."))

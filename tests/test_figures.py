@@ -45,13 +45,15 @@ def test_main_whiskers_are_round_ranges(syn):
     assert b[b["view"] == "kernel_time"]["lo"].isna().all()
 
 
-@pytest.mark.parametrize("kind", ["combined", "roofline", "cost_vs_size", "cards", "launch_paths"])
+@pytest.mark.parametrize("kind", ["combined", "roofline", "cost_vs_size", "cards", "launch_paths", "warm_cold",
+                                  "op_views", "amdahl"])
 def test_every_figure_has_traces_and_caption(syn, kind):
     df, ceil, _ = syn
     pub = mage.load(book.PUBLISHED)
     fig = {"combined": lambda: F.combined(df, "GPU X"), "roofline": lambda: F.roofline(df, ceil, "GPU X"),
            "cost_vs_size": lambda: F.cost_vs_size(df, ceil, "GPU X"), "cards": lambda: F.cards(df, pub, "GPU X"),
-           "launch_paths": lambda: F.launch_paths(df, ceil, "GPU X")}[kind]()
+           "launch_paths": lambda: F.launch_paths(df, ceil, "GPU X"), "warm_cold": lambda: F.warm_cold(df, "GPU X"),
+           "op_views": lambda: F.op_views(df, "neighbor_agg", "GPU X"), "amdahl": lambda: F.amdahl(1.7, "GPU X")}[kind]()
     assert len(fig.data) > 0
     assert "GPU X" in fig.layout.meta["caption"]
 
