@@ -312,10 +312,9 @@ def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print):
                         x["tile_of"], x["shape_set"] = shape_set, "tiles"
                     rows += r
                     checks += c
-    df = pd.DataFrame(rows)
-    if len(df):
-        merge_csv(df, out_dir / "tiles.csv", KEY + ["config"])
-    return df, pd.DataFrame(checks)
+                    if r:  # after every config: a run cut short keeps the configs it measured
+                        merge_csv(pd.DataFrame(r), out_dir / "tiles.csv", KEY + ["config"])
+    return pd.DataFrame(rows), pd.DataFrame(checks)
 
 
 def stderr_log(msg):
