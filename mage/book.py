@@ -288,25 +288,6 @@ def fastest(book: Book, op: str, view: str = "kernel_time", impls=None, **kw) ->
     return str(r["impl"]), float(r["value"])
 
 
-def listing(pattern: str, lang: str = "rust"):
-    """The marked kernel sections (``// <kernel>`` ... ``// </kernel>``) of the source files matching
-    ``pattern`` under the repository, as a code block; says so plainly when none exists yet."""
-    from IPython.display import Markdown, display
-    files = sorted(ROOT.glob(pattern))
-    mark = "//" if lang == "rust" else "#"
-    shown = 0
-    for f in files:
-        text, start = f.read_text(), f"{mark} <kernel>"
-        parts = text.split(start)[1:]
-        for p in parts:
-            body = p.split(f"{mark} </kernel>")[0].strip("\n")
-            display(Markdown(f"`{f.relative_to(ROOT)}`\n\n```{lang}\n{body}\n```"))
-            shown += 1
-    if not shown:
-        display(Markdown(f"*No kernel source matching `{pattern}` with `{mark} <kernel>` markers is in this "
-                         "checkout yet.*"))
-
-
 def show_or_note(make, *args, **kw) -> None:
     """Show ``make(*args)``; when the data set lacks what it needs, say so in the page instead."""
     from IPython.display import Markdown, display
