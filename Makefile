@@ -56,7 +56,7 @@ book: venv book-assets
 
 # The browser test of the built book (builds it first if _build/html is missing).
 book-test: venv book-assets
-	$(PY) -m pytest -q -m book tests/test_book.py tests/test_figures.py
+	$(PY) -m pytest -q tests/test_figures.py tests/test_book.py
 
 # On a GPU machine: measure everything into data/<this machine>/, then build the book from it.
 regenerate:

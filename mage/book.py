@@ -1,7 +1,8 @@
 """What the book's pages share: which dataset a build shows (one setting, MAGE_DATA), loading it once,
 gluing numbers and words into the prose, showing a figure with its caption, and the live tile widget.
 
-Pages call ``setup()`` first. Nothing here needs a GPU; the widget uses one when there is one.
+Pages call ``setup()`` first. Nothing here needs a GPU (the widget uses one when there is one), and
+plotly is used only through ``mage.figures``.
 """
 from __future__ import annotations
 
@@ -127,27 +128,11 @@ def glue_environment(book: Book) -> None:
     glue("env_runs", len([k for k, v in book.env.items() if isinstance(v, dict) and v.get("gpu") != "none"]))
 
 
-def _offline_renderer():
-    """plotly's notebook renderer (plotly.js inline) minus the MathJax it always fetches from a CDN: the
-    book serves its own MathJax, and no figure here uses LaTeX."""
-    import re
-    from plotly.io._base_renderers import NotebookRenderer
-
-    class OfflineNotebook(NotebookRenderer):
-        def to_mimebundle(self, fig_dict):
-            bundle = super().to_mimebundle(fig_dict)
-            bundle["text/html"] = re.sub(r'<script src="https?://[^"]*mathjax[^"]*"></script>', "",
-                                         bundle["text/html"])
-            return bundle
-
-    return OfflineNotebook()
-
-
 def setup() -> Book:
-    """First cell of every page: plotly inline (works offline), the data, the provenance words."""
-    import plotly.io as pio
-    pio.renderers["notebook"] = _offline_renderer()
-    pio.renderers.default = "notebook"
+    """First cell of every page: plotly's notebook renderer (plotly.js inline, so the HTML works offline),
+    the data, the provenance words."""
+    from .figures import use_notebook_renderer
+    use_notebook_renderer()
     book = load()
     glue_environment(book)
     return book
@@ -188,7 +173,9 @@ def tile_widget(book: Book, op: str = "matmul", tile_of: str = "field"):
     if t.empty:
         display(w.HTML(f"<p>No recorded tile sweep for {op} in {book.path.name}.</p>"))
         return
-    keys = [k for k in json.loads(t["config"].iloc[0])]
+    from .figures import BLOCK_ORDER
+    first = json.loads(t["config"].iloc[0])
+    keys = [k for k in BLOCK_ORDER if k in first] + [k for k in first if k not in BLOCK_ORDER]
     shape = ops.parse_shape(t["shape"].iloc[0])
     live = _live_reason()
     sliders = {k: w.SelectionSlider(options=sorted(set(int(v) for v in t[k].dropna())), value=int(t[k].iloc[0]),

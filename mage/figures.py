@@ -33,6 +33,24 @@ OP_SHORT = {"matmul": "matmul", "bias_gelu": "bias+GELU", "layernorm": "LayerNor
             "neighbor_agg": "neighbours"}
 
 
+def use_notebook_renderer() -> None:
+    """Pages show figures with plotly's "notebook" renderer (plotly.js inline: works offline), minus the
+    MathJax it always fetches from a CDN (the book serves its own, and no figure here uses LaTeX)."""
+    import re
+    import plotly.io as pio
+    from plotly.io._base_renderers import NotebookRenderer
+
+    class OfflineNotebook(NotebookRenderer):
+        def to_mimebundle(self, fig_dict):
+            bundle = super().to_mimebundle(fig_dict)
+            bundle["text/html"] = re.sub(r'<script src="https?://[^"]*mathjax[^"]*"></script>', "",
+                                         bundle["text/html"])
+            return bundle
+
+    pio.renderers["notebook"] = OfflineNotebook()
+    pio.renderers.default = "notebook"
+
+
 # ------------------------------------------------------------------------------------------- selection
 def _ordered(values, order):
     values = list(dict.fromkeys(values))

@@ -97,5 +97,5 @@ def test_no_plotly_in_measuring_code():
     import re
     root = Path(mage.__file__).parent
     for f in root.glob("*.py"):
-        if f.name not in ("figures.py", "book.py"):  # book.py imports plotly only inside the pages' setup()
+        if f.name != "figures.py":
             assert not re.search(r"^\s*(import|from) plotly", f.read_text(), re.M), f"{f.name} imports plotly"
