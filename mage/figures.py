@@ -345,7 +345,8 @@ PATHS = [("pytorch", "event_span", "PyTorch eager"), ("torch_compile", "event_sp
          ("triton", "event_span", "Triton from Python"), ("rust", "event_span", "Rust"),
          ("rust_ptx_py", "event_span", "Rust PTX from Python"), ("rust_native", "event_span", "Rust PTX from Rust"),
          ("pytorch", "graph_span", "graph replay: PyTorch"), ("triton", "graph_span", "graph replay: Triton"),
-         ("rust_ptx_py", "graph_span", "graph replay: Rust PTX")]
+         ("rust", "graph_span", "graph replay: Rust"), ("rust_ptx_py", "graph_span", "graph replay: Rust PTX"),
+         ("rust_native", "graph_span", "graph replay: Rust binary")]
 PATH_COLOR = {"event_span": None, "graph_span": "#5b8c5a"}
 
 

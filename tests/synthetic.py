@@ -69,8 +69,8 @@ def _rows_for(rng, op, impl, family, eff, launches, host, dtype, shape, shape_se
         rows += [row("kernel_time", kernel, "us", kernel_names=names), row("launches", launches, "count",
                                                                           kernel_names=names),
                  row("prepare_time", rng.uniform(0.001, 2.0), "s")]
-        if shape_set != "tiles":
-            rows.append(row("graph_span", graph, "us"))
+    if shape_set != "tiles":
+        rows.append(row("graph_span", graph, "us"))
     means = span * rng.uniform(0.93, 1.07, size=3)
     for r, m in enumerate(means, start=1):
         for stat, f in (("n", None), ("mean", 1), ("median", 0.98), ("p20", 0.95), ("p80", 1.04), ("min", 0.9)):
