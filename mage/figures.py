@@ -245,13 +245,16 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
     d = df[(df["shape_set"] == "sweep") & (df["stat"] == "mean") & (df["round"] == 0) & (df["dtype"] == "fp32")
            & (df["cache"] == cache)]
     op_list = op_list or _ordered(d["op"], OP_ORDER)
-    fig = make_subplots(rows=1, cols=len(op_list), subplot_titles=[OP_LABEL[o] for o in op_list],
-                        horizontal_spacing=0.05)
+    ncols = min(3, len(op_list))
+    nrows = math.ceil(len(op_list) / ncols)
+    fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=[OP_LABEL[o] for o in op_list],
+                        horizontal_spacing=0.08, vertical_spacing=0.2)
     owner = []
     views = [v for v in ("kernel_time", "event_span") if v in set(d["view"])]
     empty = {"kernel_time": _maybe(ceilings, "empty_kernel_us"), "event_span": _maybe(ceilings, "empty_span_us")}
     seen = set()
-    for c, op in enumerate(op_list, start=1):
+    for n, op in enumerate(op_list):
+        rc = dict(row=n // ncols + 1, col=n % ncols + 1)
         g = d[d["op"] == op]
         xcol = "flops" if op in ("matmul", "triangle") else "bytes"
         for v in views:
@@ -266,14 +269,14 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
                     customdata=np.stack([s["shape"], s["floor_us"]], axis=-1),
                     hovertemplate=f"<b>{IMPL_LABEL.get(impl, impl)}</b><br>shape %{{customdata[0]}}"
                                   f"<br>{VIEW_LABEL[v]} %{{y:.3g}} us<br>floor %{{customdata[1]:.3g}} us<extra></extra>"),
-                    row=1, col=c)
+                    **rc)
                 seen.add(impl)
                 owner.append(v)
             floor = g[g["view"] == v].drop_duplicates("shape").sort_values(xcol)
             fig.add_trace(go.Scatter(x=floor[xcol], y=floor["floor_us"], mode="lines", name="floor",
                                      legendgroup="floor", showlegend="floor" not in seen, visible=v == views[0],
                                      line=dict(color="black", dash="dash", width=1.5),
-                                     hovertemplate="floor %{y:.3g} us<extra></extra>"), row=1, col=c)
+                                     hovertemplate="floor %{y:.3g} us<extra></extra>"), **rc)
             seen.add("floor")
             owner.append(v)
             if empty.get(v) and len(floor):
@@ -281,17 +284,16 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
                                          name="empty kernel", legendgroup="empty", showlegend="empty" not in seen,
                                          visible=v == views[0], line=dict(color="#999", dash="dot", width=1.5),
                                          hovertemplate=f"empty kernel, {VIEW_LABEL[v]}: %{{y:.3g}} us<extra></extra>"),
-                              row=1, col=c)
+                              **rc)
                 seen.add("empty")
                 owner.append(v)
-        fig.update_xaxes(type="log", title_text="FLOPs" if xcol == "flops" else "bytes", row=1, col=c)
-        fig.update_yaxes(type="log", row=1, col=c)
-    fig.update_yaxes(title_text="us", row=1, col=1)
+        fig.update_xaxes(type="log", title_text="FLOPs" if xcol == "flops" else "bytes", **rc)
+        fig.update_yaxes(type="log", title_text="us" if rc["col"] == 1 else None, **rc)
     fig.update_layout(
-        height=480, template="plotly_white", margin=dict(t=110),
-        title=dict(text=f"Cost against size, {VIEW_LABEL[views[0]]}", x=0, y=0.98),
-        legend=dict(orientation="h", y=-0.25),
-        updatemenus=[dict(type="buttons", direction="right", active=0, x=0, y=1.12, xanchor="left", yanchor="bottom",
+        height=330 * nrows + 220, template="plotly_white", margin=dict(t=130),
+        title=dict(text=f"Cost against size, {VIEW_LABEL[views[0]]}", x=0, y=0.99, yanchor="top"),
+        legend=dict(orientation="h", y=-0.1, yanchor="top"),
+        updatemenus=[dict(type="buttons", direction="right", active=0, x=0, y=1.07, xanchor="left", yanchor="bottom",
                           buttons=[dict(label=VIEW_LABEL[v], method="update",
                                         args=[{"visible": [o == v for o in owner]},
                                               {"title.text": f"Cost against size, {VIEW_LABEL[v]}"}])
@@ -544,9 +546,9 @@ def op_views(df: pd.DataFrame, op: str, machine: str, cache="warm", views=("kern
                 row=1, col=c)
         fig.update_xaxes(tickangle=-45, row=1, col=c)
         fig.update_yaxes(rangemode="tozero", row=1, col=c)
-    fig.update_layout(barmode="group", height=460, template="plotly_white", margin=dict(t=70),
-                      title=dict(text=f"{OP_LABEL[op]} in three views", x=0),
-                      legend=dict(orientation="h", y=1.12, x=1, xanchor="right"))
+    fig.update_layout(barmode="group", height=520, template="plotly_white", margin=dict(t=110),
+                      title=dict(text=f"{OP_LABEL[op]} in three views", x=0, y=0.98, yanchor="top"),
+                      legend=dict(orientation="h", y=1.1, x=0, yanchor="bottom", font=dict(size=11)))
     return _caption(fig, caption("field", cache, machine, {op: " and ".join(shapes)},
                                  "FP32. Whiskers on event spans: range of the three round means."))
 
