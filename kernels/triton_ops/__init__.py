@@ -24,7 +24,7 @@ def sweep_configs(op: str, dtype: str = "fp32") -> list[dict]:
     """The tile configs to try for ``op``; the first is the plain one a newcomer would write."""
     mod = _module(op)
     if op == "matmul" and dtype != "fp32":
-        return [dict(c) for c in mod.SWEEP_TC]
+        return [dict(c) for c in (mod.SWEEP_TF32 if dtype == "tf32" else mod.SWEEP_BF16)]
     return [dict(c) for c in mod.SWEEP]
 
 

@@ -47,8 +47,10 @@ SWEEP = [
     dict(BLOCK_R=32, BLOCK_C=256, num_warps=8),
     dict(BLOCK_R=2, BLOCK_C=4096, num_warps=8),
 ]
-_GUESS = dict(BLOCK_R=8, BLOCK_C=1024, num_warps=8)  # a reasoned guess until a measured sweep replaces it
-DEFAULTS = {"field": _GUESS, "large": _GUESS, "sweep": _GUESS}
+# From the development run of 2026-12-02 on the H200 (kernels/NOTES.md). Large: the plain first config
+# was best (269.8 us, 94% of copy bandwidth); 16x512 was within 0.5%. Field-shape timings there were
+# dominated by the launch path, so the field choice is 16x512, whose 512 columns match C = 512.
+DEFAULTS = {"field": SWEEP[4], "large": SWEEP[0], "sweep": SWEEP[4]}
 
 
 def bias_gelu(x, b, out=None, **config):

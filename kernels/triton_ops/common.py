@@ -26,13 +26,20 @@ def pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
 
+_CHOSEN: dict = {}
+
+
 def choose(op: str, defaults: dict, shape: dict, config: dict) -> dict:
     """The config a call runs with: the chosen default for its shape set, overridden by ``config``.
 
     ``defaults`` maps a shape key ('M=4096,K=4096,N=4096') or a shape set ('field', 'large', 'sweep')
     to a config; a shape in no set gets the 'sweep' entry, tuned over the widest range of sizes.
+    Memoised: it runs on every launch, and the host path is most of a small call's time.
     """
     key = ops.shape_key(shape)
+    memo = (op, id(defaults), key, tuple(sorted(config.items())))
+    if memo in _CHOSEN:
+        return dict(_CHOSEN[memo])
     if key in defaults:
         base = defaults[key]
     else:
@@ -43,7 +50,10 @@ def choose(op: str, defaults: dict, shape: dict, config: dict) -> dict:
     unknown = set(config) - set(base)
     if unknown:
         raise MageInputError(op, "config", f"has unknown keys {sorted(unknown)}; known: {sorted(base)}")
-    return {**base, **config}
+    if len(_CHOSEN) > 4096:
+        _CHOSEN.clear()
+    _CHOSEN[memo] = {**base, **config}
+    return dict(_CHOSEN[memo])
 
 
 def impl(op: str, launcher, precision: str, config: dict, prepare=None, **fixed) -> Impl:

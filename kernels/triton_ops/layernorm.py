@@ -81,9 +81,10 @@ SWEEP = [
     dict(BLOCK_R=4, MAX_BLOCK_C=4096, num_warps=16),
     dict(BLOCK_R=8, MAX_BLOCK_C=2048, num_warps=8),
 ]
-# A reasoned guess until a measured sweep replaces it: whole rows in registers, 8 warps.
-_GUESS = dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=8)
-DEFAULTS = {"field": dict(BLOCK_R=2, MAX_BLOCK_C=8192, num_warps=4), "large": _GUESS, "sweep": _GUESS}
+# From the development run of 2026-12-02 on the H200 (kernels/NOTES.md). Large: one row a program in
+# registers with 16 warps, 260.7 us (97% of copy bandwidth); chunking the row (MAX_BLOCK_C < C) cost
+# 40%. Field-shape timings were dominated by the launch path; two rows a program was best there.
+DEFAULTS = {"field": SWEEP[4], "large": SWEEP[3], "sweep": SWEEP[4]}
 
 
 def layernorm(x, gamma, beta, out=None, **config):
