@@ -67,11 +67,13 @@ def test_build_gives_ptx_that_ptxas_accepts(built, tmp_path):
     assert ptx + "\0" == rust.library().mage_rust_ptx().decode() + "\0"  # the library embeds this PTX
 
 
-def test_host_side_rust_tests_pass(built):
-    """Launch geometry, argument checks, the neighbor plan, erf/erfc/GELU against f64 (cargo test's set)."""
-    binary = rust.BUILD / "host_tests"
+@pytest.mark.parametrize("name", ["host_tests", "device_tests"])
+def test_rust_side_tests_pass(built, name):
+    """host_tests: launch geometry, argument checks, the neighbor plan, erf/erfc/GELU against f64.
+    device_tests: every kernel on the CPU emulator at awkward sizes against f64 loops."""
+    binary = rust.BUILD / name
     if not binary.exists():
-        pytest.skip("host tests not built (toolchain absent)")
+        pytest.skip(f"{name} not built (toolchain absent)")
     done = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert re.search(r"test result: ok\. (\d+) passed", done.stdout)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Rust side of mage: the device crate to PTX (validated by ptxas for sm_90), the host
-# cdylib that embeds it, the rust_native benchmark and the host tests, all under build/.
+# cdylib that embeds it, the rust_native benchmark, and two test binaries (host logic and device
+# math; the kernels on a CPU emulator), all under build/.
 # Installs nothing: a missing tool is named together with the Debian package that provides it.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -70,9 +71,11 @@ echo "build.sh: ptxas -arch=$arch accepted every kernel:"; sed 's/^/  /' "$out/p
 
 # --- the host side: cdylib, benchmark binary and the host tests (plain rustc: no cargo needed)
 host=(--edition 2021 -C opt-level=3 -C debug-assertions=off -C strip=debuginfo)
-echo "build.sh: host crate -> build/libmage_rust.so, build/rust_native, build/host_tests"
+echo "build.sh: host crate -> build/libmage_rust.so, build/rust_native; tests -> build/host_tests, build/device_tests"
 "$RUSTC" "${host[@]}" --crate-type cdylib,rlib --crate-name mage_rust "$here/host/src/lib.rs" --out-dir "$out"
 "$RUSTC" "${host[@]}" --crate-type bin --crate-name rust_native --extern mage_rust="$out/libmage_rust.rlib" \
   "$here/host/src/bin/rust_native.rs" -o "$out/rust_native"
 "$RUSTC" --edition 2021 --test --crate-name mage_rust "$here/host/src/lib.rs" -o "$out/host_tests"
-echo "build.sh: done in $(( $(date +%s) - t0 )) s; run build/host_tests for the host-side tests"
+# the device crate for the host: its kernels on the CPU emulator (device/src/emulate.rs)
+"$RUSTC" --edition 2024 --test -C opt-level=1 --crate-name mage_kernels "$here/device/src/lib.rs" -o "$out/device_tests"
+echo "build.sh: done in $(( $(date +%s) - t0 )) s; build/host_tests and build/device_tests are the Rust tests"

@@ -8,8 +8,8 @@ pub const ROWS: usize = 4;
 
 // <kernel>
 /// Grid (ceil(R / ROWS), ceil(C / (4 * threads))); x, y are [R, C], b is [C].
-#[unsafe(no_mangle)]
-pub extern "ptx-kernel" fn bias_gelu(x: *const f32, b: *const f32, y: *mut f32, r: u32, c: u32) {
+#[inline(always)]
+pub fn bias_gelu(x: *const f32, b: *const f32, y: *mut f32, r: u32, c: u32) {
     let (r, c) = (r as usize, c as usize);
     let (x, b, y) = (In::new(x, r * c), In::new(b, c), Out::new(y, r * c));
     let (t, blk) = (gpu::thread(), gpu::block());
@@ -38,3 +38,11 @@ pub extern "ptx-kernel" fn bias_gelu(x: *const f32, b: *const f32, y: *mut f32, 
     });
 }
 // </kernel>
+
+#[cfg(target_arch = "nvptx64")]
+mod entry {
+    #[unsafe(no_mangle)]
+    pub extern "ptx-kernel" fn bias_gelu(x: *const f32, b: *const f32, y: *mut f32, r: u32, c: u32) {
+        super::bias_gelu(x, b, y, r, c)
+    }
+}

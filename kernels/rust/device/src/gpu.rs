@@ -1,7 +1,6 @@
 //! The device module: thread and block indices as types, input and output views, shared-memory
 //! tiles, barriers and warp shuffles. All of the crate's `unsafe` is here, in the spirit of
 //! cuda-oxide's safe indexing, so kernels read as index arithmetic with no raw pointers.
-use core::arch::{asm, nvptx};
 
 // ------------------------------------------------------------------------------------ indices
 /// This thread's index within its block (x is the fastest-moving dimension).
@@ -33,35 +32,31 @@ impl ElemIdx {
 
 #[inline(always)]
 pub fn thread() -> ThreadIdx {
-    // SAFETY: reading special registers has no preconditions.
-    unsafe { ThreadIdx { x: nvptx::_thread_idx_x(), y: nvptx::_thread_idx_y() } }
+    let (x, y) = hw::thread_idx();
+    ThreadIdx { x, y }
 }
 
 #[inline(always)]
 pub fn block() -> BlockIdx {
-    // SAFETY: as above.
-    unsafe { BlockIdx { x: nvptx::_block_idx_x(), y: nvptx::_block_idx_y(), z: nvptx::_block_idx_z() } }
+    let (x, y, z) = hw::block_idx();
+    BlockIdx { x, y, z }
 }
 
 #[inline(always)]
 pub fn block_dim_x() -> u32 {
-    // SAFETY: as above.
-    unsafe { nvptx::_block_dim_x() }
+    hw::block_dim_x()
 }
 
 #[inline(always)]
 pub fn elem_x() -> ElemIdx {
-    // SAFETY: as above.
-    let (b, d, t) = unsafe { (nvptx::_block_idx_x(), nvptx::_block_dim_x(), nvptx::_thread_idx_x()) };
-    ElemIdx(b as usize * d as usize + t as usize)
+    ElemIdx(block().x as usize * block_dim_x() as usize + thread().x as usize)
 }
 
 /// `bar.sync 0`: every thread of the block arrives before any leaves. Call it from uniform
 /// control flow only (all threads or none), as CUDA's `__syncthreads`.
 #[inline(always)]
 pub fn barrier() {
-    // SAFETY: the kernels call it from block-uniform control flow.
-    unsafe { nvptx::_syncthreads() }
+    hw::barrier()
 }
 
 #[inline(always)]
@@ -69,16 +64,11 @@ pub fn lane() -> u32 {
     thread().x & 31
 }
 
-/// Butterfly shuffle over the full warp: the value held by lane `lane ^ mask`.
+/// Butterfly shuffle over the full warp: the value held by lane `lane ^ mask`. All 32 lanes
+/// must call it together.
 #[inline(always)]
 pub fn shfl_xor(v: f32, mask: u32) -> f32 {
-    let out: f32;
-    // SAFETY: all 32 lanes take part (member mask 0xffffffff); the kernels call it warp-uniformly.
-    unsafe {
-        asm!("shfl.sync.bfly.b32 {o}, {v}, {m}, 31, -1;", o = out(reg32) out, v = in(reg32) v,
-             m = in(reg32) mask, options(nomem, nostack))
-    };
-    out
+    hw::shfl_xor(v, mask)
 }
 
 /// Sum over the 32 lanes of a warp; every lane gets the total, added in the same order each run.
@@ -92,25 +82,104 @@ pub fn warp_sum(mut v: f32) -> f32 {
     v
 }
 
+/// `bar.warp.sync`: the 32 lanes of this warp meet (lanes do not run in lockstep since Volta).
 #[inline(always)]
-pub fn fma(a: f32, b: f32, c: f32) -> f32 {
-    core::intrinsics::fmaf32(a, b, c)
+pub fn warp_sync() {
+    hw::warp_sync()
 }
 
-/// 1 / x to about 1 ulp (`rcp.approx.f32`: one special-function instruction instead of the
-/// dozen of an IEEE division).
-#[inline(always)]
-pub fn rcp(x: f32) -> f32 {
-    let out: f32;
-    // SAFETY: arithmetic only.
-    unsafe { asm!("rcp.approx.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack)) };
-    out
+pub use hw::{fma, rcp, sqrt};
+
+// ------------------------------------------------------------------- the hardware, on nvptx
+#[cfg(target_arch = "nvptx64")]
+mod hw {
+    use core::arch::{asm, nvptx};
+
+    
+    #[inline(always)]
+    pub fn thread_idx() -> (u32, u32) {
+        // SAFETY: reading special registers has no preconditions.
+        unsafe { (nvptx::_thread_idx_x(), nvptx::_thread_idx_y()) }
+    }
+    #[inline(always)]
+    pub fn block_idx() -> (u32, u32, u32) {
+        // SAFETY: as above.
+        unsafe { (nvptx::_block_idx_x(), nvptx::_block_idx_y(), nvptx::_block_idx_z()) }
+    }
+    #[inline(always)]
+    pub fn block_dim_x() -> u32 {
+        // SAFETY: as above.
+        unsafe { nvptx::_block_dim_x() }
+    }
+    #[inline(always)]
+    pub fn barrier() {
+        // SAFETY: the kernels call it from block-uniform control flow.
+        unsafe { nvptx::_syncthreads() }
+    }
+    #[inline(always)]
+    pub fn warp_sync() {
+        // SAFETY: all 32 lanes call it (member mask 0xffffffff).
+        unsafe { asm!("bar.warp.sync -1;", options(nostack)) };
+    }
+    #[inline(always)]
+    pub fn shfl_xor(v: f32, mask: u32) -> f32 {
+        let out: f32;
+        // SAFETY: all 32 lanes take part (member mask 0xffffffff); called warp-uniformly.
+        unsafe {
+            asm!("shfl.sync.bfly.b32 {o}, {v}, {m}, 31, -1;", o = out(reg32) out, v = in(reg32) v,
+                 m = in(reg32) mask, options(nomem, nostack))
+        };
+        out
+    }
+    #[inline(always)]
+    pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+        core::intrinsics::fmaf32(a, b, c)
+    }
+    #[inline(always)]
+    pub fn sqrt(x: f32) -> f32 {
+        core::intrinsics::sqrtf32(x)
+    }
+    /// 1 / x to about 1 ulp (`rcp.approx.f32`: one special-function instruction instead of the
+    /// dozen of an IEEE division).
+    #[inline(always)]
+    pub fn rcp(x: f32) -> f32 {
+        let out: f32;
+        // SAFETY: arithmetic only.
+        unsafe { asm!("rcp.approx.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack)) };
+        out
+    }
+    /// Every lane fences its own earlier stores GPU-wide, the warp meets, lane 0 raises `*flag`.
+    /// SAFETY (caller): `flag` is a valid global address.
+    #[inline(always)]
+    pub unsafe fn publish(flag: *mut u32, lane0: bool) {
+        unsafe {
+            asm!("fence.acq_rel.gpu;", "bar.warp.sync -1;", options(nostack));
+            if lane0 {
+                asm!("st.release.gpu.global.u32 [{p}], 1;", p = in(reg64) flag, options(nostack));
+            }
+        }
+    }
+    /// SAFETY (caller): `flag` is a valid global address.
+    #[inline(always)]
+    pub unsafe fn load_acquire(flag: *const u32) -> u32 {
+        let v: u32;
+        unsafe { asm!("ld.acquire.gpu.global.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) flag, options(nostack)) };
+        v
+    }
+    #[inline(always)]
+    pub fn pause() {
+        // SAFETY: a hint to the scheduler, no memory effect.
+        unsafe { asm!("nanosleep.u32 64;", options(nomem, nostack)) };
+    }
+    /// SAFETY (caller): `flag` is a valid global address.
+    #[inline(always)]
+    pub unsafe fn store_relaxed(flag: *mut u32, v: u32) {
+        unsafe { asm!("st.relaxed.gpu.global.u32 [{p}], {v};", p = in(reg64) flag, v = in(reg32) v, options(nostack)) };
+    }
 }
 
-#[inline(always)]
-pub fn sqrt(x: f32) -> f32 {
-    core::intrinsics::sqrtf32(x)
-}
+#[cfg(not(target_arch = "nvptx64"))]
+use crate::emulate as hw;
 
 // -------------------------------------------------------------------------------------- views
 /// Four floats that load and store as one 16-byte access (`ld.v4.f32`).
@@ -257,15 +326,9 @@ impl Flags {
     /// Makes this warp's earlier global stores visible GPU-wide, then raises flag `i`.
     #[inline(always)]
     pub fn publish(&self, i: usize) {
-        if i >= self.len {
-            return;
-        }
-        // SAFETY: in bounds; every lane fences its own stores, lane 0 alone raises the flag.
-        unsafe {
-            asm!("fence.acq_rel.gpu;", "bar.warp.sync -1;", options(nostack));
-            if lane() == 0 {
-                asm!("st.release.gpu.global.u32 [{p}], 1;", p = in(reg64) self.ptr.add(i), options(nostack));
-            }
+        if i < self.len {
+            // SAFETY: in bounds.
+            unsafe { hw::publish(self.ptr.add(i), lane() == 0) }
         }
     }
     /// Spins until flag `i` is raised; later loads of this thread see what its producer stored.
@@ -274,26 +337,18 @@ impl Flags {
         if i >= self.len {
             return;
         }
-        loop {
-            let v: u32;
-            // SAFETY: in bounds.
-            unsafe {
-                asm!("ld.acquire.gpu.global.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) self.ptr.add(i),
-                     options(nostack));
-            }
-            if v != 0 {
-                break;
-            }
-            // SAFETY: a hint to the scheduler, no memory effect.
-            unsafe { asm!("nanosleep.u32 64;", options(nomem, nostack)) };
+        // SAFETY: in bounds.
+        while unsafe { hw::load_acquire(self.ptr.add(i)) } == 0 {
+            hw::pause();
         }
     }
     /// Lowers flag `i` for the next launch on the stream (launches on one stream run in order).
+    /// Call [`warp_sync`] first: a lane still spinning in `wait` must not see the flag drop.
     #[inline(always)]
     pub fn clear(&self, i: usize) {
         if i < self.len && lane() == 0 {
             // SAFETY: in bounds.
-            unsafe { asm!("st.relaxed.gpu.global.u32 [{p}], 0;", p = in(reg64) self.ptr.add(i), options(nostack)) };
+            unsafe { hw::store_relaxed(self.ptr.add(i), 0) }
         }
     }
 }
@@ -371,18 +426,25 @@ impl TileView {
 }
 
 /// Declares a module-level `.shared` array of `$n` floats and gives its generic address as a
-/// [`Tile`]: `shared_tile!(fn as_tile, AS_TILE, 2048)`.
+/// [`Tile`]: `shared_tile!(fn as_tile, AS_TILE, 2048)`. (Under the host emulator: the block's
+/// buffer of that name.)
 #[macro_export]
 macro_rules! shared_tile {
     ($fname:ident, $sym:ident, $n:expr) => {
+        #[cfg(target_arch = "nvptx64")]
         core::arch::global_asm!(concat!(".shared .align 16 .b8 ", stringify!($sym), "[{bytes}];"), bytes = const ($n * 4));
         #[inline(always)]
         fn $fname() -> $crate::gpu::Tile<{ $n }> {
-            $crate::gpu::Tile::from_generic($crate::gpu::shared_addr!($sym))
+            #[cfg(target_arch = "nvptx64")]
+            let p = $crate::gpu::shared_addr!($sym);
+            #[cfg(not(target_arch = "nvptx64"))]
+            let p = $crate::emulate::shared(stringify!($sym), $n);
+            $crate::gpu::Tile::from_generic(p)
         }
     };
 }
 
+#[cfg(target_arch = "nvptx64")]
 #[macro_export]
 macro_rules! shared_addr {
     ($sym:ident) => {{
@@ -395,6 +457,7 @@ macro_rules! shared_addr {
         p as *mut f32
     }};
 }
+#[cfg(target_arch = "nvptx64")]
 pub use shared_addr;
 
 /// `unroll!(i in 8 => { ... })` repeats the body with `i` = 0, 1, .., 7 as literal constants, so

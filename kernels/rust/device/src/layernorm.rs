@@ -30,8 +30,8 @@ fn block_sum(v: f32) -> f32 {
 
 // <kernel>
 /// Grid (R); x, y are [R, C]; gamma, beta are [C].
-#[unsafe(no_mangle)]
-pub extern "ptx-kernel" fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32,
+#[inline(always)]
+pub fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32,
                                      r: u32, c: u32, eps: f32) {
     let (r, c) = (r as usize, c as usize);
     let (x, gamma, beta, y) = (In::new(x, r * c), In::new(gamma, c), In::new(beta, c), Out::new(y, r * c));
@@ -101,6 +101,15 @@ pub extern "ptx-kernel" fn layernorm(x: *const f32, gamma: *const f32, beta: *co
     }
 }
 // </kernel>
+
+#[cfg(target_arch = "nvptx64")]
+mod entry {
+    #[unsafe(no_mangle)]
+    pub extern "ptx-kernel" fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32, r: u32,
+                                         c: u32, eps: f32) {
+        super::layernorm(x, gamma, beta, y, r, c, eps)
+    }
+}
 
 #[inline(always)]
 fn tail4(x: &In<f32>, i: usize, valid: usize) -> [f32; 4] {

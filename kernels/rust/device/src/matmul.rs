@@ -7,8 +7,8 @@ use crate::{shared_tile, unroll};
 
 // <kernel-scalar>
 /// One thread per output: C[row, col] = sum_k A[row, k] B[k, col]. Block 16 x 16.
-#[unsafe(no_mangle)]
-pub extern "ptx-kernel" fn matmul_scalar(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
+#[inline(always)]
+pub fn matmul_scalar(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
     let (m, k, n) = (m as usize, k as usize, n as usize);
     let (a, b, c) = (In::new(a, m * k), In::new(b, k * n), Out::new(c, m * n));
     let (t, blk) = (gpu::thread(), gpu::block());
@@ -33,22 +33,28 @@ const TILE: usize = BLOCK_K * BLOCK_M; // one buffer of one operand: 1024 floats
 shared_tile!(a_tiles, MATMUL_A, 2048);
 shared_tile!(b_tiles, MATMUL_B, 2048);
 
-/// 256 threads; thread (tx, ty) = (tid % 16, tid / 16) owns rows ty*4 + {0..4} and 64 + ty*4 + {0..4}
-/// and the same pattern of columns, so a warp's 16-byte shared loads touch consecutive addresses.
-#[unsafe(no_mangle)]
-pub extern "ptx-kernel" fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
-    matmul_tiled(a, b, c, m, k, n)
-}
-
-/// The same kernel with a register budget for two blocks per SM (build.sh's launch bounds).
-#[unsafe(no_mangle)]
-pub extern "ptx-kernel" fn matmul_2cta(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
-    matmul_tiled(a, b, c, m, k, n)
+#[cfg(target_arch = "nvptx64")]
+mod entry {
+    #[unsafe(no_mangle)]
+    pub extern "ptx-kernel" fn matmul_scalar(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
+        super::matmul_scalar(a, b, c, m, k, n)
+    }
+    #[unsafe(no_mangle)]
+    pub extern "ptx-kernel" fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
+        super::matmul(a, b, c, m, k, n)
+    }
+    /// The same kernel with a register budget for two blocks per SM (build.sh's launch bounds).
+    #[unsafe(no_mangle)]
+    pub extern "ptx-kernel" fn matmul_2cta(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
+        super::matmul(a, b, c, m, k, n)
+    }
 }
 
 // <kernel>
+/// 256 threads; thread (tx, ty) = (tid % 16, tid / 16) owns rows ty*4 + {0..4} and 64 + ty*4 + {0..4}
+/// and the same pattern of columns, so a warp's 16-byte shared loads touch consecutive addresses.
 #[inline(always)]
-fn matmul_tiled(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
+pub fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
     let (m, k, n) = (m as usize, k as usize, n as usize);
     let (a, b, c) = (In::new(a, m * k), In::new(b, k * n), Out::new(c, m * n));
     let (a_tiles, b_tiles) = (a_tiles(), b_tiles());

@@ -14,8 +14,8 @@ pub const PLAN_FIELDS: usize = 6;
 /// Grid ceil(tasks / 8), 256 threads. plan null: task t is row t. rowptr/col/w: CSR [n+1], [E];
 /// x [n_src, F]; y [n, F]; plan [tasks, 6]; ws [parts, F] partial sums; flags [parts] (all zero
 /// between launches).
-#[unsafe(no_mangle)]
-pub extern "ptx-kernel" fn neighbor_agg(
+#[inline(always)]
+pub fn neighbor_agg(
     rowptr: *const i32, col: *const i32, w: *const f32, x: *const f32, y: *mut f32,
     plan: *const i32, ws: *mut f32, flags: *mut u32,
     n: u32, n_src: u32, e: u32, f: u32, tasks: u32, parts: u32,
@@ -91,6 +91,7 @@ pub extern "ptx-kernel" fn neighbor_agg(
     }
     if nparts > 1 {
         if combiner {
+            gpu::warp_sync(); // every lane is past its waits before the flags drop
             for p in 0..nparts - 1 {
                 flags.clear(slot0 + p);
             }
@@ -100,3 +101,15 @@ pub extern "ptx-kernel" fn neighbor_agg(
     }
 }
 // </kernel>
+
+#[cfg(target_arch = "nvptx64")]
+mod entry {
+    #[unsafe(no_mangle)]
+    pub extern "ptx-kernel" fn neighbor_agg(
+        rowptr: *const i32, col: *const i32, w: *const f32, x: *const f32, y: *mut f32,
+        plan: *const i32, ws: *mut f32, flags: *mut u32,
+        n: u32, n_src: u32, e: u32, f: u32, tasks: u32, parts: u32,
+    ) {
+        super::neighbor_agg(rowptr, col, w, x, y, plan, ws, flags, n, n_src, e, f, tasks, parts)
+    }
+}

@@ -13,26 +13,29 @@ shared_tile!(a_tiles, TRIANGLE_A, 4096);
 shared_tile!(b_tiles, TRIANGLE_B, 4096);
 
 /// Where (k, channel, row) of a staged slice with `rows` rows lives. The row is XOR-ed with the
-/// channel so the 8 channels a warp reads at once fall in 8 different groups of banks.
+/// channel so the channels a warp reads at once fall in different groups of banks; the XOR only
+/// touches bits below rows / 2, so "+ rows / 2" (a thread's second half) commutes with it.
 #[inline(always)]
 fn slot(buf: usize, rows: usize, k: usize, ch: usize, row: usize) -> usize {
-    buf * BLOCK_K * BLOCK_C * rows + (k * BLOCK_C + ch) * rows + (row ^ (ch << 2))
+    buf * BLOCK_K * BLOCK_C * rows + (k * BLOCK_C + ch) * rows + (row ^ ((ch << 2) & (rows / 2 - 1)))
 }
 
-#[unsafe(no_mangle)]
-pub extern "ptx-kernel" fn triangle(a: *const f32, b: *const f32, o: *mut f32, n: u32, c: u32) {
-    triangle_tile::<64>(a, b, o, n, c)
-}
-
-#[unsafe(no_mangle)]
-pub extern "ptx-kernel" fn triangle_256(a: *const f32, b: *const f32, o: *mut f32, n: u32, c: u32) {
-    triangle_tile::<32>(a, b, o, n, c)
+#[cfg(target_arch = "nvptx64")]
+mod entry {
+    #[unsafe(no_mangle)]
+    pub extern "ptx-kernel" fn triangle(a: *const f32, b: *const f32, o: *mut f32, n: u32, c: u32) {
+        super::triangle::<64>(a, b, o, n, c)
+    }
+    #[unsafe(no_mangle)]
+    pub extern "ptx-kernel" fn triangle_256(a: *const f32, b: *const f32, o: *mut f32, n: u32, c: u32) {
+        super::triangle::<32>(a, b, o, n, c)
+    }
 }
 
 // <kernel>
 /// Grid (ceil(N / BLOCK_J) j-tiles, ceil(N / 64) i-tiles, ceil(C / 8) channel groups), 8 * BLOCK_J threads.
 #[inline(always)]
-fn triangle_tile<const BLOCK_J: usize>(a: *const f32, b: *const f32, o: *mut f32, n: u32, c: u32) {
+pub fn triangle<const BLOCK_J: usize>(a: *const f32, b: *const f32, o: *mut f32, n: u32, c: u32) {
     let threads = 8 * BLOCK_J;
     let stage_a = BLOCK_I * BLOCK_K * BLOCK_C / 4 / threads; // float4s of A a thread stages: 1 or 2
     let (n, c) = (n as usize, c as usize);
@@ -89,7 +92,7 @@ fn triangle_tile<const BLOCK_J: usize>(a: *const f32, b: *const f32, o: *mut f32
         let next = kt + 1 < k_tiles;
         let (na, nb) = if next { fetch((kt + 1) * BLOCK_K) } else { ([[0.0; 4]; 2], [0.0; 4]) };
         // windows from (k = 0, this channel, this thread's first row); other k and rows are
-        // constant offsets (the swizzle only flips bits below 32, so +32 commutes with it)
+        // constant offsets (see `slot`)
         let span_a = (BLOCK_K - 1) * BLOCK_C * BLOCK_I + 36;
         let span_b = (BLOCK_K - 1) * BLOCK_C * BLOCK_J + BLOCK_J / 2 + 4;
         let a_view = a_tiles.view(slot(buf, BLOCK_I, 0, ch, ty * 4), span_a);
