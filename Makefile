@@ -30,6 +30,13 @@ check: venv
 ceilings:
 	python3 -m mage ceilings --out data/$(MACHINE)
 
+# The Rust kernels: PTX (checked by ptxas for sm_90), libmage_rust.so, rust_native and the Rust tests,
+# under kernels/rust/build/. Needs Debian's rustc-web, rust-web-src and llvm-22; installs nothing.
+rust:
+	kernels/rust/build.sh
+	kernels/rust/build/host_tests -q
+	kernels/rust/build/device_tests -q
+
 # ---- the book -------------------------------------------------------------------------------------
 # The front-end files the book serves itself (offline): require.js, the widget manager, MathJax, from npm
 # into _assets/_static/offline/ (ignored). JB1 adds every file under the source _static/ to every page, so
