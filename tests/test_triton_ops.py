@@ -137,6 +137,12 @@ def test_bad_inputs_name_op_and_argument(op):
         triton_ops.variant(op, BLOCK_Q=4)
 
 
+def test_triangle_per_channel_needs_2_or_4_channels():
+    A, B = ops.OPS["triangle"].inputs(dict(N=4, C=8))
+    with pytest.raises(MageInputError, match="PER_CHANNEL"):
+        triton_ops.triangle.triangle(A, B, PER_CHANNEL=True, BLOCK_C=8)
+
+
 def test_reuse_counts():
     r = triton_ops.reuse("matmul", dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16))
     assert (r["loads"], r["fmas"], r["fmas_per_load"]) == (512, 4096, 8.0)

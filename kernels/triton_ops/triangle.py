@@ -1,6 +1,7 @@
 """triangle in Triton: O_ijc = sum_k A_ikc B_jkc, read in place from the [N, N, C] layout. For each
-channel c it is the matmul A[:, :, c] @ B[:, :, c]^T; a program takes an (i, j) tile for BLOCK_C
-neighbouring channels at once, so every load is a run of BLOCK_C contiguous floats, and reduces over k.
+channel c it is the matmul A[:, :, c] @ B[:, :, c]^T; a program takes an (i, j) tile of BLOCK_C
+neighbouring channels (contiguous floats) and reduces over k, as one batched 3-d dot or, with
+PER_CHANNEL, split in registers into one 2-d dot per channel.
 """
 from __future__ import annotations
 
@@ -9,12 +10,26 @@ import triton
 import triton.language as tl
 
 from mage import ops
+from mage.errors import MageInputError
 from mage.registry import register
 
 from . import common
 
 
 # <kernel>
+@triton.jit
+def _unpack(t, BLOCK_C: tl.constexpr):
+    # [..., BLOCK_C] -> BLOCK_C tensors [...], channel 0 first (BLOCK_C is 2 or 4)
+    if BLOCK_C == 2:
+        t0, t1 = tl.split(t)
+        return t0, t1, t0, t1
+    else:
+        even, odd = tl.split(tl.reshape(t, t.shape[:-1] + [2, 2]))  # c = 2p + q: q = 0, then q = 1
+        t0, t2 = tl.split(even)
+        t1, t3 = tl.split(odd)
+        return t0, t1, t2, t3
+
+
 @triton.jit
 def _triangle_kernel(
     A, B, O,  # pointers to A, B and the output O, all [N, N, C]
@@ -25,8 +40,9 @@ def _triangle_kernel(
     BLOCK_I: tl.constexpr,  # output tile rows (i)
     BLOCK_J: tl.constexpr,  # output tile columns (j)
     BLOCK_K: tl.constexpr,  # depth of one step of the k loop
-    BLOCK_C: tl.constexpr,  # channels per program: the batch of the 3-d dot, contiguous in memory
+    BLOCK_C: tl.constexpr,  # channels per program, contiguous in memory
     GROUP_I: tl.constexpr,  # tile rows walked before moving right (L2 reuse, as in matmul)
+    PER_CHANNEL: tl.constexpr,  # BLOCK_C = 2 or 4 loaded together, then one 2-d dot per channel
 ):
     pid = tl.program_id(0)
     tiles_i = tl.cdiv(N, BLOCK_I)
@@ -41,36 +57,69 @@ def _triangle_kernel(
     chans = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     ks = tl.arange(0, BLOCK_K)
     # As in matmul, indices past the edge wrap (modulo) so only k needs a mask in the loop.
-    # a[c, i, k] = A[i, k, c] and b[c, k, j] = B[j, k, c]: a batch of BLOCK_C matrix products.
-    a_ptrs = A + (chans % C)[:, None, None] * sa_c + (rows % N)[None, :, None] * sa_i + ks[None, None, :] * sa_k
-    b_ptrs = B + (chans % C)[:, None, None] * sb_c + ks[None, :, None] * sb_k + (cols % N)[None, None, :] * sb_j
-    acc = tl.zeros((BLOCK_C, BLOCK_I, BLOCK_J), dtype=tl.float32)
-    for k0 in range(0, N, BLOCK_K):
-        kmask = ks < N - k0
-        a = tl.load(a_ptrs, mask=kmask[None, None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=kmask[None, :, None], other=0.0)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-        a_ptrs += BLOCK_K * sa_k
-        b_ptrs += BLOCK_K * sb_k
-    mask = (chans < C)[:, None, None] & (rows < N)[None, :, None] & (cols < N)[None, None, :]
-    tl.store(O + chans[:, None, None] * so_c + rows[None, :, None] * so_i + cols[None, None, :] * so_j,
-             acc, mask=mask)
+    if PER_CHANNEL:
+        # a[i, k, c] = A[i, k, c] and b[k, j, c] = B[j, k, c]: each (i, k) is a run of BLOCK_C floats,
+        # split in registers into BLOCK_C matrices, each fed to the 2-d dot that matmul uses.
+        a_ptrs = A + (rows % N)[:, None, None] * sa_i + ks[None, :, None] * sa_k + (chans % C)[None, None, :] * sa_c
+        b_ptrs = B + ks[:, None, None] * sb_k + (cols % N)[None, :, None] * sb_j + (chans % C)[None, None, :] * sb_c
+        acc0 = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
+        acc1 = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
+        acc3 = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
+        for k0 in range(0, N, BLOCK_K):
+            kmask = ks < N - k0
+            a0, a1, a2, a3 = _unpack(tl.load(a_ptrs, mask=kmask[None, :, None], other=0.0), BLOCK_C)
+            b0, b1, b2, b3 = _unpack(tl.load(b_ptrs, mask=kmask[:, None, None], other=0.0), BLOCK_C)
+            acc0 = tl.dot(a0, b0, acc0, input_precision="ieee")
+            acc1 = tl.dot(a1, b1, acc1, input_precision="ieee")
+            if BLOCK_C == 4:
+                acc2 = tl.dot(a2, b2, acc2, input_precision="ieee")
+                acc3 = tl.dot(a3, b3, acc3, input_precision="ieee")
+            a_ptrs += BLOCK_K * sa_k
+            b_ptrs += BLOCK_K * sb_k
+        if BLOCK_C == 2:
+            acc = tl.join(acc0, acc1)
+        else:
+            acc = tl.reshape(tl.join(tl.join(acc0, acc2), tl.join(acc1, acc3)), (BLOCK_I, BLOCK_J, BLOCK_C))
+        mask = (rows < N)[:, None, None] & (cols < N)[None, :, None] & (chans < C)[None, None, :]
+        tl.store(O + rows[:, None, None] * so_i + cols[None, :, None] * so_j + chans[None, None, :] * so_c,
+                 acc, mask=mask)
+    else:
+        # a[c, i, k] = A[i, k, c] and b[c, k, j] = B[j, k, c]: a batch of BLOCK_C matrix products.
+        a_ptrs = A + (chans % C)[:, None, None] * sa_c + (rows % N)[None, :, None] * sa_i + ks[None, None, :] * sa_k
+        b_ptrs = B + (chans % C)[:, None, None] * sb_c + ks[None, :, None] * sb_k + (cols % N)[None, None, :] * sb_j
+        acc = tl.zeros((BLOCK_C, BLOCK_I, BLOCK_J), dtype=tl.float32)
+        for k0 in range(0, N, BLOCK_K):
+            kmask = ks < N - k0
+            a = tl.load(a_ptrs, mask=kmask[None, None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=kmask[None, :, None], other=0.0)
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+            a_ptrs += BLOCK_K * sa_k
+            b_ptrs += BLOCK_K * sb_k
+        mask = (chans < C)[:, None, None] & (rows < N)[None, :, None] & (cols < N)[None, None, :]
+        tl.store(O + chans[:, None, None] * so_c + rows[None, :, None] * so_i + cols[None, None, :] * so_j,
+                 acc, mask=mask)
 # </kernel>
 
 
 # FIRST: one channel per program, the "C independent matmuls" read literally; every load is a
 # single float C apart, so each 32-byte sector fetched serves one value.
-FIRST = dict(BLOCK_I=32, BLOCK_J=32, BLOCK_K=32, BLOCK_C=1, GROUP_I=1, num_warps=4, num_stages=2)
+FIRST = dict(BLOCK_I=32, BLOCK_J=32, BLOCK_K=32, BLOCK_C=1, GROUP_I=1, PER_CHANNEL=False, num_warps=4, num_stages=2)
 SWEEP = [
     FIRST,
-    dict(BLOCK_I=32, BLOCK_J=32, BLOCK_K=16, BLOCK_C=8, GROUP_I=8, num_warps=4, num_stages=3),
-    dict(BLOCK_I=32, BLOCK_J=32, BLOCK_K=16, BLOCK_C=16, GROUP_I=8, num_warps=8, num_stages=3),
-    dict(BLOCK_I=64, BLOCK_J=32, BLOCK_K=16, BLOCK_C=8, GROUP_I=8, num_warps=8, num_stages=3),
-    dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, num_warps=8, num_stages=3),
-    dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=8, GROUP_I=8, num_warps=8, num_stages=3),
-    dict(BLOCK_I=128, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, num_warps=8, num_stages=3),
-    dict(BLOCK_I=128, BLOCK_J=128, BLOCK_K=16, BLOCK_C=2, GROUP_I=8, num_warps=8, num_stages=3),
-    dict(BLOCK_I=128, BLOCK_J=128, BLOCK_K=16, BLOCK_C=1, GROUP_I=8, num_warps=8, num_stages=3),
+    dict(BLOCK_I=32, BLOCK_J=32, BLOCK_K=16, BLOCK_C=8, GROUP_I=8, PER_CHANNEL=False, num_warps=4, num_stages=3),
+    dict(BLOCK_I=32, BLOCK_J=32, BLOCK_K=16, BLOCK_C=16, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
+    dict(BLOCK_I=64, BLOCK_J=32, BLOCK_K=16, BLOCK_C=8, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
+    dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
+    dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=8, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
+    dict(BLOCK_I=128, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
+    dict(BLOCK_I=128, BLOCK_J=128, BLOCK_K=16, BLOCK_C=2, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
+    dict(BLOCK_I=128, BLOCK_J=128, BLOCK_K=16, BLOCK_C=1, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
+    # Not yet measured on a GPU: 2 or 4 neighbouring channels loaded as 8- or 16-byte runs, then the
+    # 2-d FMA dot per channel (the 3-d dot above lowers to narrow shared-memory loads).
+    dict(BLOCK_I=128, BLOCK_J=128, BLOCK_K=16, BLOCK_C=2, GROUP_I=8, PER_CHANNEL=True, num_warps=8, num_stages=3),
+    dict(BLOCK_I=128, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, PER_CHANNEL=True, num_warps=8, num_stages=3),
+    dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, PER_CHANNEL=True, num_warps=4, num_stages=3),
 ]
 # From the development run of 2026-12-02 on the H200 (kernels/NOTES.md): one channel a program with
 # 128x128 tiles was best at both shapes (1615 us at N=384, C=128); every batched (BLOCK_C > 1) config
@@ -87,6 +136,8 @@ def triangle(A, B, out=None, **config):
     if N == 0 or C == 0:
         return out
     consts, launch = common.split(common.choose("triangle", DEFAULTS, dict(N=N, C=C), config))
+    if consts["PER_CHANNEL"] and consts["BLOCK_C"] not in (2, 4):
+        raise MageInputError("triangle", "config", f"PER_CHANNEL needs BLOCK_C 2 or 4, got {consts['BLOCK_C']}")
     grid = (triton.cdiv(N, consts["BLOCK_I"]) * triton.cdiv(N, consts["BLOCK_J"]), triton.cdiv(C, consts["BLOCK_C"]))
     _triangle_kernel[grid](A, B, out, N, C, *A.stride(), *B.stride(), *out.stride(), **consts, **launch)
     return out
