@@ -4,7 +4,7 @@
 //! runs, so indexing, masking and barrier mistakes show up in `rustc --test`, not on the GPU.
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
 use crate::gpu::F4;
@@ -79,6 +79,9 @@ fn warp_barrier(c: &Ctx) {
 pub fn warp_sync() {
     warp_barrier(&ctx());
 }
+pub fn fence() {
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
 pub fn shfl_xor(v: f32, mask: u32) -> f32 {
     let c = ctx();
     let me = linear(&c);
@@ -101,7 +104,7 @@ pub fn rcp(x: f32) -> f32 {
 /// # Safety
 /// `flag` points to a live u32.
 pub unsafe fn publish(flag: *mut u32, lane0: bool) {
-    fence(Ordering::SeqCst);
+    std::sync::atomic::fence(Ordering::SeqCst);
     warp_barrier(&ctx());
     if lane0 {
         unsafe { (*(flag as *const AtomicU32)).store(1, Ordering::Release) };

@@ -88,6 +88,12 @@ pub fn warp_sync() {
     hw::warp_sync()
 }
 
+/// `fence.acq_rel.gpu`: orders this thread's memory operations GPU-wide.
+#[inline(always)]
+pub fn fence() {
+    hw::fence()
+}
+
 pub use hw::{fma, rcp, sqrt};
 
 // ------------------------------------------------------------------- the hardware, on nvptx
@@ -115,6 +121,11 @@ mod hw {
     pub fn barrier() {
         // SAFETY: the kernels call it from block-uniform control flow.
         unsafe { nvptx::_syncthreads() }
+    }
+    #[inline(always)]
+    pub fn fence() {
+        // SAFETY: a memory fence, no operands.
+        unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
     }
     #[inline(always)]
     pub fn warp_sync() {

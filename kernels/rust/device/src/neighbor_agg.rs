@@ -40,6 +40,17 @@ pub fn neighbor_agg(
     };
     let combiner = nparts > 1 && part + 1 == nparts;
     let lane = gpu::lane() as usize;
+    if combiner {
+        // wait for every other chunk once, the lanes sharing the flags (a hub has up to
+        // thousands: one at a time, each a round trip to L2, would take milliseconds)
+        let mut p = lane;
+        while p + 1 < nparts {
+            flags.wait(slot0 + p);
+            p += 32;
+        }
+        gpu::warp_sync();
+        gpu::fence(); // what one lane acquired, all lanes now see
+    }
     let mut f0 = 0;
     while f0 < f {
         let feats = f0 + lane * 2;
@@ -76,13 +87,18 @@ pub fn neighbor_agg(
                 partial_out.set2((slot0 + part) * f + feats, acc, mask);
             }
         } else {
-            let mut total = [0.0f32; 2];
-            for p in 0..nparts - 1 {
-                flags.wait(slot0 + p);
+            // the partials of chunks p = 0, 2, 4, .. and p = 1, 3, .. in two running sums (two
+            // loads in flight), added at the end: a fixed order, so the same bits every run
+            let (mut even, mut odd) = ([0.0f32; 2], [0.0f32; 2]);
+            let mut p = 0;
+            while p + 1 < nparts {
                 let v = partial_in.get2((slot0 + p) * f + feats);
-                total[0] += v[0];
-                total[1] += v[1];
+                let u = if p + 2 < nparts { partial_in.get2((slot0 + p + 1) * f + feats) } else { [0.0; 2] };
+                even = [even[0] + v[0], even[1] + v[1]];
+                odd = [odd[0] + u[0], odd[1] + u[1]];
+                p += 2;
             }
+            let total = [even[0] + odd[0], even[1] + odd[1]];
             if mask > 0 {
                 y.set2(row * f + feats, [total[0] + acc[0], total[1] + acc[1]], mask);
             }

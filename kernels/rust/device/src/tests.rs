@@ -171,7 +171,7 @@ fn triangle_both_versions() {
 fn neighbor_agg_with_and_without_a_plan() {
     let mut rng = Rng(5);
     // degrees with a hub: row 2 has 40 edges, so split = 8 cuts it into 5 chunks
-    for &(f, split) in &[(1, 8), (3, 8), (64, 8), (130, 8), (64, 1000)] {
+    for &(f, split) in &[(1, 8), (3, 8), (64, 8), (130, 8), (64, 1000), (5, 2), (64, 1)] {
         let degrees = [3usize, 0, 40, 1, 9, 0, 2];
         let n = degrees.len();
         let mut rowptr = vec![0i32];
