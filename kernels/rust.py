@@ -249,6 +249,8 @@ def neighbor_prepare(graph, x):
 class _PyModule:
     """The PTX loaded through cuda-python's driver bindings in the current (primary) context."""
 
+    backend = "cuda-python"
+
     def __init__(self):
         from cuda.bindings import driver as cu  # cuda-bindings, on the GPU machine
         self.cu = cu
@@ -273,10 +275,43 @@ class _PyModule:
                                         ctypes.addressof(array), 0), f"cuLaunchKernel({kernel})")
 
 
-@functools.lru_cache(maxsize=None)
-def _py_module(device: int) -> _PyModule:
-    with torch.cuda.device(device):
-        return _PyModule()
+class _CupyModule:
+    """The same PTX through CuPy's RawModule: the fallback when cuda-python is missing or refuses."""
+
+    backend = "cupy"
+
+    def __init__(self):
+        import cupy
+        import numpy as np
+        self.cp, self.np = cupy, np
+        self.module = cupy.RawModule(path=str(PTX_PATH))
+        self.funcs = {k: self.module.get_function(k) for k in KERNELS}
+        self.streams = {}
+        self.types = {ctypes.c_uint64: np.uint64, ctypes.c_uint32: np.uint32, ctypes.c_float: np.float32}
+
+    def launch(self, kernel, grid, block, stream, params):
+        if stream not in self.streams:
+            self.streams[stream] = self.cp.cuda.ExternalStream(stream)
+        args = tuple(self.types[ctype](v) for v, ctype in params)
+        self.funcs[kernel](grid, block, args, stream=self.streams[stream])
+
+
+_PY_MODULES: dict = {}
+
+
+def _py_module(device: int):
+    """cuda-python's module for ``device``, or CuPy's when cuda-python cannot be used."""
+    if device not in _PY_MODULES:
+        with torch.cuda.device(device):
+            try:
+                _PY_MODULES[device] = _PyModule()
+            except ImportError:
+                _PY_MODULES[device] = _CupyModule()
+    return _PY_MODULES[device]
+
+
+def py_backend(device: int = 0) -> str:
+    return _py_module(device).backend
 
 
 def py_available() -> Optional[str]:
@@ -286,7 +321,10 @@ def py_available() -> Optional[str]:
     try:
         import cuda.bindings.driver  # noqa: F401
     except ImportError as e:
-        return f"cuda-python (cuda-bindings) is not installed: {e}"
+        try:
+            import cupy  # noqa: F401
+        except ImportError:
+            return f"neither cuda-python (cuda-bindings) nor CuPy is installed: {e}"
     return None
 
 
@@ -295,7 +333,18 @@ _P, _U32, _F32 = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float
 
 def _py_launch(dev, kernel, sizes, params):
     grid, block = geometry(kernel, *sizes)
-    _py_module(dev).launch(kernel, grid, block, _stream(dev), params)
+    mod = _py_module(dev)
+    try:
+        mod.launch(kernel, grid, block, _stream(dev), params)
+    except (TypeError, ValueError) as e:
+        if mod.backend != "cuda-python":
+            raise
+        # cuda-python refused the arguments' form: use CuPy for this device from now on
+        import warnings
+        warnings.warn(f"rust_ptx_py: cuda-python launch failed ({e}); using CuPy")
+        with torch.cuda.device(dev):
+            _PY_MODULES[dev] = _CupyModule()
+        _PY_MODULES[dev].launch(kernel, grid, block, _stream(dev), params)
 
 
 def py_matmul(A, B, out=None):

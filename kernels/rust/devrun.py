@@ -75,6 +75,10 @@ def main():
         tail = [ln for ln in done.stdout.splitlines() if ln.startswith(("FAILED", "ERROR")) or " passed" in ln
                 or " failed" in ln]
         log(f"pytest -m gpu: exit {done.returncode} in {time.time() - t:.0f}s:", *tail[-12:])
+        try:
+            log("rust_ptx_py backend:", rust.py_backend(0))
+        except Exception as e:  # noqa: BLE001
+            log("rust_ptx_py backend failed:", type(e).__name__, e)
     except subprocess.TimeoutExpired as e:
         (out / "pytest_gpu.log").write_text((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes)
                                             else (e.stdout or ""))
