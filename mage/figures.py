@@ -421,7 +421,7 @@ def reuse(op: str, config: dict) -> dict:
     return dict(loads=loads, fmas=fmas, fmas_per_load=fmas / loads)
 
 
-BLOCK_ORDER = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_I", "BLOCK_J", "BLOCK_R", "BLOCK_C", "MAX_BLOCK_C"]
+BLOCK_ORDER = ["BLOCK_M", "BLOCK_N", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_R", "BLOCK_C", "MAX_BLOCK_C"]
 
 
 def config_label(config: dict) -> str:
@@ -431,6 +431,8 @@ def config_label(config: dict) -> str:
     s = "x".join(str(c[k]) for k in blocks)
     extra = [f"{k.replace('num_', '')[0]}{c[k]}" for k in ("num_warps", "num_stages") if k in c]
     extra += [f"g{c['GROUP_M']}"] if "GROUP_M" in c else []
+    known = set(blocks) | {"num_warps", "num_stages", "GROUP_M"}
+    extra += [f"{k}={c[k]}" for k in sorted(c) if k not in known]  # anything else a sweep varies
     return " ".join([s] + extra)
 
 
