@@ -149,6 +149,8 @@ def _move_slider(page, i, rail, path):
 def test_widgets_render(site, browser):
     """The static tile widget (saved ipywidgets state) renders through the book's own widget manager."""
     path = next(p for p in PAGES if p.endswith("matmul.html"))
+    if "application/vnd.jupyter.widget-state+json" not in (HTML / path).read_text():
+        pytest.skip("the data this book was built from records no tile sweep, so the page has no widget")
     page, problems = _open(browser, site + path)
     page.wait_for_selector(".widget-slider", timeout=30000)
     assert page.locator(".widget-slider").count() >= 3
