@@ -171,7 +171,9 @@ def tile_widget(book: Book, op: str = "matmul", tile_of: str = "field"):
     from .figures import reuse, tile_table
     t = tile_table(book.tiles, op, tile_of)
     if t.empty:
-        display(w.HTML(f"<p>No recorded tile sweep for {op} in {book.path.name}.</p>"))
+        from IPython.display import Markdown
+        display(Markdown(f"*The data in {book.path.name} records no tile sweep for {op}, so there is nothing to "
+                         "explore here.*"))
         return
     from .figures import BLOCK_ORDER
     first = json.loads(t["config"].iloc[0])
