@@ -226,15 +226,27 @@ def plan_for(graph: ops.CSRGraph) -> _Plan:
     return plan
 
 
-def neighbor_agg(graph, x, out=None):
+def _neighbor_args(graph, x, y):
+    """The kernel's pointer and size arguments, shared by both launch paths: (pointers, sizes, plan)."""
+    plan = plan_for(graph)
+    entries, ws, flags = plan.buffers(x.shape[1], x.device)
+    ptrs = [graph.rowptr.data_ptr(), graph.col.data_ptr(), graph.w.data_ptr(), x.data_ptr(), y.data_ptr(),
+            entries, ws, flags]
+    sizes = [graph.n, graph.n_src, graph.nnz, x.shape[1], plan.tasks, plan.parts]
+    return ptrs, sizes, plan
+
+
+def _neighbor_prologue(graph, x, out):
     y = _output("neighbor_agg", (graph, x), out)
     dev = _on_cuda("neighbor_agg", {"rowptr": graph.rowptr, "col": graph.col, "w": graph.w, "x": x, "out": y})
+    return y, dev
+
+
+def neighbor_agg(graph, x, out=None):
+    y, dev = _neighbor_prologue(graph, x, out)
     if y.numel():
-        plan = plan_for(graph)
-        entries, ws, flags = plan.buffers(x.shape[1], x.device)
-        _call("mage_rust_neighbor_agg", dev, _stream(dev), graph.rowptr.data_ptr(), graph.col.data_ptr(),
-              graph.w.data_ptr(), x.data_ptr(), y.data_ptr(), entries, ws, flags, graph.n, graph.n_src,
-              graph.nnz, x.shape[1], plan.tasks, plan.parts)
+        ptrs, sizes, _ = _neighbor_args(graph, x, y)
+        _call("mage_rust_neighbor_agg", dev, _stream(dev), *ptrs, *sizes)
     return y
 
 
@@ -388,14 +400,9 @@ def py_triangle(A, B, out=None):
 
 
 def py_neighbor_agg(graph, x, out=None):
-    y = _output("neighbor_agg", (graph, x), out)
-    dev = _on_cuda("neighbor_agg", {"rowptr": graph.rowptr, "col": graph.col, "w": graph.w, "x": x, "out": y})
+    y, dev = _neighbor_prologue(graph, x, out)
     if y.numel():
-        plan = plan_for(graph)
-        entries, ws, flags = plan.buffers(x.shape[1], x.device)
-        ptrs = [graph.rowptr.data_ptr(), graph.col.data_ptr(), graph.w.data_ptr(), x.data_ptr(), y.data_ptr(),
-                entries, ws, flags]
-        sizes = [graph.n, graph.n_src, graph.nnz, x.shape[1], plan.tasks, plan.parts]
+        ptrs, sizes, plan = _neighbor_args(graph, x, y)
         _py_launch(dev, "neighbor_agg", (plan.tasks, 0), [(p, _P) for p in ptrs] + [(s, _U32) for s in sizes])
     return y
 

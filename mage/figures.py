@@ -241,7 +241,6 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
     """The sweeps: time against compulsory bytes (FLOPs for matmul and the triangle), one panel per
     operation, with the floor (bytes over bandwidth or FLOPs over rate) and an empty kernel's cost drawn.
     Buttons switch between kernel time and event span."""
-    from .data import ceiling
     d = df[(df["shape_set"] == "sweep") & (df["stat"] == "mean") & (df["round"] == 0) & (df["dtype"] == "fp32")
            & (df["cache"] == cache)]
     op_list = op_list or _ordered(d["op"], OP_ORDER)

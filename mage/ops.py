@@ -162,7 +162,7 @@ def random_graph(n: int, deg: int, dist: str, gen: torch.Generator, device) -> C
 
 def regraph(g: CSRGraph, gen: torch.Generator) -> CSRGraph:
     """Same degrees as ``g``, fresh random (sorted) columns and weights."""
-    n, E = g.n, g.nnz
+    E = g.nnz
     col = torch.randint(0, max(g.n_src, 1), (E,), generator=gen, device=gen.device)
     if E:
         col = col[torch.argsort(g.row.long() * max(g.n_src, 1) + col)]

@@ -114,7 +114,7 @@ def test_bad_input_names_op_and_argument(op, make, match):
 
 
 def test_out_buffer_is_validated():
-    x, b = torch.randn(3, 4), torch.randn(4)
+    x = torch.randn(3, 4)
     with pytest.raises(MageInputError, match=r"bias_gelu: argument 'out' must have shape \(3, 4\)"):
         ops.check_out("bias_gelu", torch.empty(4, 3), (3, 4), torch.float32, x.device)
 
