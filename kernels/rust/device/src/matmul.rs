@@ -51,6 +51,19 @@ mod entry {
 }
 
 // <kernel>
+/// One k step of a thread's 8 x 8 register block: 8 values of A's column times 8 of B's row, 64
+/// multiply-adds for 16 loaded floats (the triangle's kernel uses the same step per channel).
+#[inline(always)]
+pub(crate) fn outer8x8(acc: &mut [[f32; 8]; 8], a0: [f32; 4], a1: [f32; 4], b0: [f32; 4], b1: [f32; 4]) {
+    let av = [a0[0], a0[1], a0[2], a0[3], a1[0], a1[1], a1[2], a1[3]];
+    let bv = [b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], b1[2], b1[3]];
+    unroll!(i in 8 => {
+        unroll!(j in 8 => {
+            acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+        });
+    });
+}
+
 /// 256 threads; thread (tx, ty) = (tid % 16, tid / 16) owns rows ty*4 + {0..4} and 64 + ty*4 + {0..4}
 /// and the same pattern of columns, so a warp's 16-byte shared loads touch consecutive addresses.
 #[inline(always)]
@@ -103,13 +116,7 @@ pub fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32)
         unroll!(kk in 8 => {
             let (a0, a1) = (a_view.get4(kk * BLOCK_M), a_view.get4(kk * BLOCK_M + 64));
             let (b0, b1) = (b_view.get4(kk * BLOCK_N), b_view.get4(kk * BLOCK_N + 64));
-            let av = [a0[0], a0[1], a0[2], a0[3], a1[0], a1[1], a1[2], a1[3]];
-            let bv = [b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], b1[2], b1[3]];
-            unroll!(i in 8 => {
-                unroll!(j in 8 => {
-                    acc[i][j] = fma(av[i], bv[j], acc[i][j]);
-                });
-            });
+            outer8x8(&mut acc, a0, a1, b0, b1);
         });
         if next {
             store(buf ^ 1, na, nb);

@@ -3,7 +3,8 @@
 //! floats: one 32-byte sector of every (i, k) row) and steps over k in slices of BLOCK_K = 4; each
 //! thread owns an 8 x 8 register block of one channel, as in the tiled matmul. Two shapes of the
 //! same kernel: `triangle` (BLOCK_J = 64, 512 threads) and `triangle_256` (BLOCK_J = 32).
-use crate::gpu::{self, barrier, fma, In, Out};
+use crate::gpu::{self, barrier, In, Out};
+use crate::matmul::outer8x8;
 use crate::{shared_tile, unroll};
 
 const BLOCK_I: usize = 64;
@@ -100,13 +101,7 @@ pub fn triangle<const BLOCK_J: usize>(a: *const f32, b: *const f32, o: *mut f32,
         unroll!(kk in 4 => {
             let (a0, a1) = (a_view.get4(kk * BLOCK_C * BLOCK_I), a_view.get4(kk * BLOCK_C * BLOCK_I + 32));
             let (b0, b1) = (b_view.get4(kk * BLOCK_C * BLOCK_J), b_view.get4(kk * BLOCK_C * BLOCK_J + BLOCK_J / 2));
-            let av = [a0[0], a0[1], a0[2], a0[3], a1[0], a1[1], a1[2], a1[3]];
-            let bv = [b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], b1[2], b1[3]];
-            unroll!(i in 8 => {
-                unroll!(j in 8 => {
-                    acc[i][j] = fma(av[i], bv[j], acc[i][j]);
-                });
-            });
+            outer8x8(&mut acc, a0, a1, b0, b1);
         });
         if next {
             store(buf ^ 1, na, nb);
