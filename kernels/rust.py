@@ -66,11 +66,17 @@ def _load(path: str):
     return lib
 
 
+_LIB = None  # the loaded library, once found: a stat of its path on every launch costs microseconds
+
+
 def library():
     """The loaded libmage_rust.so; raises RustKernelError when it has not been built."""
-    if not LIB_PATH.exists():
-        raise RustKernelError(-1, "MAGE_NOT_BUILT", f"{NOT_BUILT} (no {LIB_PATH})")
-    return _load(str(LIB_PATH))
+    global _LIB
+    if _LIB is None:
+        if not LIB_PATH.exists():
+            raise RustKernelError(-1, "MAGE_NOT_BUILT", f"{NOT_BUILT} (no {LIB_PATH})")
+        _LIB = _load(str(LIB_PATH))
+    return _LIB
 
 
 def available() -> Optional[str]:
@@ -126,7 +132,10 @@ def _output(op: str, inputs, out):
 
 
 def _stream(device: int) -> int:
-    return torch.cuda.current_stream(device).cuda_stream
+    """The raw handle of the caller's current stream. torch.cuda.current_stream builds a Python Stream
+    object per call (microseconds on the launch path); the private getter returns the handle itself."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
 
 
 # ------------------------------------------------------------------------------ rust: the C ABI path

@@ -92,6 +92,7 @@ def test_every_op_has_rust_impls():
 
 def test_missing_library_says_how_to_build(monkeypatch, tmp_path):
     monkeypatch.setattr(rust, "LIB_PATH", tmp_path / "libmage_rust.so")
+    monkeypatch.setattr(rust, "_LIB", None)  # as in a fresh process
     reason = rust.available()
     assert reason and "make rust" in reason
     assert "make rust" in get("layernorm", "rust").runs_on("cuda")
