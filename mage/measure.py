@@ -328,10 +328,16 @@ def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print):
                         ceilings=st.ceilings, l2_bytes=st.l2_bytes), log=log)
                     for x in r:
                         x["tile_of"], x["shape_set"] = shape_set, "tiles"
+                    for x in c:  # a config that fails its check is refused, and its row says why
+                        x["config"] = json.dumps(v.config, sort_keys=True)
                     rows += r
                     checks += c
-                    if r:  # after every config: a run cut short keeps the configs it measured
+                    # after every config: a run cut short keeps the configs it measured
+                    if r:
                         merge_csv(pd.DataFrame(r), out_dir / "tiles.csv", KEY + ["config"])
+                    if c:
+                        merge_csv(pd.DataFrame(c), out_dir / "tile_checks.csv",
+                                  ["op", "impl", "dtype", "shape", "dist", "config"])
     return pd.DataFrame(rows), pd.DataFrame(checks)
 
 

@@ -92,6 +92,15 @@ pub fn shfl_xor(v: f32, mask: u32) -> f32 {
     warp_barrier(&c); // nobody overwrites a slot before every lane has read
     got
 }
+pub fn shfl_idx(v: u32, src: u32) -> u32 {
+    let c = ctx();
+    let me = linear(&c);
+    c.block.lanes[me].store(v, Ordering::SeqCst);
+    warp_barrier(&c);
+    let got = c.block.lanes[(me & !31) | (src as usize & 31)].load(Ordering::SeqCst);
+    warp_barrier(&c); // nobody overwrites a slot before every lane has read
+    got
+}
 pub fn fma(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)
 }
@@ -100,6 +109,15 @@ pub fn sqrt(x: f32) -> f32 {
 }
 pub fn rcp(x: f32) -> f32 {
     1.0 / x
+}
+pub fn ex2(x: f32) -> f32 {
+    x.exp2()
+}
+pub fn rint(x: f32) -> f32 {
+    x.round_ties_even()
+}
+pub fn to_i32(x: f32) -> i32 {
+    x as i32
 }
 /// # Safety
 /// `flag` points to a live u32.

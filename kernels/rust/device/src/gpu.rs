@@ -71,6 +71,12 @@ pub fn shfl_xor(v: f32, mask: u32) -> f32 {
     hw::shfl_xor(v, mask)
 }
 
+/// The value `v` held by lane `src` (0..32), for every lane. All 32 lanes must call it together.
+#[inline(always)]
+pub fn shfl_idx(v: u32, src: u32) -> u32 {
+    hw::shfl_idx(v, src)
+}
+
 /// Sum over the 32 lanes of a warp; every lane gets the total, added in the same order each run.
 #[inline(always)]
 pub fn warp_sum(mut v: f32) -> f32 {
@@ -94,7 +100,7 @@ pub fn fence() {
     hw::fence()
 }
 
-pub use hw::{fma, rcp, sqrt};
+pub use hw::{ex2, fma, rcp, rint, sqrt, to_i32};
 
 // ------------------------------------------------------------------- the hardware, on nvptx
 #[cfg(target_arch = "nvptx64")]
@@ -143,6 +149,16 @@ mod hw {
         out
     }
     #[inline(always)]
+    pub fn shfl_idx(v: u32, src: u32) -> u32 {
+        let out: u32;
+        // SAFETY: all 32 lanes take part (member mask 0xffffffff); called warp-uniformly.
+        unsafe {
+            asm!("shfl.sync.idx.b32 {o}, {v}, {s}, 31, -1;", o = out(reg32) out, v = in(reg32) v,
+                 s = in(reg32) src, options(nomem, nostack))
+        };
+        out
+    }
+    #[inline(always)]
     pub fn fma(a: f32, b: f32, c: f32) -> f32 {
         core::intrinsics::fmaf32(a, b, c)
     }
@@ -157,6 +173,31 @@ mod hw {
         let out: f32;
         // SAFETY: arithmetic only.
         unsafe { asm!("rcp.approx.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack)) };
+        out
+    }
+    /// 2^x for |x| <= 1/2 to about 2 ulp (`ex2.approx.ftz.f32`: one special-function instruction).
+    #[inline(always)]
+    pub fn ex2(x: f32) -> f32 {
+        let out: f32;
+        // SAFETY: arithmetic only.
+        unsafe { asm!("ex2.approx.ftz.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack)) };
+        out
+    }
+    /// x rounded to the nearest integer, ties to even (`cvt.rni.f32.f32`).
+    #[inline(always)]
+    pub fn rint(x: f32) -> f32 {
+        let out: f32;
+        // SAFETY: arithmetic only.
+        unsafe { asm!("cvt.rni.f32.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack)) };
+        out
+    }
+    /// An integral float as i32 (`cvt.rzi.s32.f32`, which saturates in hardware): Rust's `as`
+    /// adds six instructions of saturation and NaN checks around the same conversion.
+    #[inline(always)]
+    pub fn to_i32(x: f32) -> i32 {
+        let out: i32;
+        // SAFETY: arithmetic only.
+        unsafe { asm!("cvt.rzi.s32.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack)) };
         out
     }
     /// Every lane fences its own earlier stores GPU-wide, the warp meets, lane 0 raises `*flag`.
@@ -252,6 +293,30 @@ impl In<f32> {
         } else {
             [self.get(i), self.get(i + 1)]
         }
+    }
+}
+
+/// An `In<f32>` read as pairs of floats: it exists only when the base is 8-byte aligned, so pair
+/// `p` (elements 2p and 2p + 1) is always one aligned 8-byte load, with no per-load alignment test.
+#[derive(Clone, Copy)]
+pub struct InPairs {
+    ptr: *const F2,
+    len: usize, // whole pairs
+}
+
+impl InPairs {
+    #[inline(always)]
+    pub fn get(&self, p: usize) -> [f32; 2] {
+        // SAFETY: in bounds (checked), aligned (the base was, at construction).
+        if p < self.len { unsafe { (*self.ptr.add(p)).0 } } else { [0.0; 2] }
+    }
+}
+
+impl In<f32> {
+    /// The pair view, when the base is 8-byte aligned.
+    #[inline(always)]
+    pub fn pairs(&self) -> Option<InPairs> {
+        if self.ptr as usize % 8 == 0 { Some(InPairs { ptr: self.ptr as *const F2, len: self.len / 2 }) } else { None }
     }
 }
 

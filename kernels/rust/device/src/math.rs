@@ -3,7 +3,7 @@
 //! and measures its error against f64 (bounds in `host/tests/math.rs`).
 
 #[cfg(target_arch = "nvptx64")]
-use crate::gpu::{fma, rcp};
+use crate::gpu::{ex2, fma, rcp, rint, to_i32};
 
 #[cfg(not(target_arch = "nvptx64"))]
 #[inline(always)]
@@ -11,11 +11,27 @@ fn fma(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)
 }
 
-// The device uses rcp.approx.f32 (within 1 ulp); the host's exact division stands in for it.
+// The device uses rcp.approx.f32 (within 1 ulp) and ex2.approx.ftz.f32 (about 2 ulp on |x| <= 1/2);
+// the host's exact division and exp2 stand in for them.
 #[cfg(not(target_arch = "nvptx64"))]
 #[inline(always)]
 fn rcp(x: f32) -> f32 {
     1.0 / x
+}
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+fn ex2(x: f32) -> f32 {
+    x.exp2()
+}
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+fn rint(x: f32) -> f32 {
+    x.round_ties_even()
+}
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+fn to_i32(x: f32) -> i32 {
+    x as i32
 }
 
 #[inline(always)]
@@ -35,60 +51,42 @@ const LN2_HI: f32 = 0.693_145_75;
 const LN2_LO: f32 = 1.428_606_8e-6;
 
 /// e^(hi + lo) for hi + lo in [-87, 0], lo a small correction of hi (|lo| << |hi|): the
-/// argument is reduced as hi + lo = n ln2 + r, |r| <= ln2 / 2, and e^r is a degree-7 Taylor
-/// polynomial (truncation below 6e-9). Carrying lo keeps the rounding of a large argument (like
-/// -a*a in erfc) out of the result.
+/// argument is reduced as hi + lo = n ln2 + r, |r| <= ln2 / 2, and e^r = 2^(r log2 e) is one
+/// `ex2` of an argument below 1/2. Carrying lo keeps the rounding of a large argument (like -a*a in
+/// erfc) out of the result. (A degree-7 polynomial for e^r cost a dozen more instructions an element,
+/// which GELU at copy bandwidth cannot afford.)
 #[inline(always)]
 pub fn exp_neg(hi: f32, lo: f32) -> f32 {
     let x = hi + lo;
-    if x < -87.0 {
-        return 0.0;
-    }
-    let n = (x * LOG2E + 0.5).floor_nofail();
+    let n = rint(x * LOG2E).max(-126.0);
     let r = fma(-n, LN2_HI, hi);
     let r = fma(-n, LN2_LO, r) + lo;
-    const C: [f32; 8] = [1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0];
-    let p = horner(r, &C);
-    // 2^n for n in [-126, 0] built from its exponent bits
-    let scale = f32::from_bits((((n as i32) + 127) as u32) << 23);
-    p * scale
-}
-
-/// floor without `core::f32::floor` (not in core on nvptx): exact for |x| < 2^22.
-trait FloorNoFail {
-    fn floor_nofail(self) -> f32;
-}
-
-impl FloorNoFail for f32 {
-    #[inline(always)]
-    fn floor_nofail(self) -> f32 {
-        let t = self as i32 as f32; // rounds toward zero; `as` saturates, never panics
-        if t > self { t - 1.0 } else { t }
-    }
+    // 2^n for n in [-126, 0] built from its exponent bits; below e^-87 the product is 0 or subnormal
+    // (flushed), which is what erfc's tail needs
+    let scale = f32::from_bits(((to_i32(n) + 127) as u32) << 23);
+    ex2(r * LOG2E) * scale
 }
 
 // erf(x) / x = P(x^2) on |x| <= 1 (fitted in f64 on Chebyshev nodes, relative error 4e-8)
 const ERF_P: [f32; 6] = [
     -5.625_396e-4, 4.916_023_4e-3, -2.670_995e-2, 1.128_013e-1, -3.761_232e-1, 1.128_379_1,
 ];
-// erfc(a) = t exp(-a^2 + Q(t)), t = 1 / (1 + a/2), on 1 <= a <= 9.2 (relative error 4e-9 in f64)
-const ERFC_Q: [f32; 9] = [
-    -2.428_108e-1, 6.517_546e-1, -4.594_534_5e-1, -5.962_586_6e-2, -7.520_12e-2, 7.211_291e-2,
-    3.777_918e-1, 9.996_813e-1, -1.265_497_8,
+// erfc(a) = t exp(-a^2 + Q(t)), t = 1 / (1 + a/2), on the whole of 0 <= a <= 9.2 (degree 9, fitted
+// in f64 on Chebyshev nodes in t by iteratively reweighted least squares: |error of Q| 4e-8, which
+// is the relative error of erfc; 2.6e-7 with f32 coefficients and Horner in f32). One formula for the
+// whole range keeps a warp from running two polynomials when its lanes fall on both sides of a = 1.
+const ERFC_Q: [f32; 10] = [
+    1.353_550_3e-1, -6.283_515_7e-1, 1.032_427_8, -5.296_569e-1, -2.190_732_7e-1, 7.557_116e-2,
+    9.125_953_5e-3, 3.920_176_3e-1, 9.980_007_4e-1, -1.265_416_5,
 ];
 
 /// erfc(a) for a >= 0 with a^2 = sq_hi + sq_lo given split (so the exponent is not rounded).
-/// Past a = 9.2 erfc is below the smallest normal float and 0 is returned.
+/// Past a = 9.2 erfc is below the smallest normal float and 0 is returned (a select, not a branch).
 #[inline(always)]
 fn erfc_pos(a: f32, sq_hi: f32, sq_lo: f32) -> f32 {
-    if a < 1.0 {
-        1.0 - a * horner(sq_hi + sq_lo, &ERF_P)
-    } else if a < 9.2 {
-        let t = rcp(fma(0.5, a, 1.0));
-        t * exp_neg(-sq_hi, horner(t, &ERFC_Q) - sq_lo)
-    } else {
-        0.0
-    }
+    let t = rcp(fma(0.5, a, 1.0));
+    let e = t * exp_neg(-sq_hi, horner(t, &ERFC_Q) - sq_lo);
+    if a < 9.2 { e } else { 0.0 }
 }
 
 /// a * a as hi + lo with hi exact: a's high 12 significand bits squared fit a float.

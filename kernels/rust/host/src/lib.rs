@@ -21,7 +21,7 @@ pub const MAGE_NO_DRIVER: i32 = 100_002;
 pub const MAGE_MODULE_LOAD: i32 = 100_003;
 
 /// Edges per neighbor_agg task: longer rows are cut into chunks of this many edges.
-pub const NEIGHBOR_SPLIT: usize = 512;
+pub const NEIGHBOR_SPLIT: usize = 128;
 
 pub const KERNELS: [&str; 8] =
     ["matmul_scalar", "matmul", "bias_gelu", "layernorm", "triangle", "neighbor_agg", "matmul_2cta", "triangle_256"];

@@ -1,10 +1,14 @@
 //! The work plan of neighbor_agg: which warp sums which edges. Rows with at most `split` edges
-//! are one task each; a longer row (a hub) is cut into chunks of `split` edges whose partial sums
-//! the last chunk adds in order. Hub chunks come first in the plan, so the warps that wait for
+//! are one task each; a longer row (a hub) is cut into chunks of `split` edges (more where that
+//! would give over MAX_PARTS chunks) whose partial sums the last chunk adds in order. Hub chunks come first in the plan, so the warps that wait for
 //! partials only wait for tasks launched before them.
 
 /// Fields of a plan entry, as the kernel reads them.
 pub const FIELDS: usize = 6;
+/// The most chunks a hub is cut into: one warp adds the partials at the end (four loads in flight),
+/// so a 2^20-edge hub in 128-edge chunks (8192 partials) would leave that warp summing for
+/// milliseconds after everything else has finished; 1024 chunks of 1024 edges balance the two.
+pub const MAX_PARTS: usize = 1024;
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct Plan {
@@ -33,10 +37,11 @@ pub fn build(rowptr: &[i32], split: usize) -> Result<Plan, String> {
     let mut slot = 0usize;
     for &r in &hubs {
         let (lo, deg) = (rowptr[r] as usize, degree(r));
-        let parts = deg.div_ceil(split);
+        let chunk = split.max(deg.div_ceil(MAX_PARTS));
+        let parts = deg.div_ceil(chunk);
         for p in 0..parts {
-            let e0 = lo + p * split;
-            let e1 = (e0 + split).min(lo + deg);
+            let e0 = lo + p * chunk;
+            let e1 = (e0 + chunk).min(lo + deg);
             entries.extend([r, e0, e1, slot, p, parts].map(|v| v as i32));
         }
         slot += parts;
@@ -86,6 +91,16 @@ mod tests {
         assert!(covered.iter().all(|&c| c == 1));
         // the bigger hub (row 3, 249 edges) is first
         assert_eq!(p.entries[0], 3);
+    }
+
+    #[test]
+    fn a_huge_hub_gets_at_most_max_parts_chunks() {
+        let deg = 5000 * MAX_PARTS + 7;
+        let p = build(&[0, deg as i32, deg as i32 + 3], 128).unwrap();
+        assert_eq!(p.parts, deg.div_ceil(5001)); // chunks of ceil(deg / MAX_PARTS) = 5001 edges
+        assert!(p.parts <= MAX_PARTS);
+        let last = &p.entries[(p.parts - 1) * FIELDS..p.parts * FIELDS];
+        assert_eq!(last[2] as usize, deg); // the chunks end where the hub does
     }
 
     #[test]
