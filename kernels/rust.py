@@ -131,6 +131,45 @@ def _output(op: str, inputs, out):
     return out if out is not None else torch.empty(shape, dtype=dtype, device=device)
 
 
+# The fast path. Checking inputs costs microseconds of Python per call, which at the field-note
+# shapes is as long as the kernel: a cheap test that everything is ordinary (plain float32 tensors,
+# contiguous, on one CUDA device, shapes that fit) lets the common call skip the full validation.
+# When it fails, the full validation runs and raises its error naming the argument (or accepts an
+# unusual but valid call), so errors are exactly those of the slow path.
+_TENSOR, _F32T = torch.Tensor, torch.float32
+
+
+def _plain(tensors, ranks) -> int:
+    """The CUDA device index when every tensor is a contiguous float32 CUDA tensor of its rank on
+    one device, else -1."""
+    dev = -1
+    for t, rank in zip(tensors, ranks):
+        if type(t) is not _TENSOR or t.dtype is not _F32T or t.dim() != rank or not t.is_contiguous():
+            return -1
+        d = t.get_device()
+        if d < 0 or (dev >= 0 and d != dev):
+            return -1
+        dev = d
+    return dev
+
+
+def _fast(inputs, ranks, out, out_shape_of):
+    """(output, device) for an ordinary call, else None (the caller then validates in full).
+    ``out_shape_of(*inputs)`` is the output's shape, or None when the sizes do not fit together."""
+    dev = _plain(inputs, ranks)
+    if dev < 0:
+        return None
+    shape = out_shape_of(*inputs)
+    if shape is None:
+        return None
+    if out is None:
+        x = inputs[0]
+        return (torch.empty_like(x) if x.shape == shape else torch.empty(shape, dtype=_F32T, device=x.device)), dev
+    if _plain((out,), (len(shape),)) == dev and out.shape == shape:
+        return out, dev
+    return None
+
+
 def _stream(device: int) -> int:
     """The raw handle of the caller's current stream. torch.cuda.current_stream builds a Python Stream
     object per call (microseconds on the launch path); the private getter returns the handle itself."""
@@ -145,9 +184,56 @@ def _stream(device: int) -> int:
 DEFAULT = {"matmul": 1, "triangle": 0}
 
 
-def _matmul(A, B, out=None, version=1):
+def _mm_shape(A, B):
+    return (A.shape[0], B.shape[1]) if A.shape[1] == B.shape[0] else None
+
+
+def _bg_shape(x, b):
+    return x.shape if b.shape[0] == x.shape[1] else None
+
+
+def _ln_shape(x, gamma, beta):
+    return x.shape if gamma.shape[0] == x.shape[1] == beta.shape[0] else None
+
+
+def _tri_shape(A, B):
+    return A.shape if A.shape == B.shape and A.shape[0] == A.shape[1] else None
+
+
+def _matmul_out(A, B, out):
+    fast = _fast((A, B), (2, 2), out, _mm_shape)
+    if fast:
+        return fast
     C = _output("matmul", (A, B), out)
-    dev = _on_cuda("matmul", {"A": A, "B": B, "out": C})
+    return C, _on_cuda("matmul", {"A": A, "B": B, "out": C})
+
+
+def _bias_gelu_out(x, b, out):
+    fast = _fast((x, b), (2, 1), out, _bg_shape)
+    if fast:
+        return fast
+    y = _output("bias_gelu", (x, b), out)
+    return y, _on_cuda("bias_gelu", {"x": x, "b": b, "out": y})
+
+
+def _layernorm_out(x, gamma, beta, out):
+    fast = _fast((x, gamma, beta), (2, 1, 1), out, _ln_shape)
+    if fast:
+        return fast
+    y = _output("layernorm", (x, gamma, beta), out)
+    return y, _on_cuda("layernorm", {"x": x, "gamma": gamma, "beta": beta, "out": y})
+
+
+def _triangle_out(A, B, out):
+    fast = _fast((A, B), (3, 3), out, _tri_shape)
+    if fast:
+        return fast
+    O = _output("triangle", (A, B), out)
+    return O, _on_cuda("triangle", {"A": A, "B": B, "out": O})
+
+
+def _matmul(A, B, out=None, version=1):
+    C, dev = _matmul_out(A, B, out)
     if C.numel():
         (M, K), N = A.shape, B.shape[1]
         _call("mage_rust_matmul", dev, _stream(dev), A.data_ptr(), B.data_ptr(), C.data_ptr(), M, K, N, version)
@@ -165,16 +251,14 @@ def matmul_scalar(A, B, out=None):
 
 
 def bias_gelu(x, b, out=None):
-    y = _output("bias_gelu", (x, b), out)
-    dev = _on_cuda("bias_gelu", {"x": x, "b": b, "out": y})
+    y, dev = _bias_gelu_out(x, b, out)
     if y.numel():
         _call("mage_rust_bias_gelu", dev, _stream(dev), x.data_ptr(), b.data_ptr(), y.data_ptr(), *x.shape)
     return y
 
 
 def layernorm(x, gamma, beta, out=None):
-    y = _output("layernorm", (x, gamma, beta), out)
-    dev = _on_cuda("layernorm", {"x": x, "gamma": gamma, "beta": beta, "out": y})
+    y, dev = _layernorm_out(x, gamma, beta, out)
     if y.numel():
         _call("mage_rust_layernorm", dev, _stream(dev), x.data_ptr(), gamma.data_ptr(), beta.data_ptr(),
               y.data_ptr(), *x.shape, ops.EPS_LAYERNORM)
@@ -182,8 +266,7 @@ def layernorm(x, gamma, beta, out=None):
 
 
 def triangle(A, B, out=None, version=None):
-    O = _output("triangle", (A, B), out)
-    dev = _on_cuda("triangle", {"A": A, "B": B, "out": O})
+    O, dev = _triangle_out(A, B, out)
     if O.numel():
         version = DEFAULT["triangle"] if version is None else version
         _call("mage_rust_triangle", dev, _stream(dev), A.data_ptr(), B.data_ptr(), O.data_ptr(), A.shape[0],
@@ -246,6 +329,10 @@ def _neighbor_args(graph, x, y):
 
 
 def _neighbor_prologue(graph, x, out):
+    if type(graph) is ops.CSRGraph and _plain((x,), (2,)) == graph.col.get_device() >= 0:
+        fast = _fast((x,), (2,), out, lambda x: (graph.n, x.shape[1]) if x.shape[0] == graph.n_src else None)
+        if fast:
+            return fast
     y = _output("neighbor_agg", (graph, x), out)
     dev = _on_cuda("neighbor_agg", {"rowptr": graph.rowptr, "col": graph.col, "w": graph.w, "x": x, "out": y})
     return y, dev
@@ -369,8 +456,7 @@ def _py_launch(dev, kernel, sizes, params):
 
 
 def py_matmul(A, B, out=None):
-    C = _output("matmul", (A, B), out)
-    dev = _on_cuda("matmul", {"A": A, "B": B, "out": C})
+    C, dev = _matmul_out(A, B, out)
     if C.numel():
         (M, K), N = A.shape, B.shape[1]
         _py_launch(dev, ("matmul_scalar", "matmul", "matmul_2cta")[DEFAULT["matmul"]], (M, N), [(A.data_ptr(), _P), (B.data_ptr(), _P), (C.data_ptr(), _P),
@@ -379,8 +465,7 @@ def py_matmul(A, B, out=None):
 
 
 def py_bias_gelu(x, b, out=None):
-    y = _output("bias_gelu", (x, b), out)
-    dev = _on_cuda("bias_gelu", {"x": x, "b": b, "out": y})
+    y, dev = _bias_gelu_out(x, b, out)
     if y.numel():
         R, C = x.shape
         _py_launch(dev, "bias_gelu", (R, C), [(x.data_ptr(), _P), (b.data_ptr(), _P), (y.data_ptr(), _P),
@@ -389,8 +474,7 @@ def py_bias_gelu(x, b, out=None):
 
 
 def py_layernorm(x, gamma, beta, out=None):
-    y = _output("layernorm", (x, gamma, beta), out)
-    dev = _on_cuda("layernorm", {"x": x, "gamma": gamma, "beta": beta, "out": y})
+    y, dev = _layernorm_out(x, gamma, beta, out)
     if y.numel():
         R, C = x.shape
         _py_launch(dev, "layernorm", (R, 0), [(x.data_ptr(), _P), (gamma.data_ptr(), _P), (beta.data_ptr(), _P),
@@ -399,8 +483,7 @@ def py_layernorm(x, gamma, beta, out=None):
 
 
 def py_triangle(A, B, out=None):
-    O = _output("triangle", (A, B), out)
-    dev = _on_cuda("triangle", {"A": A, "B": B, "out": O})
+    O, dev = _triangle_out(A, B, out)
     if O.numel():
         N, C = A.shape[0], A.shape[2]
         _py_launch(dev, ("triangle", "triangle_256")[DEFAULT["triangle"]], (N, C), [(A.data_ptr(), _P), (B.data_ptr(), _P), (O.data_ptr(), _P),

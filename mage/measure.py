@@ -33,6 +33,7 @@ class Settings:
     spans: int = 300  # event spans per implementation, over all rounds
     rounds: int = 3
     warmup: int = 10
+    warm_s: float = 0.05  # and at least this long, before each implementation's spans in each round
     graph: bool = True
     seed: int = 1234
     run: str = ""
@@ -164,7 +165,8 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
                 torch.cuda.synchronize()
 
     readings = []
-    sp = spans(calls, n=st.spans, rounds=st.rounds, warmup=st.warmup, between=lambda r: readings.append(clocks()))
+    sp = spans(calls, n=st.spans, rounds=st.rounds, warmup=st.warmup, warm_s=st.warm_s,
+               between=lambda r: readings.append(clocks()))
     round_flags = clock_warnings(readings)
     by_name = {im.name: im for im in good}
     for name, per_round in sp.samples.items():
@@ -226,6 +228,8 @@ def prepare_run(out_dir, st: Settings, command: str, log=print):
     """Environment and ceilings for this run, written before any kernel is timed."""
     st.run = st.run or new_run_id()
     env = environment(command)
+    env["protocol"] = dict(profiled_calls=st.iters, spans=st.spans, rounds=st.rounds, warmup_calls=st.warmup,
+                           warmup_s=st.warm_s, cuda_graph=st.graph, seed=st.seed)
     st.l2_bytes = env.get("l2_bytes") or st.l2_bytes
     add_environment(out_dir, st.run, env)
     log(f"run {st.run} on {env.get('gpu')}: measuring ceilings")
@@ -324,7 +328,7 @@ def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print):
                 for i, v in enumerate(variants):
                     log(f"  tiles {name} {ops.shape_key(shape)} [{i + 1}/{len(variants)}] {v.config}")
                     r, c = measure_case(spec, shape, shape_set, "warm", [v], Settings(
-                        iters=20, spans=60, rounds=3, warmup=3, graph=False, seed=st.seed, run=st.run,
+                        iters=20, spans=60, rounds=3, warmup=3, warm_s=0.0, graph=False, seed=st.seed, run=st.run,
                         ceilings=st.ceilings, l2_bytes=st.l2_bytes), log=log)
                     for x in r:
                         x["tile_of"], x["shape_set"] = shape_set, "tiles"

@@ -7,6 +7,7 @@ slow drift in clocks or temperature does not always favour the one measured firs
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -66,11 +67,14 @@ class SpanRounds:
 
 
 def spans(calls: dict[str, Callable], n: int = 300, rounds: int = 3, warmup: int = 10,
-          timer: Callable | None = None, between: Callable | None = None) -> SpanRounds:
+          timer: Callable | None = None, between: Callable | None = None, warm_s: float = 0.0) -> SpanRounds:
     """``n`` warmed spans per implementation, split over ``rounds`` with rotated order.
 
-    ``timer(fn) -> us`` is injectable (tests use a fake). ``between(round)`` runs before each round
-    (the harness reads clocks there), outside every span.
+    Before each implementation's spans in a round it runs at least ``warmup`` calls and at least
+    ``warm_s`` seconds of calls: a GPU under its power limit settles its clock over tens of
+    milliseconds of sustained work, so a fixed handful of calls left a heavy GEMM's round means
+    depending on what ran before it. ``timer(fn) -> us`` is injectable (tests use a fake).
+    ``between(round)`` runs before each round (the harness reads clocks there), outside every span.
     """
     timer = timer or EventTimer()
     names = list(calls)
@@ -82,12 +86,25 @@ def spans(calls: dict[str, Callable], n: int = 300, rounds: int = 3, warmup: int
             between(r + 1)
         for name in order:
             fn = calls[name]
-            for _ in range(warmup):
-                fn()
+            _warm(fn, warmup, warm_s)
             samples[name].append([timer(fn) for _ in range(per_round)])
     if between:
         between(rounds + 1)
     return SpanRounds(samples, orders)
+
+
+def _warm(fn: Callable, calls: int, seconds: float) -> None:
+    t0, k = time.perf_counter(), 0
+    while k < calls or time.perf_counter() - t0 < seconds:
+        fn()
+        k += 1
+        if k % 64 == 0 and seconds:
+            _sync()  # wall time measures GPU work, not how fast launches queue
+
+
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def graph_span(calls: list[Callable], replays: int = 20, repeat: int = 10) -> float:
