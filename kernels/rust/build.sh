@@ -54,7 +54,7 @@ echo "build.sh: device crate -> build/mage_kernels.ptx"
   --sysroot "$sysroot" --emit=asm -o "$out/mage_kernels.raw.ptx" "$here/device/src/lib.rs"
 # Rust has no launch-bounds attribute: state each kernel's block size (and blocks per SM wanted)
 # for ptxas, which sets its register budget from them. name=threads:blocks
-bounds="matmul_scalar=256:1 matmul=256:1 matmul_2cta=256:2 bias_gelu=256:1 layernorm=256:3 triangle=512:1 triangle_256=256:1 neighbor_agg=256:2"
+bounds="matmul_scalar=256:1 matmul=256:1 matmul_2cta=256:2 bias_gelu=256:1 layernorm=256:4 triangle=512:1 triangle_256=256:1 neighbor_agg=256:4"
 awk -v bounds="$bounds" '
   BEGIN { n = split(bounds, kv, " "); for (i = 1; i <= n; i++) { split(kv[i], p, "="); lb[p[1]] = p[2] } }
   /^\.visible \.entry / { name = $3; sub(/\(.*/, "", name); pending = (name in lb) ? lb[name] : "" }

@@ -92,15 +92,6 @@ pub fn shfl_xor(v: f32, mask: u32) -> f32 {
     warp_barrier(&c); // nobody overwrites a slot before every lane has read
     got
 }
-pub fn shfl_idx(v: u32, src: u32) -> u32 {
-    let c = ctx();
-    let me = linear(&c);
-    c.block.lanes[me].store(v, Ordering::SeqCst);
-    warp_barrier(&c);
-    let got = c.block.lanes[(me & !31) | (src as usize & 31)].load(Ordering::SeqCst);
-    warp_barrier(&c); // nobody overwrites a slot before every lane has read
-    got
-}
 pub fn fma(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)
 }

@@ -71,12 +71,6 @@ pub fn shfl_xor(v: f32, mask: u32) -> f32 {
     hw::shfl_xor(v, mask)
 }
 
-/// The value `v` held by lane `src` (0..32), for every lane. All 32 lanes must call it together.
-#[inline(always)]
-pub fn shfl_idx(v: u32, src: u32) -> u32 {
-    hw::shfl_idx(v, src)
-}
-
 /// Sum over the 32 lanes of a warp; every lane gets the total, added in the same order each run.
 #[inline(always)]
 pub fn warp_sum(mut v: f32) -> f32 {
@@ -145,16 +139,6 @@ mod hw {
         unsafe {
             asm!("shfl.sync.bfly.b32 {o}, {v}, {m}, 31, -1;", o = out(reg32) out, v = in(reg32) v,
                  m = in(reg32) mask, options(nomem, nostack))
-        };
-        out
-    }
-    #[inline(always)]
-    pub fn shfl_idx(v: u32, src: u32) -> u32 {
-        let out: u32;
-        // SAFETY: all 32 lanes take part (member mask 0xffffffff); called warp-uniformly.
-        unsafe {
-            asm!("shfl.sync.idx.b32 {o}, {v}, {s}, 31, -1;", o = out(reg32) out, v = in(reg32) v,
-                 s = in(reg32) src, options(nomem, nostack))
         };
         out
     }
@@ -293,30 +277,6 @@ impl In<f32> {
         } else {
             [self.get(i), self.get(i + 1)]
         }
-    }
-}
-
-/// An `In<f32>` read as pairs of floats: it exists only when the base is 8-byte aligned, so pair
-/// `p` (elements 2p and 2p + 1) is always one aligned 8-byte load, with no per-load alignment test.
-#[derive(Clone, Copy)]
-pub struct InPairs {
-    ptr: *const F2,
-    len: usize, // whole pairs
-}
-
-impl InPairs {
-    #[inline(always)]
-    pub fn get(&self, p: usize) -> [f32; 2] {
-        // SAFETY: in bounds (checked), aligned (the base was, at construction).
-        if p < self.len { unsafe { (*self.ptr.add(p)).0 } } else { [0.0; 2] }
-    }
-}
-
-impl In<f32> {
-    /// The pair view, when the base is 8-byte aligned.
-    #[inline(always)]
-    pub fn pairs(&self) -> Option<InPairs> {
-        if self.ptr as usize % 8 == 0 { Some(InPairs { ptr: self.ptr as *const F2, len: self.len / 2 }) } else { None }
     }
 }
 

@@ -4,55 +4,15 @@
 //! raises a flag; the row's last chunk waits for the flags and adds the partials in chunk order,
 //! so every output is the same fixed-order sum on every run.
 use crate::gpu::{self, fma, Flags, In, Out};
-use crate::unroll;
+// (A version that loaded 32 columns at once and shared them by shuffles, with eight gathers in flight,
+// measured 2x slower at 128 registers a thread; kernels/NOTES.md has the numbers.)
 
 pub const THREADS: usize = 256;
 const WARPS: usize = THREADS / 32;
-// rows of x in flight per lane (the `unroll!` counts below). Eight gathers and a four-way combine take
-// 111 registers: 2 blocks (16 warps) an SM; at 80 or 64 registers ptxas spills.
-const GATHERS: usize = 8;
 /// Fields of one plan entry: row, first edge, end edge, first partial slot, part, parts.
 pub const PLAN_FIELDS: usize = 6;
 
 // <kernel>
-/// sum over edges lo..hi of w[e] * x[col[e]] for this lane's two features (`gather(j)` reads them
-/// from row j), in edge order.
-#[inline(always)]
-fn edge_sum(col: &In<i32>, w: &In<f32>, lo: usize, hi: usize, lane: usize, gather: impl Fn(usize) -> [f32; 2]) -> [f32; 2] {
-    let mut acc = [0.0f32; 2];
-    let mut edge = lo;
-    while edge < hi {
-        // lane l loads edge (edge + l)'s column and weight: one coalesced load for 32 edges,
-        // handed to the other lanes by shuffles (a load per edge per lane made every gather
-        // wait for its column: latency, not bandwidth, set the pace)
-        let mine = edge + lane;
-        let (cj, wj) = if mine < hi { (col.get(mine) as u32, w.get(mine).to_bits()) } else { (0, 0) };
-        let count = (hi - edge).min(32);
-        let mut q0 = 0;
-        while q0 < count {
-            // GATHERS rows of x in flight per lane before their multiply-adds
-            let mut xs = [[0.0f32; 2]; GATHERS];
-            let mut ws = [0.0f32; GATHERS];
-            unroll!(q in 8 => {
-                let j = gpu::shfl_idx(cj, (q0 + q) as u32) as usize;
-                ws[q] = f32::from_bits(gpu::shfl_idx(wj, (q0 + q) as u32));
-                if q0 + q < count {
-                    xs[q] = gather(j);
-                }
-            });
-            unroll!(q in 8 => {
-                if q0 + q < count {
-                    acc[0] = fma(ws[q], xs[q][0], acc[0]);
-                    acc[1] = fma(ws[q], xs[q][1], acc[1]);
-                }
-            });
-            q0 += GATHERS;
-        }
-        edge += 32;
-    }
-    acc
-}
-
 /// Grid ceil(tasks / 8), 256 threads. plan null: task t is row t. rowptr/col/w: CSR [n+1], [E];
 /// x [n_src, F]; y [n, F]; plan [tasks, 6]; ws [parts, F] partial sums; flags [parts] (all zero
 /// between launches).
@@ -97,13 +57,29 @@ pub fn neighbor_agg(
     while f0 < f {
         let feats = f0 + lane * 2;
         let mask = f.saturating_sub(feats); // features of this lane that exist (>= 2: both)
-        // even F on an aligned x: every lane's pair is one aligned 8-byte load, tested once here;
-        // the general gather (two loads when it must) has its own copy of the loop, so neither
-        // carries the other's registers (one loop with both paths needed 128 a thread)
-        let acc = match x.pairs() {
-            Some(xp) if f % 2 == 0 => edge_sum(&col, &w, lo, hi, lane, |j| xp.get((j * f + feats) / 2)),
-            _ => edge_sum(&col, &w, lo, hi, lane, |j| x.get2(j * f + feats)),
-        };
+        let mut acc = [0.0f32; 2];
+        let mut edge = lo;
+        // four gathers in flight per lane before their multiply-adds
+        while edge + 4 <= hi {
+            let j = [col.get(edge), col.get(edge + 1), col.get(edge + 2), col.get(edge + 3)];
+            let wv = [w.get(edge), w.get(edge + 1), w.get(edge + 2), w.get(edge + 3)];
+            let mut xs = [[0.0f32; 2]; 4];
+            for q in 0..4 {
+                xs[q] = x.get2(j[q] as usize * f + feats);
+            }
+            for q in 0..4 {
+                acc[0] = fma(wv[q], xs[q][0], acc[0]);
+                acc[1] = fma(wv[q], xs[q][1], acc[1]);
+            }
+            edge += 4;
+        }
+        while edge < hi {
+            let xj = x.get2(col.get(edge) as usize * f + feats);
+            let wj = w.get(edge);
+            acc[0] = fma(wj, xj[0], acc[0]);
+            acc[1] = fma(wj, xj[1], acc[1]);
+            edge += 1;
+        }
         if nparts == 1 {
             if mask > 0 {
                 y.set2(row * f + feats, acc, mask);
@@ -113,27 +89,18 @@ pub fn neighbor_agg(
                 partial_out.set2((slot0 + part) * f + feats, acc, mask);
             }
         } else {
-            // the partials of chunks p = 0..nparts-1 (the last is this warp's own acc) in four
-            // running sums by p mod 4 (four loads in flight), added in a fixed order at the
-            // end: the same bits every run
-            let mut sums = [[0.0f32; 2]; 4];
+            // the partials of chunks p = 0, 2, 4, .. and p = 1, 3, .. in two running sums (two
+            // loads in flight), added at the end: a fixed order, so the same bits every run
+            let (mut even, mut odd) = ([0.0f32; 2], [0.0f32; 2]);
             let mut p = 0;
             while p + 1 < nparts {
-                let mut v = [[0.0f32; 2]; 4];
-                unroll!(q in 4 => {
-                    if p + q + 1 < nparts {
-                        v[q] = partial_in.get2((slot0 + p + q) * f + feats);
-                    }
-                });
-                unroll!(q in 4 => {
-                    sums[q] = [sums[q][0] + v[q][0], sums[q][1] + v[q][1]];
-                });
-                p += 4;
+                let v = partial_in.get2((slot0 + p) * f + feats);
+                let u = if p + 2 < nparts { partial_in.get2((slot0 + p + 1) * f + feats) } else { [0.0; 2] };
+                even = [even[0] + v[0], even[1] + v[1]];
+                odd = [odd[0] + u[0], odd[1] + u[1]];
+                p += 2;
             }
-            let mut total = [0.0f32; 2];
-            unroll!(q in 4 => {
-                total = [total[0] + sums[q][0], total[1] + sums[q][1]];
-            });
+            let total = [even[0] + odd[0], even[1] + odd[1]];
             if mask > 0 {
                 y.set2(row * f + feats, [total[0] + acc[0], total[1] + acc[1]], mask);
             }
