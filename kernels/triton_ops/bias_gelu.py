@@ -47,10 +47,10 @@ SWEEP = [
     dict(BLOCK_R=32, BLOCK_C=256, num_warps=8),
     dict(BLOCK_R=2, BLOCK_C=4096, num_warps=8),
 ]
-# From the development run of 2026-12-02 on the H200 (kernels/NOTES.md). Large: the plain first config
-# was best (269.8 us, 94% of copy bandwidth); 16x512 was within 0.5%. Field-shape timings there were
-# dominated by the launch path, so the field choice is 16x512, whose 512 columns match C = 512.
-DEFAULTS = {"field": SWEEP[4], "large": SWEEP[0], "sweep": SWEEP[4]}
+# The best kernel time of the recorded sweep (data/h200/tiles.csv, run 20261202T164844Z-h200): large,
+# the plain first config (265.5 us); field, 8 rows x 512 columns with 4 warps (3.25 us, against 3.61 us
+# for the 16 x 512, 8-warp tile chosen before the sweep was recorded).
+DEFAULTS = {"field": SWEEP[2], "large": SWEEP[0], "sweep": SWEEP[2]}
 
 
 def bias_gelu(x, b, out=None, **config):

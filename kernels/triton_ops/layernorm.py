@@ -81,10 +81,10 @@ SWEEP = [
     dict(BLOCK_R=4, MAX_BLOCK_C=4096, num_warps=16),
     dict(BLOCK_R=8, MAX_BLOCK_C=2048, num_warps=8),
 ]
-# From the development run of 2026-12-02 on the H200 (kernels/NOTES.md). Large: one row a program in
-# registers with 16 warps, 260.7 us (97% of copy bandwidth); chunking the row (MAX_BLOCK_C < C) cost
-# 40%. Field-shape timings were dominated by the launch path; two rows a program was best there.
-DEFAULTS = {"field": SWEEP[4], "large": SWEEP[3], "sweep": SWEEP[4]}
+# The best kernel time of the recorded sweep (data/h200/tiles.csv, run 20261202T164844Z-h200): large,
+# one row a program in registers with 16 warps (254.8 us); field (C = 1024), the plain first config,
+# one row of 1024 columns with 4 warps (2.77 us).
+DEFAULTS = {"field": SWEEP[0], "large": SWEEP[3], "sweep": SWEEP[0]}
 
 
 def layernorm(x, gamma, beta, out=None, **config):
