@@ -292,7 +292,7 @@ def summary_table(rows: pd.DataFrame) -> str:
     if rows.empty:
         return "(no rows)"
     top = rows[(rows["round"] == 0) & (rows["stat"] == "mean")]
-    idx = ["op", "shape", "impl", "dtype", "cache"]
+    idx = ["op", "shape_set", "shape", "impl", "dtype", "cache"]
     t = top.pivot_table(index=idx, columns="view", values="value", aggfunc="first")
     t = t[[c for c in ("kernel_time", "event_span", "graph_span", "launches") if c in t.columns]]
     if "frac_of_floor" in top.columns:
