@@ -1,4 +1,4 @@
-"""Command line: ``python -m mage measure|check|ceilings|tiles|import-published|machine-name``."""
+"""Command line: ``python -m mage measure|check|ceilings|targets|import-published|machine-name``."""
 from __future__ import annotations
 
 import argparse
@@ -117,6 +117,11 @@ def main(argv=None):
     sp.add_argument("src")
     sp.add_argument("--out", default="data/rtx4090-published")
     sp.set_defaults(fn=cmd_import_published)
+
+    sp = sub.add_parser("targets", help="the Triton and Rust speed targets, computed from recorded data")
+    sp.add_argument("data", nargs="?", default="data/h200")
+    sp.set_defaults(fn=lambda a: print(__import__("mage.targets", fromlist=["x"]).markdown(
+        __import__("mage.targets", fromlist=["x"]).targets(a.data))))
 
     sp = sub.add_parser("machine-name", help="the data folder name for this machine's GPU")
     sp.set_defaults(fn=lambda a: print(__import__("mage.env", fromlist=["x"]).machine_name()))

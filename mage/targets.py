@@ -1,0 +1,101 @@
+"""The speed targets of the Triton and Rust columns, computed from a data directory.
+
+Every number comes from the recorded rows (kernel time, warm; at the large shapes one input set
+already overflows L2, so warm is cold there), and the ceilings of the same run. ``python -m mage
+targets data/h200`` prints the table that kernels/NOTES.md quotes.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from .data import load, load_ceilings
+
+FIELD = {"bias_gelu": "R=2048,C=512", "layernorm": "R=1024,C=1024"}
+LARGE = {"matmul": "M=4096,K=4096,N=4096", "bias_gelu": "R=16384,C=8192", "layernorm": "R=32768,C=4096",
+         "triangle": "N=384,C=128", "neighbor_agg": "n=1048576,F=64,deg=16,dist=uniform"}
+NEIGHBOR_FIELD = {"uniform": "n=8192,F=64,deg=16,dist=uniform", "skewed": "n=8192,F=64,deg=16,dist=skewed"}
+NEIGHBOR_LARGE_SKEWED = "n=1048576,F=64,deg=16,dist=skewed"
+
+
+def _value(df, view, op, impl, shape, dtype="fp32"):
+    rows = df[(df["view"] == view) & (df["op"] == op) & (df["impl"] == impl) & (df["shape"] == shape)
+              & (df["dtype"] == dtype) & (df["cache"] == "warm") & (df["stat"] == "mean") & (df["round"] == 0)]
+    return float(rows["value"].iloc[0]) if len(rows) else float("nan")
+
+
+def targets(path) -> pd.DataFrame:
+    df = load(path)
+    ceil = load_ceilings(path)
+    run = df[df["shape_set"] == "large"]["run"].iloc[0]
+    c = ceil[ceil["run"] == run].set_index("name")["value"]
+    copy, fp32 = c["copy_gbps"], c["fp32_tflops"]
+    k = lambda op, impl, shape, dtype="fp32": _value(df, "kernel_time", op, impl, shape, dtype)  # noqa: E731
+    span = lambda op, impl, shape: _value(df, "event_span", op, impl, shape)  # noqa: E731
+    rows = []
+
+    def add(what, measured, wanted, met, unit=""):
+        rows.append(dict(target=what, measured=measured, unit=unit, wanted=wanted, met=bool(met)))
+
+    def share_of_copy(op, impl):
+        spec_bytes = df[(df["op"] == op) & (df["shape"] == LARGE[op])]["bytes"].iloc[0]
+        return spec_bytes / (k(op, impl, LARGE[op]) * 1e-6) / 1e9 / copy
+
+    def share_of_fp32(op, impl):
+        flops = df[(df["op"] == op) & (df["shape"] == LARGE[op])]["flops"].iloc[0]
+        return flops / (k(op, impl, LARGE[op]) * 1e-6) / 1e12 / fp32
+
+    mm, tri, na = LARGE["matmul"], LARGE["triangle"], LARGE["neighbor_agg"]
+    # Triton (issue 3)
+    for op in ("bias_gelu", "layernorm"):
+        s = share_of_copy(op, "triton")
+        add(f"Triton {op} large: share of copy bandwidth", s, ">= 0.90", s >= 0.90)
+    r = k("matmul", "pytorch", mm) / k("matmul", "triton", mm)
+    add("Triton matmul 4096^3 FP32: cuBLAS time / Triton time", r, ">= 0.90", r >= 0.90)
+    r = k("triangle", "pytorch", tri) / k("triangle", "triton", tri)
+    add("Triton triangle N=384: einsum time / Triton time", r, ">= 1.5", r >= 1.5)
+    s = share_of_fp32("triangle", "triton")
+    add("Triton triangle N=384: share of cuBLAS FP32 rate", s, ">= 0.85", s >= 0.85)
+    for dist, shape in (("uniform", na), ("skewed", NEIGHBOR_LARGE_SKEWED)):
+        t = k("neighbor_agg", "triton", shape)
+        e, cs, tc = (k("neighbor_agg", i, shape) / t for i in ("pytorch", "cusparse", "torch_compile"))
+        add(f"Triton neighbor_agg large {dist}: eager / Triton", e, ">= 10", e >= 10)
+        add(f"Triton neighbor_agg large {dist}: cuSPARSE / Triton, torch.compile / Triton",
+            f"{cs:.2f}, {tc:.2f}", "> 1, > 1", cs > 1 and tc > 1)
+    field = dict(FIELD, **{f"neighbor_agg {d}": s for d, s in NEIGHBOR_FIELD.items()})
+    for name, shape in field.items():
+        op = name.split()[0]
+        t = k(op, "triton", shape)
+        e, tc = k(op, "pytorch", shape) / t, k(op, "torch_compile", shape) / t
+        add(f"Triton {name} field kernel: eager / Triton, torch.compile / Triton", f"{e:.2f}, {tc:.2f}",
+            ">= 1, >= 0.91", e >= 1 and tc >= 1 / 1.1)
+    # Rust (issue 4)
+    r = k("matmul", "pytorch", mm) / k("matmul", "rust", mm)
+    add("Rust tiled matmul 4096^3: cuBLAS time / Rust time", r, ">= 0.70", r >= 0.70)
+    r = k("matmul", "pytorch", mm) / k("matmul", "rust_scalar", mm)
+    add("Rust scalar matmul 4096^3: cuBLAS time / Rust time (first version)", r, "(kept as the first version)", True)
+    for op in ("bias_gelu", "layernorm"):
+        s = share_of_copy(op, "rust")
+        add(f"Rust {op} large: share of copy bandwidth", s, ">= 0.85", s >= 0.85)
+    r = k("neighbor_agg", "rust", na) / k("neighbor_agg", "triton", na)
+    add("Rust neighbor_agg large uniform: Rust time / Triton time", r, "<= 1.15", r <= 1.15)
+    s = share_of_fp32("triangle", "rust")
+    add("Rust triangle N=384: share of cuBLAS FP32 rate", s, ">= 0.60", s >= 0.60)
+    for name, shape in field.items():
+        op = name.split()[0]
+        ours, eager = span(op, "rust", shape), span(op, "pytorch", shape)
+        add(f"Rust {name} field event span: rust vs eager", f"{ours:.1f} vs {eager:.1f}", "rust below eager",
+            ours < eager, "us")
+        gaps = [span(op, i, shape) - k(op, i, shape) for i in ("rust", "rust_ptx_py")]
+        native = _value(df, "event_span", op, "rust_native", shape) - k(op, "rust", shape)
+        add(f"  span minus kernel time: rust / rust_ptx_py / rust_native", f"{gaps[0]:.1f} / {gaps[1]:.1f} / "
+            f"{native:.1f}", "(reported)", True, "us")
+    return pd.DataFrame(rows)
+
+
+def markdown(t: pd.DataFrame) -> str:
+    lines = ["| target | measured | wanted | met |", "|---|---|---|---|"]
+    for r in t.itertuples():
+        m = f"{r.measured:.2f}" if isinstance(r.measured, float) else r.measured
+        m += f" {r.unit}" if r.unit else ""
+        lines.append(f"| {r.target} | {m} | {r.wanted} | {'yes' if r.met else 'no'} |")
+    return "\n".join(lines)
