@@ -112,8 +112,17 @@ def geometry(kernel: str, a: int, b: int = 0) -> tuple:
 
 
 # --------------------------------------------------------------------------------- argument checks
+_INDEX_ARGS = ("rowptr", "col")  # int32 graph structure; every other tensor the kernels take is float32
+
+
 def _on_cuda(op: str, named: dict) -> int:
     for name, t in named.items():
+        want = torch.int32 if name in _INDEX_ARGS else torch.float32
+        if t.dtype != want:
+            # the ops accept bf16 too, but these kernels read and write float32: a bf16 buffer would be
+            # read past its end
+            raise MageInputError(op, name, f"must be {str(want).replace('torch.', '')} for the Rust kernels, "
+                                           f"got {str(t.dtype).replace('torch.', '')}")
         if t.device.type != "cuda":
             raise MageInputError(op, name, f"must be on a CUDA device (the Rust kernels run on the GPU), got {t.device}")
         if not t.is_contiguous():
@@ -193,7 +202,7 @@ def _bg_shape(x, b):
 
 
 def _ln_shape(x, gamma, beta):
-    return x.shape if gamma.shape[0] == x.shape[1] == beta.shape[0] else None
+    return x.shape if gamma.shape[0] == x.shape[1] == beta.shape[0] > 0 else None  # C = 0 is refused
 
 
 def _tri_shape(A, B):
@@ -329,7 +338,11 @@ def _neighbor_args(graph, x, y):
 
 
 def _neighbor_prologue(graph, x, out):
-    if type(graph) is ops.CSRGraph and _plain((x,), (2,)) == graph.col.get_device() >= 0:
+    # the graph's tensors were checked by CSRGraph.build; checked again here (cheaply) because a graph
+    # can also be made with the plain constructor
+    if (type(graph) is ops.CSRGraph and _plain((x,), (2,)) == graph.col.get_device() >= 0
+            and graph.rowptr.get_device() == graph.w.get_device() == graph.col.get_device()
+            and graph.rowptr.is_contiguous() and graph.col.is_contiguous() and graph.w.is_contiguous()):
         fast = _fast((x,), (2,), out, lambda x: (graph.n, x.shape[1]) if x.shape[0] == graph.n_src else None)
         if fast:
             return fast
@@ -538,7 +551,7 @@ _CONFIG = {
     "bias_gelu": dict(ROWS=4, cols_per_thread=4, threads="ceil(C/4) to 256"),
     "layernorm": dict(threads=256, rows_per_block=1, in_registers="C <= 4096"),
     "triangle": dict(BLOCK_I=64, BLOCK_J=64, BLOCK_C=8, BLOCK_K=4, threads=512, per_thread="8x8"),
-    "neighbor_agg": dict(threads=256, warp_per_task=1, SPLIT=512),
+    "neighbor_agg": dict(threads=256, warp_per_task=1, SPLIT=128, MAX_PARTS=1024),
 }
 _RUST = {"matmul": matmul, "bias_gelu": bias_gelu, "layernorm": layernorm, "triangle": triangle,
          "neighbor_agg": neighbor_agg}

@@ -25,7 +25,8 @@ CHECK_COLUMNS = ["op", "impl", "dtype", "shape", "dist", "error", "tolerance", "
 CEILING_COLUMNS = ["name", "value", "unit", "detail", "run"]
 
 # Files that are not measurement tables
-SPECIAL = {"checks.csv": CHECK_COLUMNS, "ceilings.csv": CEILING_COLUMNS}
+SPECIAL = {"checks.csv": CHECK_COLUMNS, "ceilings.csv": CEILING_COLUMNS,
+           "tile_checks.csv": CHECK_COLUMNS + ["config"]}  # the tile sweep's checks, one row per config
 
 
 class DataError(ValueError):

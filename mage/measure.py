@@ -229,7 +229,8 @@ def prepare_run(out_dir, st: Settings, command: str, log=print):
     st.run = st.run or new_run_id()
     env = environment(command)
     env["protocol"] = dict(profiled_calls=st.iters, spans=st.spans, rounds=st.rounds, warmup_calls=st.warmup,
-                           warmup_s=st.warm_s, cuda_graph=st.graph, seed=st.seed)
+                           warmup_s=st.warm_s, cuda_graph=st.graph, seed=st.seed,
+                           tile_sweep=dict(profiled_calls=20, spans=60, rounds=3, warmup_calls=3, warmup_s=0.0))
     st.l2_bytes = env.get("l2_bytes") or st.l2_bytes
     add_environment(out_dir, st.run, env)
     log(f"run {st.run} on {env.get('gpu')}: measuring ceilings")

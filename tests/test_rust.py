@@ -112,6 +112,9 @@ def test_validation_happens_before_any_launch():
         rust.bias_gelu(x, b)
     with pytest.raises(MageInputError, match="'B' has size 3 in dim 0"):
         rust.matmul(torch.zeros(2, 4), torch.zeros(3, 2))
+    # bf16 is a valid matmul input for the op, not for these FP32 kernels (which would read past its end)
+    with pytest.raises(MageInputError, match="'A' must be float32 for the Rust kernels"):
+        rust.matmul(torch.zeros(2, 4, dtype=torch.bfloat16), torch.zeros(4, 2, dtype=torch.bfloat16))
     with pytest.raises(MageInputError, match="CSRGraph"):
         rust.neighbor_agg(torch.zeros(3), torch.zeros(3, 2))
 

@@ -5,7 +5,7 @@
 
 /// Fields of a plan entry, as the kernel reads them.
 pub const FIELDS: usize = 6;
-/// The most chunks a hub is cut into: one warp adds the partials at the end (four loads in flight),
+/// The most chunks a hub is cut into: one warp adds the partials at the end (two loads in flight),
 /// so a 2^20-edge hub in 128-edge chunks (8192 partials) would leave that warp summing for
 /// milliseconds after everything else has finished; 1024 chunks of 1024 edges balance the two.
 pub const MAX_PARTS: usize = 1024;
