@@ -179,11 +179,14 @@ def _fast(inputs, ranks, out, out_shape_of):
     return None
 
 
+# torch.cuda.current_stream builds a Python Stream object per call (microseconds on the launch path);
+# the private getter returns the handle itself. Looked up once, with the public call as the fallback.
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _stream(device: int) -> int:
-    """The raw handle of the caller's current stream. torch.cuda.current_stream builds a Python Stream
-    object per call (microseconds on the launch path); the private getter returns the handle itself."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+    """The raw handle of the caller's current stream."""
+    return _RAW_STREAM(device) if _RAW_STREAM is not None else torch.cuda.current_stream(device).cuda_stream
 
 
 # ------------------------------------------------------------------------------ rust: the C ABI path
@@ -209,40 +212,23 @@ def _tri_shape(A, B):
     return A.shape if A.shape == B.shape and A.shape[0] == A.shape[1] else None
 
 
-def _matmul_out(A, B, out):
-    fast = _fast((A, B), (2, 2), out, _mm_shape)
+# Per op: the ranks of its tensor inputs and their output shape (None when the sizes do not fit).
+_FAST_SHAPES = {"matmul": ((2, 2), _mm_shape), "bias_gelu": ((2, 1), _bg_shape),
+                "layernorm": ((2, 1, 1), _ln_shape), "triangle": ((3, 3), _tri_shape)}
+
+
+def _prologue(op, inputs, out):
+    """(output, device): the fast path for an ordinary call, else the full validation."""
+    ranks, shape_of = _FAST_SHAPES[op]
+    fast = _fast(inputs, ranks, out, shape_of)
     if fast:
         return fast
-    C = _output("matmul", (A, B), out)
-    return C, _on_cuda("matmul", {"A": A, "B": B, "out": C})
-
-
-def _bias_gelu_out(x, b, out):
-    fast = _fast((x, b), (2, 1), out, _bg_shape)
-    if fast:
-        return fast
-    y = _output("bias_gelu", (x, b), out)
-    return y, _on_cuda("bias_gelu", {"x": x, "b": b, "out": y})
-
-
-def _layernorm_out(x, gamma, beta, out):
-    fast = _fast((x, gamma, beta), (2, 1, 1), out, _ln_shape)
-    if fast:
-        return fast
-    y = _output("layernorm", (x, gamma, beta), out)
-    return y, _on_cuda("layernorm", {"x": x, "gamma": gamma, "beta": beta, "out": y})
-
-
-def _triangle_out(A, B, out):
-    fast = _fast((A, B), (3, 3), out, _tri_shape)
-    if fast:
-        return fast
-    O = _output("triangle", (A, B), out)
-    return O, _on_cuda("triangle", {"A": A, "B": B, "out": O})
+    y = _output(op, inputs, out)
+    return y, _on_cuda(op, {**dict(zip(ops.OPS[op].args, inputs)), "out": y})
 
 
 def _matmul(A, B, out=None, version=1):
-    C, dev = _matmul_out(A, B, out)
+    C, dev = _prologue("matmul", (A, B), out)
     if C.numel():
         (M, K), N = A.shape, B.shape[1]
         _call("mage_rust_matmul", dev, _stream(dev), A.data_ptr(), B.data_ptr(), C.data_ptr(), M, K, N, version)
@@ -260,14 +246,14 @@ def matmul_scalar(A, B, out=None):
 
 
 def bias_gelu(x, b, out=None):
-    y, dev = _bias_gelu_out(x, b, out)
+    y, dev = _prologue("bias_gelu", (x, b), out)
     if y.numel():
         _call("mage_rust_bias_gelu", dev, _stream(dev), x.data_ptr(), b.data_ptr(), y.data_ptr(), *x.shape)
     return y
 
 
 def layernorm(x, gamma, beta, out=None):
-    y, dev = _layernorm_out(x, gamma, beta, out)
+    y, dev = _prologue("layernorm", (x, gamma, beta), out)
     if y.numel():
         _call("mage_rust_layernorm", dev, _stream(dev), x.data_ptr(), gamma.data_ptr(), beta.data_ptr(),
               y.data_ptr(), *x.shape, ops.EPS_LAYERNORM)
@@ -275,7 +261,7 @@ def layernorm(x, gamma, beta, out=None):
 
 
 def triangle(A, B, out=None, version=None):
-    O, dev = _triangle_out(A, B, out)
+    O, dev = _prologue("triangle", (A, B), out)
     if O.numel():
         version = DEFAULT["triangle"] if version is None else version
         _call("mage_rust_triangle", dev, _stream(dev), A.data_ptr(), B.data_ptr(), O.data_ptr(), A.shape[0],
@@ -469,7 +455,7 @@ def _py_launch(dev, kernel, sizes, params):
 
 
 def py_matmul(A, B, out=None):
-    C, dev = _matmul_out(A, B, out)
+    C, dev = _prologue("matmul", (A, B), out)
     if C.numel():
         (M, K), N = A.shape, B.shape[1]
         _py_launch(dev, ("matmul_scalar", "matmul", "matmul_2cta")[DEFAULT["matmul"]], (M, N), [(A.data_ptr(), _P), (B.data_ptr(), _P), (C.data_ptr(), _P),
@@ -478,7 +464,7 @@ def py_matmul(A, B, out=None):
 
 
 def py_bias_gelu(x, b, out=None):
-    y, dev = _bias_gelu_out(x, b, out)
+    y, dev = _prologue("bias_gelu", (x, b), out)
     if y.numel():
         R, C = x.shape
         _py_launch(dev, "bias_gelu", (R, C), [(x.data_ptr(), _P), (b.data_ptr(), _P), (y.data_ptr(), _P),
@@ -487,7 +473,7 @@ def py_bias_gelu(x, b, out=None):
 
 
 def py_layernorm(x, gamma, beta, out=None):
-    y, dev = _layernorm_out(x, gamma, beta, out)
+    y, dev = _prologue("layernorm", (x, gamma, beta), out)
     if y.numel():
         R, C = x.shape
         _py_launch(dev, "layernorm", (R, 0), [(x.data_ptr(), _P), (gamma.data_ptr(), _P), (beta.data_ptr(), _P),
@@ -496,7 +482,7 @@ def py_layernorm(x, gamma, beta, out=None):
 
 
 def py_triangle(A, B, out=None):
-    O, dev = _triangle_out(A, B, out)
+    O, dev = _prologue("triangle", (A, B), out)
     if O.numel():
         N, C = A.shape[0], A.shape[2]
         _py_launch(dev, ("triangle", "triangle_256")[DEFAULT["triangle"]], (N, C), [(A.data_ptr(), _P), (B.data_ptr(), _P), (O.data_ptr(), _P),

@@ -41,6 +41,16 @@ class Settings:
     l2_bytes: int = 60 * 2**20
 
 
+# The tile sweep's protocol: many configs, so fewer calls each; no CUDA graph, no timed warm-up.
+TILE_SETTINGS = dict(iters=20, spans=60, rounds=3, warmup=3, warm_s=0.0, graph=False)
+
+
+def _protocol(iters, spans, rounds, warmup, warm_s, graph, **_) -> dict:
+    """How a run measured, as written to its environment."""
+    return dict(profiled_calls=iters, spans=spans, rounds=rounds, warmup_calls=warmup, warmup_s=warm_s,
+                cuda_graph=graph)
+
+
 def nbytes(inputs) -> int:
     total = 0
     for t in inputs:
@@ -228,9 +238,7 @@ def prepare_run(out_dir, st: Settings, command: str, log=print):
     """Environment and ceilings for this run, written before any kernel is timed."""
     st.run = st.run or new_run_id()
     env = environment(command)
-    env["protocol"] = dict(profiled_calls=st.iters, spans=st.spans, rounds=st.rounds, warmup_calls=st.warmup,
-                           warmup_s=st.warm_s, cuda_graph=st.graph, seed=st.seed,
-                           tile_sweep=dict(profiled_calls=20, spans=60, rounds=3, warmup_calls=3, warmup_s=0.0))
+    env["protocol"] = dict(_protocol(**vars(st)), seed=st.seed, tile_sweep=_protocol(**TILE_SETTINGS))
     st.l2_bytes = env.get("l2_bytes") or st.l2_bytes
     add_environment(out_dir, st.run, env)
     log(f"run {st.run} on {env.get('gpu')}: measuring ceilings")
@@ -329,8 +337,7 @@ def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print):
                 for i, v in enumerate(variants):
                     log(f"  tiles {name} {ops.shape_key(shape)} [{i + 1}/{len(variants)}] {v.config}")
                     r, c = measure_case(spec, shape, shape_set, "warm", [v], Settings(
-                        iters=20, spans=60, rounds=3, warmup=3, warm_s=0.0, graph=False, seed=st.seed, run=st.run,
-                        ceilings=st.ceilings, l2_bytes=st.l2_bytes), log=log)
+                        **TILE_SETTINGS, seed=st.seed, run=st.run, ceilings=st.ceilings, l2_bytes=st.l2_bytes), log=log)
                     for x in r:
                         x["tile_of"], x["shape_set"] = shape_set, "tiles"
                     for x in c:  # a config that fails its check is refused, and its row says why
