@@ -4,6 +4,7 @@ choosing the default config for a shape, and building an ``Impl`` with a config 
 from __future__ import annotations
 
 import functools
+import os
 
 import triton
 
@@ -20,6 +21,12 @@ def split(config: dict) -> tuple[dict, dict]:
     consts = {k: v for k, v in config.items() if k not in LAUNCH_KEYS}
     launch = {k: v for k, v in config.items() if k in LAUNCH_KEYS}
     return consts, launch
+
+
+def interpreting() -> bool:
+    """Whether kernels run in Triton's CPU interpreter (which runs programs one after another and has
+    no inline assembly)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def pow2(n: int) -> int:

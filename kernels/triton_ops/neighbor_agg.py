@@ -18,8 +18,30 @@ from . import common
 
 # <kernel>
 @triton.jit
-def _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Count, F, stride_x, stride_y,
-               chunk, feats, fmask, SPLIT, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr):
+def _flag_raise(Flag, INTERPRET: tl.constexpr):
+    # Publish this program's partial sum: a fence and a release store (a plain store, not an atomic).
+    # Every thread stores the same 1 after the barrier that follows the partial-sum stores.
+    if INTERPRET:  # the interpreter runs programs one after another: ordering holds trivially
+        tl.store(Flag, 1)
+    else:
+        tl.inline_asm_elementwise("fence.acq_rel.gpu; st.release.gpu.global.u32 [$1], 1; mov.u32 $0, 0;",
+                                  "=r,l", [Flag], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _flag_read(Flags, INTERPRET: tl.constexpr):
+    # Acquire loads of a block of flags: what a chunk stored before raising its flag is visible after.
+    if INTERPRET:
+        return tl.load(Flags)
+    else:
+        return tl.inline_asm_elementwise("ld.acquire.gpu.global.u32 $0, [$1];", "=r,l", [Flags],
+                                         dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Flag, F, stride_x, stride_y,
+               chunk, n_chunks, feats, fmask, SPLIT, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+               BLOCK_P: tl.constexpr, INTERPRET: tl.constexpr):
     # Arguments as in _neighbor_agg_kernel below, plus: chunk, the hub chunk this program sums;
     # feats and fmask, its feature columns and which of them exist.
     # One chunk of a hub: up to SPLIT consecutive edges, BLOCK_E gathered rows of x per step.
@@ -39,17 +61,29 @@ def _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Count, F,
                      mask=mask[:, None] & fmask[None, :], other=0.0)
         acc += tl.sum(w[:, None] * xj, axis=0)
     tl.store(Part + chunk * F + feats, acc, mask=fmask)
-    # The last chunk of the hub to arrive adds the partial sums in chunk order, so the result does
-    # not depend on arrival order: the counter only elects that program, no value is summed
-    # atomically. The barrier and the acq_rel atomic publish this block's partials before it.
-    tl.debug_barrier()
-    slot = Count + hub * tl.num_programs(1) + tl.program_id(1)
-    if tl.atomic_add(slot, 1, sem="acq_rel") == parts - 1:
+    # Flags, one per (feature block, chunk), not atomics: every chunk stores its partial sum and raises
+    # its flag; the hub's last chunk waits for all of them and adds the partials in chunk order, so the
+    # result does not depend on which program finished first. The last chunk only waits for programs
+    # with smaller ids, dispatched before it: the same in-order dispatch single-pass scans rely on.
+    flags = Flag + tl.program_id(1) * n_chunks
+    tl.debug_barrier()  # every thread's partial-sum stores come before the flag
+    _flag_raise(flags + chunk + tl.zeros((1,), dtype=tl.int32), INTERPRET)
+    if chunk == first + parts - 1:
         total = tl.zeros((BLOCK_F,), dtype=tl.float32)
-        for p in range(first, first + parts):
-            total += tl.load(Part + p * F + feats, mask=fmask, other=0.0, cache_modifier=".cg")
+        for p0 in range(first, first + parts, BLOCK_P):
+            p = p0 + tl.arange(0, BLOCK_P)
+            pmask = p < first + parts
+            mine = flags + tl.minimum(p, first + parts - 1)  # in bounds; masked-off lanes reread the last
+            while tl.min(_flag_read(mine, INTERPRET), axis=0) == 0:
+                pass
+            tl.debug_barrier()  # one thread's acquire orders the other threads' reads after it
+            block = tl.load(Part + p[:, None] * F + feats[None, :], mask=pmask[:, None] & fmask[None, :],
+                            other=0.0, cache_modifier=".cg")
+            total += tl.sum(block, axis=0)  # a fixed reduction tree: the same order every run
         tl.store(Y + row.to(tl.int64) * stride_y + feats, total, mask=fmask)
-        tl.atomic_xchg(slot, 0)  # ready for the next call
+        for p0 in range(first, first + parts, BLOCK_P):  # lowered for the next call (stream-ordered)
+            p = p0 + tl.arange(0, BLOCK_P)
+            tl.store(flags + p, tl.zeros((BLOCK_P,), dtype=tl.int32), mask=p < first + parts)
 
 
 @triton.jit
@@ -84,7 +118,7 @@ def _neighbor_agg_kernel(
     Rowptr, Col, W,  # the CSR graph: rowptr [n + 1], col [E], w [E]
     X, Y,  # pointers to x [n_src, F] and the output y [n, F]
     HubRow, HubFirst, ChunkHub,  # the split plan: each hub's row, its first chunk, each chunk's hub
-    Part, Count,  # partial sums [chunks, F], and arrivals per (hub, feature block), zero between calls
+    Part, Flag,  # partial sums [chunks, F]; a flag per (feature block, chunk), zero between calls
     n, F,  # rows of y and features
     stride_x, stride_y,  # row strides of x and y (features are contiguous)
     n_chunks,  # programs below this take one hub chunk each (the heavy work first); the rest row blocks
@@ -93,13 +127,15 @@ def _neighbor_agg_kernel(
     BLOCK_D: tl.constexpr,  # edges per row per step in a row block
     BLOCK_E: tl.constexpr,  # edges per step in a hub chunk
     BLOCK_F: tl.constexpr,  # features per program (a grid axis when F is wider)
+    BLOCK_P: tl.constexpr,  # partial sums a hub's last chunk adds per step
+    INTERPRET: tl.constexpr,  # under the CPU interpreter: plain loads and stores for the flags
 ):
     pid = tl.program_id(0)
     feats = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     fmask = feats < F
     if pid < n_chunks:
-        _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Count, F, stride_x, stride_y,
-                   pid, feats, fmask, SPLIT, BLOCK_E, BLOCK_F)
+        _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Flag, F, stride_x, stride_y,
+                   pid, n_chunks, feats, fmask, SPLIT, BLOCK_E, BLOCK_F, BLOCK_P, INTERPRET)
     else:
         _row_block(Rowptr, Col, W, X, Y, n, stride_x, stride_y, pid - n_chunks, feats, fmask, SPLIT,
                    BLOCK_R, BLOCK_D, BLOCK_F)
@@ -127,13 +163,17 @@ SWEEP = [
 # both field-note graphs (5.50 us uniform, 15.5 us skewed), where the best config differed by graph.
 DEFAULTS = {"field": SWEEP[2], "large": SWEEP[2], "sweep": SWEEP[2]}
 
+# Partial sums a hub's last chunk adds per step (BLOCK_P x BLOCK_F values in flight): not a tile
+# parameter of the lesson, the combining step is a small part of a hub's time.
+BLOCK_P = 16
+
 # Split plans per graph structure, found again by the identity (and version) of its rowptr tensor.
 _PLANS: dict = {}
 
 
 def _plan(rowptr, max_degree, split, F, fblocks):
     """The hub plan for one graph: built on the host once (it reads rowptr back, a synchronisation),
-    then reused by every call with the same rowptr. Holds the partial-sum and counter buffers."""
+    then reused by every call with the same rowptr. Holds the partial-sum and flag buffers."""
     key = (id(rowptr), rowptr._version, split, F, fblocks)
     hit = _PLANS.get(key)
     if hit is not None and hit[0]() is rowptr:
@@ -146,7 +186,7 @@ def _plan(rowptr, max_degree, split, F, fblocks):
         hubs = torch.nonzero(deg > split).flatten()
     if hubs is None or hubs.numel() == 0:
         one = torch.zeros(1, dtype=torch.int32, device=dev)
-        plan = dict(hub_row=one, hub_first=one, chunk_hub=one, part=torch.zeros(1, device=dev), count=one,
+        plan = dict(hub_row=one, hub_first=one, chunk_hub=one, part=torch.zeros(1, device=dev), flag=one,
                     n_chunks=0, split=0)
     else:
         per_hub = (deg[hubs] + split - 1) // split
@@ -156,7 +196,7 @@ def _plan(rowptr, max_degree, split, F, fblocks):
         plan = dict(hub_row=hubs.to(torch.int32).to(dev), hub_first=first.to(torch.int32).to(dev),
                     chunk_hub=torch.repeat_interleave(torch.arange(hubs.numel()), per_hub).to(torch.int32).to(dev),
                     part=torch.empty((n_chunks, F), dtype=torch.float32, device=dev),
-                    count=torch.zeros(hubs.numel() * fblocks, dtype=torch.int32, device=dev),
+                    flag=torch.zeros(n_chunks * fblocks, dtype=torch.int32, device=dev),
                     n_chunks=n_chunks, split=split)
     if len(_PLANS) > 32:
         _PLANS.pop(next(iter(_PLANS)))
@@ -176,8 +216,9 @@ def _launch(rowptr, col, w, x, out, max_degree, config):
     consts, launch = common.split(cfg)
     grid = (plan["n_chunks"] + triton.cdiv(n, consts["BLOCK_R"]), fblocks)
     _neighbor_agg_kernel[grid](rowptr, col, w, x, out, plan["hub_row"], plan["hub_first"], plan["chunk_hub"],
-                               plan["part"], plan["count"], n, F, x.stride(0), out.stride(0),
-                               plan["n_chunks"], plan["split"], BLOCK_F=block_f, **consts, **launch)
+                               plan["part"], plan["flag"], n, F, x.stride(0), out.stride(0),
+                               plan["n_chunks"], plan["split"], BLOCK_F=block_f, BLOCK_P=BLOCK_P,
+                               INTERPRET=common.interpreting(), **consts, **launch)
     return out
 
 
