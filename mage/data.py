@@ -17,8 +17,9 @@ import pandas as pd
 REQUIRED = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "value", "unit"]
 OPTIONAL = ["family", "flops", "bytes", "floor_us", "achieved_gbps", "achieved_tflops", "frac_of_floor",
             "kernel_names", "flags", "config", "run", "source", "order", "prepare_s", "tile_of", "clocks"]
+# host_time: the host's wall-clock time inside the call during the event spans (per round, and overall)
 VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches": "count",
-         "copy_time": "us", "prepare_time": "s"}
+         "copy_time": "us", "prepare_time": "s", "host_time": "us"}
 SHAPE_SETS = {"field", "large", "sweep", "tiles", "published"}
 CACHES = {"warm", "cold", "n/a"}
 CHECK_COLUMNS = ["op", "impl", "dtype", "shape", "dist", "error", "tolerance", "passed", "trials", "reason", "run"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -188,6 +189,9 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
                      "flags": ";".join(round_flags + ([f"outliers:{s['outliers']}"] if s["outliers"] else []))}
             for stat in ("n", "mean", "median", "p20", "p80", "min"):
                 rows.append(row(im, "event_span", s[stat], "us", rnd=r, stat=stat, **extra))
+        host = sp.host_means(name)
+        for r, h in enumerate(host, start=1):
+            rows.append(row(im, "host_time", h, "us", rnd=r, order=">".join(sp.orders[r - 1])))
         whole = summarize([x for r in per_round for x in r])
         p = kernel[name]
         flags = list(round_flags)
@@ -195,6 +199,10 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
             flags.append("untracked_work")  # kernel time above the span: work outside the measured call?
         if whole["mean"] > 2 * p.kernel_us:
             flags.append("launch_bound")
+        if host and max(host) - min(host) > 0.03 * whole["mean"]:
+            flags.append("host_speed_moved")  # the host's time in the call moved the round means by > 3%
+        if host:
+            rows.append(row(im, "host_time", statistics.fmean(host), "us"))
         for stat in ("n", "mean", "median", "p10", "p90", "min", "max"):
             rows.append(row(im, "event_span", whole[stat], "us", stat=stat, flags=";".join(flags),
                             kernel_names="|".join(p.kernel_names)))

@@ -1,11 +1,16 @@
 """Event spans around whole calls (the launch path included) and CUDA-graph replay (launch path removed).
 
 Spans start on an idle GPU (a synchronisation before each), so host-side launch work shows up in the
-span exactly as a user calling from Python sees it. Rounds rotate the order of implementations so a
-slow drift in clocks or temperature does not always favour the one measured first.
+span exactly as a user calling from Python sees it. The host's wall-clock time inside each call is kept
+beside the span: on a shared machine the host's speed can change by 2x for seconds at a time, and
+then the span moves with it while span minus host time does not.
+
+Within a round the implementations take turns span by span (a, b, c, a, b, c, ...), so all of them
+see the same host and GPU conditions; rounds rotate who goes first.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -42,16 +47,20 @@ def summarize(samples: list[float]) -> dict:
 
 
 class EventTimer:
-    """Times one call with CUDA events on an idle GPU; returns microseconds."""
+    """Times one call with CUDA events on an idle GPU; returns microseconds. ``last_host_us`` is the
+    host's wall-clock time inside that call (Python, validation, the launch API)."""
 
     def __init__(self):
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
+        self.last_host_us = float("nan")
 
     def __call__(self, fn: Callable) -> float:
         torch.cuda.synchronize()
         self.start.record()
+        t0 = time.perf_counter()
         fn()
+        self.last_host_us = (time.perf_counter() - t0) * 1e6
         self.end.record()
         self.end.synchronize()
         return self.start.elapsed_time(self.end) * 1e3
@@ -60,37 +69,50 @@ class EventTimer:
 @dataclass
 class SpanRounds:
     samples: dict  # name -> list (one per round) of lists of spans in us
-    orders: list  # the order of names in each round
+    orders: list  # the order of names in each pass of each round
+    host: dict = None  # name -> list (one per round) of lists of host times in us (when the timer has them)
 
     def round_means(self, name) -> list[float]:
         return [statistics.fmean(r) for r in self.samples[name]]
+
+    def host_means(self, name) -> list[float]:
+        return [statistics.fmean(r) if r else math.nan for r in (self.host or {}).get(name, [])]
 
 
 def spans(calls: dict[str, Callable], n: int = 300, rounds: int = 3, warmup: int = 10,
           timer: Callable | None = None, between: Callable | None = None, warm_s: float = 0.0) -> SpanRounds:
     """``n`` warmed spans per implementation, split over ``rounds`` with rotated order.
 
-    Before each implementation's spans in a round it runs at least ``warmup`` calls and at least
-    ``warm_s`` seconds of calls: a GPU under its power limit settles its clock over tens of
-    milliseconds of sustained work, so a fixed handful of calls left a heavy GEMM's round means
-    depending on what ran before it. ``timer(fn) -> us`` is injectable (tests use a fake).
-    ``between(round)`` runs before each round (the harness reads clocks there), outside every span.
+    A round warms every implementation (at least ``warmup`` calls and ``warm_s`` seconds each: a GPU
+    under its power limit settles its clock over tens of milliseconds of sustained work), then takes
+    its spans in passes, one span of each implementation per pass, in the round's order. Taking turns
+    means a change in the host's or the GPU's speed during a round reaches every implementation alike.
+    ``timer(fn) -> us`` is injectable (tests use a fake); its ``last_host_us``, when it has one, is
+    kept per span. ``between(round)`` runs before each round (the harness reads clocks there) and
+    after the last, outside every span.
     """
     timer = timer or EventTimer()
     names = list(calls)
     per_round = max(1, n // rounds)
     orders = rotation(names, rounds)
     samples = {name: [] for name in names}
+    host = {name: [] for name in names}
     for r, order in enumerate(orders):
         if between:
             between(r + 1)
         for name in order:
-            fn = calls[name]
-            _warm(fn, warmup, warm_s)
-            samples[name].append([timer(fn) for _ in range(per_round)])
+            _warm(calls[name], warmup, warm_s)
+            samples[name].append([])
+            host[name].append([])
+        for _ in range(per_round):
+            for name in order:
+                samples[name][-1].append(timer(calls[name]))
+                h = getattr(timer, "last_host_us", None)
+                if h is not None:
+                    host[name][-1].append(h)
     if between:
         between(rounds + 1)
-    return SpanRounds(samples, orders)
+    return SpanRounds(samples, orders, host)
 
 
 def _warm(fn: Callable, calls: int, seconds: float) -> None:

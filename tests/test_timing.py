@@ -27,6 +27,7 @@ def test_spans_protocol_with_fake_timer():
 
     def fake_timer(fn):
         fn()
+        fake_timer.last_host_us = {"a": 1.0, "b": 2.0}[log[-1]]
         return {"a": 5.0, "b": 7.0}[log[-1]]
 
     calls = {"a": lambda: log.append("a"), "b": lambda: log.append("b")}
@@ -36,8 +37,10 @@ def test_spans_protocol_with_fake_timer():
     assert [len(r) for r in sp.samples["a"]] == [10, 10, 10]
     assert sp.round_means("b") == [7.0, 7.0, 7.0]
     assert rounds_seen == [1, 2, 3, 4]  # clocks read before every round and after the last
-    # warm-up calls come before each implementation's timed spans, in the rotated order
-    assert log[:12] == ["a"] * 12 and log[12:24] == ["b"] * 12 and log[24:36] == ["b"] * 12
+    assert sp.host_means("a") == [1.0, 1.0, 1.0] and sp.host_means("b") == [2.0, 2.0, 2.0]
+    # a round warms each implementation in the rotated order, then they take turns span by span
+    assert log[:4] == ["a", "a", "b", "b"] and log[4:24] == ["a", "b"] * 10
+    assert log[24:28] == ["b", "b", "a", "a"] and log[28:48] == ["b", "a"] * 10
 
 
 def test_clock_warnings():
