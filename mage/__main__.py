@@ -73,6 +73,13 @@ def cmd_ceilings(a):
     m.prepare_run(Path(a.out), m.Settings(), _command_line(), log=m.stderr_log)
 
 
+def cmd_targets(a):
+    from . import targets as t
+    from .data import load
+    print(t.markdown(t.targets(a.data)))
+    print("\nHarness precision: " + t.precision_summary(load(a.data)))
+
+
 def cmd_import_published(a):
     from .published import import_published
     df = import_published(Path(a.src), Path(a.out))
@@ -120,8 +127,7 @@ def main(argv=None):
 
     sp = sub.add_parser("targets", help="the Triton and Rust speed targets, computed from recorded data")
     sp.add_argument("data", nargs="?", default="data/h200")
-    sp.set_defaults(fn=lambda a: print(__import__("mage.targets", fromlist=["x"]).markdown(
-        __import__("mage.targets", fromlist=["x"]).targets(a.data))))
+    sp.set_defaults(fn=cmd_targets)
 
     sp = sub.add_parser("machine-name", help="the data folder name for this machine's GPU")
     sp.set_defaults(fn=lambda a: print(__import__("mage.env", fromlist=["x"]).machine_name()))

@@ -102,3 +102,36 @@ def markdown(t: pd.DataFrame) -> str:
         m += f" {r.unit}" if r.unit else ""
         lines.append(f"| {r.target} | {m} | {r.wanted} | {'yes' if r.met else 'no'} |")
     return "\n".join(lines)
+
+
+def precision(df: pd.DataFrame, shape_set: str = "large", cache: str = "warm") -> pd.DataFrame:
+    """The harness's own precision: per (op, impl, dtype, shape), how far the round means of event_span
+    lie from their mean (the largest deviation, as a share of the mean), and the same for span minus
+    the host's time inside the call, which removes what the host's speed contributes."""
+    d = df[(df["shape_set"] == shape_set) & (df["cache"] == cache) & (df["round"] > 0) & (df["stat"] == "mean")]
+    key = ["op", "impl", "dtype", "shape"]
+    span = d[d["view"] == "event_span"].set_index(key + ["round"])["value"]
+    host = d[d["view"] == "host_time"].set_index(key + ["round"])["value"]
+    out = []
+    for k, s in span.groupby(level=key):
+        dev = float((s - s.mean()).abs().max() / s.mean())
+        h = host.reindex(s.index)
+        rest = s - h
+        out.append(dict(zip(key, k), rounds=len(s), span_dev=dev,
+                        host_dev=float((h.max() - h.min()) / s.mean()) if h.notna().all() else float("nan"),
+                        rest_dev=float((rest - rest.mean()).abs().max() / rest.mean()) if h.notna().all() else float("nan")))
+    return pd.DataFrame(out, columns=key + ["rounds", "span_dev", "host_dev", "rest_dev"])
+
+
+def precision_summary(df: pd.DataFrame, tol: float = 0.03) -> str:
+    p = precision(df)
+    if p.empty:
+        return "no large-shape event spans with rounds"
+    within = int((p["span_dev"] <= tol).sum())
+    worst = p.sort_values("span_dev").iloc[-1]
+    line = (f"large shapes, warm: {within} of {len(p)} event-span rows have every round mean within "
+            f"{tol:.0%} of their mean; worst {worst.span_dev:.1%} ({worst['op']} {worst['impl']} {worst['dtype']})")
+    if p["rest_dev"].notna().any():
+        line += (f"; span minus host time: {int((p['rest_dev'] <= tol).sum())} of {int(p['rest_dev'].notna().sum())}"
+                 f" within, worst {p['rest_dev'].max():.1%}")
+    return line

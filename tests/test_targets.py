@@ -15,3 +15,19 @@ def test_targets_from_the_recorded_data():
     assert not t["measured"].astype(str).str.contains("nan").any(), t[t["measured"].astype(str).str.contains("nan")]
     md = markdown(t)
     assert md.startswith("| target |") and "Rust bias_gelu large" in md
+
+
+def test_precision_separates_the_host_from_the_span():
+    import pandas as pd
+    from mage.targets import precision, precision_summary
+    rows = []
+    # impl a: the host's time moved 20 -> 60 us between rounds; span minus host stays at 300 us
+    for impl, spans, hosts in (("a", [320, 320, 360], [20, 20, 60]), ("b", [300, 303, 297], [10, 10, 10])):
+        for r, (s, h) in enumerate(zip(spans, hosts), start=1):
+            for view, v in (("event_span", s), ("host_time", h)):
+                rows.append(dict(op="x", impl=impl, dtype="fp32", shape="n=1", shape_set="large", cache="warm",
+                                 view=view, round=r, stat="mean", value=float(v), unit="us"))
+    p = precision(pd.DataFrame(rows)).set_index("impl")
+    assert p.loc["a", "span_dev"] == pytest.approx(26.67 / 333.33, rel=1e-3) and p.loc["a", "rest_dev"] == 0
+    assert p.loc["b", "span_dev"] == pytest.approx(0.01)
+    assert precision_summary(pd.DataFrame(rows)).startswith("large shapes, warm: 1 of 2")
