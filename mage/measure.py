@@ -70,12 +70,14 @@ def n_sets(cache: str, size: int, l2_bytes: int) -> int:
     return max(1, min(k, COLD_MAX_SETS, COLD_MAX_BYTES // size))
 
 
-def _cycling(fn, arg_sets):
-    """A zero-argument call that walks through the input sets, one per call."""
+def _cycling(fn, arg_sets, state=None):
+    """A zero-argument call that walks through the input sets, one per call. Implementations that take
+    turns share ``state``, so consecutive calls, whoever makes them, read different sets (a call never
+    finds the set the previous call just brought into L2)."""
     if len(arg_sets) == 1:
         args = arg_sets[0]
         return lambda: fn(*args)
-    state = {"i": 0}
+    state = {"i": 0} if state is None else state
 
     def call():
         i = state["i"]
@@ -146,12 +148,13 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
         return r
 
     calls, kernel = {}, {}
+    turn = {"i": 0}  # the input set the next call reads, shared by all implementations of this case
     for im in good:
         t0 = time.perf_counter()
         arg_sets = [im.prepare(*s) if im.prepare else s for s in sets]
         torch.cuda.synchronize()
         prep = time.perf_counter() - t0
-        calls[im.name] = _cycling(im.fn, arg_sets)
+        calls[im.name] = _cycling(im.fn, arg_sets, turn)
         rows.append(row(im, "prepare_time", prep, "s", prepare_s=prep))
         try:
             p = profile(calls[im.name], iters=st.iters)

@@ -48,3 +48,14 @@ def test_clock_warnings():
     assert clock_warnings([{"sm_mhz": 1980, "throttle": 1}, {"sm_mhz": 1980, "throttle": 0}]) == []
     flags = clock_warnings([{"sm_mhz": 1980, "throttle": 0}, {"sm_mhz": 1500, "throttle": 0x4}])
     assert flags == ["clocks_moved:1500-1980MHz", "throttled"]
+
+
+def test_cold_input_sets_advance_across_implementations_taking_turns():
+    from mage.measure import _cycling
+    seen, turn = [], {"i": 0}
+    a = _cycling(lambda s: seen.append(("a", s)), [(0,), (1,), (2,)], turn)
+    b = _cycling(lambda s: seen.append(("b", s)), [(0,), (1,), (2,)], turn)
+    for _ in range(2):
+        a(), b()
+    # b never reads the set a has just read (it would find it in L2)
+    assert seen == [("a", 0), ("b", 1), ("a", 2), ("b", 0)]
