@@ -500,7 +500,7 @@ def py_neighbor_agg(graph, x, out=None):
 
 # ---------------------------------------------------------------- rust_native: no Python at all
 def native_spans(op: str, shape: dict, shape_set: str = "field", scalar: bool = False, spans: int = 300,
-                 rounds: int = 3, warmup: int = 10, graph: bool = True, device: int = 0, timeout: float = 600,
+                 rounds: int = 3, block: int = 10, warmup: int = 10, graph: bool = True, device: int = 0, timeout: float = 600,
                  version: Optional[int] = None):
     """Runs the rust_native binary (its own inputs, the same PTX, the harness's span protocol) and
     returns its rows (event_span per round and overall, graph_span) as a DataFrame in mage's schema."""
@@ -508,7 +508,8 @@ def native_spans(op: str, shape: dict, shape_set: str = "field", scalar: bool = 
     if not NATIVE_PATH.exists():
         raise RustKernelError(-1, "MAGE_NOT_BUILT", f"{NOT_BUILT} (no {NATIVE_PATH})")
     cmd = [str(NATIVE_PATH), "--op", op, "--shape", ops.shape_key(shape), "--shape-set", shape_set,
-           "--spans", str(spans), "--rounds", str(rounds), "--warmup", str(warmup), "--device", str(device)]
+           "--spans", str(spans), "--rounds", str(rounds), "--block", str(block), "--warmup", str(warmup),
+           "--device", str(device)]
     cmd += ["--scalar"] if scalar else []
     cmd += [] if graph else ["--no-graph"]
     if version is None and op in DEFAULT and not scalar:

@@ -33,8 +33,9 @@ class Settings:
     iters: int = 100  # profiled calls
     spans: int = 300  # event spans per implementation, over all rounds
     rounds: int = 3
+    block: int = 10  # passes per block; the rounds' blocks alternate over the window (timing.schedule)
     warmup: int = 10
-    warm_s: float = 0.05  # and at least this long, before each implementation's spans in each round
+    warm_s: float = 0.05  # and at least this long, each implementation, before the spans
     graph: bool = True
     seed: int = 1234
     run: str = ""
@@ -43,13 +44,13 @@ class Settings:
 
 
 # The tile sweep's protocol: many configs, so fewer calls each; no CUDA graph, no timed warm-up.
-TILE_SETTINGS = dict(iters=20, spans=60, rounds=3, warmup=3, warm_s=0.0, graph=False)
+TILE_SETTINGS = dict(iters=20, spans=60, rounds=3, block=10, warmup=3, warm_s=0.0, graph=False)
 
 
-def _protocol(iters, spans, rounds, warmup, warm_s, graph, **_) -> dict:
+def _protocol(iters, spans, rounds, block, warmup, warm_s, graph, **_) -> dict:
     """How a run measured, as written to its environment."""
-    return dict(profiled_calls=iters, spans=spans, rounds=rounds, warmup_calls=warmup, warmup_s=warm_s,
-                cuda_graph=graph)
+    return dict(profiled_calls=iters, spans=spans, rounds=rounds, passes_per_block=block,
+                rounds_interleaved=True, warmup_calls=warmup, warmup_s=warm_s, cuda_graph=graph)
 
 
 def nbytes(inputs) -> int:
@@ -179,7 +180,7 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
                 torch.cuda.synchronize()
 
     readings = []
-    sp = spans(calls, n=st.spans, rounds=st.rounds, warmup=st.warmup, warm_s=st.warm_s,
+    sp = spans(calls, n=st.spans, rounds=st.rounds, block=st.block, warmup=st.warmup, warm_s=st.warm_s,
                between=lambda r: readings.append(clocks()))
     round_flags = clock_warnings(readings)
     by_name = {im.name: im for im in good}
@@ -187,8 +188,9 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
         im = by_name[name]
         for r, samples in enumerate(per_round, start=1):
             s = summarize(samples)
+            first, after = sp.round_window(r - 1)
             extra = {"order": ">".join(sp.orders[r - 1]),
-                     "clocks": json.dumps(readings[r - 1: r + 1], sort_keys=True),  # before and after
+                     "clocks": json.dumps([readings[first], readings[after]], sort_keys=True),  # before and after
                      "flags": ";".join(round_flags + ([f"outliers:{s['outliers']}"] if s["outliers"] else []))}
             for stat in ("n", "mean", "median", "p20", "p80", "min"):
                 rows.append(row(im, "event_span", s[stat], "us", rnd=r, stat=stat, **extra))
@@ -202,8 +204,14 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
             flags.append("untracked_work")  # kernel time above the span: work outside the measured call?
         if whole["mean"] > 2 * p.kernel_us:
             flags.append("launch_bound")
-        if host and max(host) - min(host) > 0.03 * whole["mean"]:
-            flags.append("host_speed_moved")  # the host's time in the call moved the round means by > 3%
+        # The rounds are interleaved over the window, so drift shows in time order, not between rounds:
+        # thirds of the window whose span means differ by > 3%, and whether the host's time did it.
+        seg = sp.segment_means(name)
+        if max(seg) - min(seg) > 0.03 * whole["mean"]:
+            flags.append(f"span_drift:{100 * (max(seg) - min(seg)) / whole['mean']:.1f}%")
+        seg_host = sp.segment_means(name, host=True)
+        if seg_host and max(seg_host) - min(seg_host) > 0.03 * whole["mean"]:
+            flags.append("host_speed_moved")  # the host's time in the call moved by > 3% of the span
         if host:
             rows.append(row(im, "host_time", statistics.fmean(host), "us"))
         for stat in ("n", "mean", "median", "p10", "p90", "min", "max"):

@@ -5,11 +5,16 @@ span exactly as a user calling from Python sees it. The host's wall-clock time i
 beside the span: on a shared machine the host's speed can change by 2x for seconds at a time, and
 then the span moves with it while span minus host time does not.
 
-Within a round the implementations take turns span by span (a, b, c, a, b, c, ...), so all of them
-see the same host and GPU conditions; rounds rotate who goes first.
+The implementations take turns span by span (a, b, c, a, b, c, ...), so all of them see the same host
+and GPU conditions. Rounds rotate who goes first, and they are taken in short blocks that alternate
+(round 1, 2, 3, 1, 2, 3, ...), so every round samples the whole measuring window: a slow spell of the
+host then reaches all rounds alike instead of one, and the spread of the round means measures the
+harness's precision, not the host's weather. The host's weather is still reported: ``segment_means``
+gives the means over consecutive thirds of the window, in time order.
 """
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import time
@@ -66,11 +71,27 @@ class EventTimer:
         return self.start.elapsed_time(self.end) * 1e3
 
 
+def schedule(rounds: int, per_round: int, block: int) -> list[tuple[int, int]]:
+    """The blocks in the order they run, as (round index, passes): each round's passes cut into blocks
+    of ``block``, the rounds' blocks alternating, so each round is spread over the whole window."""
+    block = max(1, block)
+    left = [per_round] * rounds
+    out = []
+    while any(left):
+        for r in range(rounds):
+            if left[r]:
+                k = min(block, left[r])
+                out.append((r, k))
+                left[r] -= k
+    return out
+
+
 @dataclass
 class SpanRounds:
     samples: dict  # name -> list (one per round) of lists of spans in us
     orders: list  # the order of names in each pass of each round
     host: dict = None  # name -> list (one per round) of lists of host times in us (when the timer has them)
+    blocks: list = None  # (round index, passes) of each block, in time order (see ``schedule``)
 
     def round_means(self, name) -> list[float]:
         return [statistics.fmean(r) for r in self.samples[name]]
@@ -78,41 +99,73 @@ class SpanRounds:
     def host_means(self, name) -> list[float]:
         return [statistics.fmean(r) if r else math.nan for r in (self.host or {}).get(name, [])]
 
+    def round_window(self, r: int) -> tuple[int, int]:
+        """Indices of the ``between`` readings taken before round ``r``'s first block and after its last."""
+        idx = [i for i, (b, _) in enumerate(self.blocks) if b == r]
+        return idx[0], idx[-1] + 1
+
+    def in_time_order(self, name, host: bool = False) -> list[float]:
+        """One implementation's spans (or host times) in the order they were taken."""
+        src = (self.host or {}).get(name, []) if host else self.samples[name]
+        taken = [0] * len(src)
+        out = []
+        for r, k in self.blocks:
+            out += src[r][taken[r]: taken[r] + k]
+            taken[r] += k
+        return out
+
+    def segment_means(self, name, host: bool = False, segments: int = 3) -> list[float]:
+        """Means over ``segments`` consecutive stretches of the window, in time order: how much the
+        conditions drifted while the rounds were taken."""
+        xs = self.in_time_order(name, host)
+        if len(xs) < segments:
+            return [statistics.fmean(xs)] if xs else []
+        cut = [round(i * len(xs) / segments) for i in range(segments + 1)]
+        return [statistics.fmean(xs[a:b]) for a, b in zip(cut, cut[1:])]
+
 
 def spans(calls: dict[str, Callable], n: int = 300, rounds: int = 3, warmup: int = 10,
-          timer: Callable | None = None, between: Callable | None = None, warm_s: float = 0.0) -> SpanRounds:
+          timer: Callable | None = None, between: Callable | None = None, warm_s: float = 0.0,
+          block: int = 10) -> SpanRounds:
     """``n`` warmed spans per implementation, split over ``rounds`` with rotated order.
 
-    A round warms every implementation (at least ``warmup`` calls and ``warm_s`` seconds each: a GPU
-    under its power limit settles its clock over tens of milliseconds of sustained work), then takes
-    its spans in passes, one span of each implementation per pass, in the round's order. Taking turns
-    means a change in the host's or the GPU's speed during a round reaches every implementation alike.
-    ``timer(fn) -> us`` is injectable (tests use a fake); its ``last_host_us``, when it has one, is
-    kept per span. ``between(round)`` runs before each round (the harness reads clocks there) and
-    after the last, outside every span.
+    First every implementation is warmed (at least ``warmup`` calls and ``warm_s`` seconds each: a GPU
+    under its power limit settles its clock over tens of milliseconds of sustained work). Then the
+    blocks of ``schedule`` run back to back; a block of round r is ``block`` passes, one span of each
+    implementation per pass, in round r's order. ``timer(fn) -> us`` is injectable (tests use a fake);
+    its ``last_host_us``, when it has one, is kept per span. ``between(r)`` runs before each block
+    (r: its round, from 1) and once after the last (r = 0), outside every span: the harness reads
+    clocks there. The garbage collector is off during the spans, as ``timeit`` does: a collection
+    would land inside some call's span.
     """
     timer = timer or EventTimer()
     names = list(calls)
     per_round = max(1, n // rounds)
     orders = rotation(names, rounds)
-    samples = {name: [] for name in names}
-    host = {name: [] for name in names}
-    for r, order in enumerate(orders):
-        if between:
-            between(r + 1)
-        for name in order:
-            _warm(calls[name], warmup, warm_s)
-            samples[name].append([])
-            host[name].append([])
-        for _ in range(per_round):
-            for name in order:
-                samples[name][-1].append(timer(calls[name]))
-                h = getattr(timer, "last_host_us", None)
-                if h is not None:
-                    host[name][-1].append(h)
+    blocks = schedule(rounds, per_round, block)
+    samples = {name: [[] for _ in range(rounds)] for name in names}
+    host = {name: [[] for _ in range(rounds)] for name in names}
+    for name in orders[0]:
+        _warm(calls[name], warmup, warm_s)
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for r, passes in blocks:
+            if between:
+                between(r + 1)
+            for _ in range(passes):
+                for name in orders[r]:
+                    samples[name][r].append(timer(calls[name]))
+                    h = getattr(timer, "last_host_us", None)
+                    if h is not None:
+                        host[name][r].append(h)
+    finally:
+        if collecting:
+            gc.enable()
     if between:
-        between(rounds + 1)
-    return SpanRounds(samples, orders, host)
+        between(0)
+    return SpanRounds(samples, orders, host, blocks)
 
 
 def _warm(fn: Callable, calls: int, seconds: float) -> None:

@@ -32,15 +32,53 @@ def test_spans_protocol_with_fake_timer():
 
     calls = {"a": lambda: log.append("a"), "b": lambda: log.append("b")}
     rounds_seen = []
-    sp = spans(calls, n=30, rounds=3, warmup=2, timer=fake_timer, between=rounds_seen.append)
+    sp = spans(calls, n=30, rounds=3, warmup=2, timer=fake_timer, between=rounds_seen.append, block=4)
     assert sp.orders == [["a", "b"], ["b", "a"], ["a", "b"]]
     assert [len(r) for r in sp.samples["a"]] == [10, 10, 10]
     assert sp.round_means("b") == [7.0, 7.0, 7.0]
-    assert rounds_seen == [1, 2, 3, 4]  # clocks read before every round and after the last
+    # blocks of 4, 4 and 2 passes per round, the rounds alternating; clocks before each block and after
+    assert sp.blocks == [(0, 4), (1, 4), (2, 4)] * 2 + [(0, 2), (1, 2), (2, 2)]
+    assert rounds_seen == [1, 2, 3] * 3 + [0]
+    assert sp.round_window(1) == (1, 8) and sp.round_window(2) == (2, 9)
     assert sp.host_means("a") == [1.0, 1.0, 1.0] and sp.host_means("b") == [2.0, 2.0, 2.0]
-    # a round warms each implementation in the rotated order, then they take turns span by span
-    assert log[:4] == ["a", "a", "b", "b"] and log[4:24] == ["a", "b"] * 10
-    assert log[24:28] == ["b", "b", "a", "a"] and log[28:48] == ["b", "a"] * 10
+    # each implementation warms once, then they take turns span by span in their round's order
+    assert log[:4] == ["a", "a", "b", "b"]
+    assert log[4:12] == ["a", "b"] * 4 and log[12:20] == ["b", "a"] * 4 and log[20:28] == ["a", "b"] * 4
+    assert len(log) == 4 + 60
+
+
+def test_schedule_spreads_every_round_over_the_window():
+    from mage.timing import schedule
+    blocks = schedule(3, 100, 10)
+    assert len(blocks) == 30 and all(k == 10 for _, k in blocks)
+    assert [r for r, _ in blocks[:6]] == [0, 1, 2, 0, 1, 2]
+    assert schedule(2, 5, 10) == [(0, 5), (1, 5)] and schedule(1, 3, 0) == [(0, 1)] * 3
+
+
+def test_slow_spell_reaches_all_rounds_and_shows_in_time_order():
+    """A host that is slow for the middle third of the window: with alternating blocks the round means
+    agree, and the segments in time order show the drift (which the harness flags)."""
+    count = {"k": 0}
+
+    def timer(fn):
+        k = count["k"]
+        count["k"] += 1
+        timer.last_host_us = 40.0 if 100 <= k < 200 else 20.0
+        return 300.0 + timer.last_host_us
+
+    sp = spans({"a": lambda: None}, n=300, rounds=3, warmup=0, timer=timer)
+    means = sp.round_means("a")
+    assert max(means) - min(means) < 0.01 * 320
+    seg = sp.segment_means("a")
+    assert seg == [320.0, 340.0, 320.0] and sp.segment_means("a", host=True) == [20.0, 40.0, 20.0]
+    assert sp.in_time_order("a")[100] == 340.0
+
+
+def test_garbage_collector_is_off_inside_spans_only():
+    import gc
+    seen = []
+    spans({"a": lambda: seen.append(gc.isenabled())}, n=3, rounds=3, warmup=1, timer=lambda fn: fn() or 1.0)
+    assert seen[0] is True and seen[1:] == [False] * 3 and gc.isenabled()
 
 
 def test_clock_warnings():

@@ -1,10 +1,11 @@
 //! rust_native: the Rust launch path with no Python at all. Allocates seeded inputs with the
 //! driver API, launches the same embedded PTX through the same functions as the C ABI, and takes
-//! event spans with the harness's protocol (spans on an idle GPU, warm-up, rounds), plus the
+//! event spans with the harness's protocol (spans on an idle GPU, warm-up, rounds taken in short
+//! alternating blocks so each round spans the whole window), plus the
 //! CUDA-graph span; prints tidy CSV rows in mage's schema on stdout.
 //!
 //! rust_native --op layernorm --shape R=1024,C=1024 --shape-set field [--scalar] [--spans 300]
-//!             [--rounds 3] [--warmup 10] [--device 0] [--no-graph] [--version V]
+//!             [--rounds 3] [--block 10] [--warmup 10] [--device 0] [--no-graph] [--version V]
 //! (--version picks a kernel version as the C ABI's `version` argument: matmul 1 or 2, triangle 0 or 1)
 use mage_rust::driver::{check, driver, CUevent, CUgraph, CUgraphExec, CUstream, DevPtr};
 use mage_rust::{plan, Error, NeighborArgs};
@@ -105,6 +106,7 @@ struct Args {
     scalar: bool,
     spans: usize,
     rounds: usize,
+    block: usize,
     warmup: usize,
     device: i32,
     graph: bool,
@@ -113,7 +115,7 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args { op: String::new(), shape: String::new(), shape_set: "field".into(), scalar: false,
-                       spans: 300, rounds: 3, warmup: 10, device: 0, graph: true,
+                       spans: 300, rounds: 3, block: 10, warmup: 10, device: 0, graph: true,
                        version: None };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -125,6 +127,7 @@ fn parse_args() -> Result<Args, String> {
             "--shape-set" => a.shape_set = val(i)?,
             "--spans" => a.spans = val(i)?.parse().map_err(|e| format!("--spans: {e}"))?,
             "--rounds" => a.rounds = val(i)?.parse().map_err(|e| format!("--rounds: {e}"))?,
+            "--block" => a.block = val(i)?.parse().map_err(|e| format!("--block: {e}"))?,
             "--warmup" => a.warmup = val(i)?.parse().map_err(|e| format!("--warmup: {e}"))?,
             "--device" => a.device = val(i)?.parse().map_err(|e| format!("--device: {e}"))?,
             "--version" => a.version = Some(val(i)?.parse().map_err(|e| format!("--version: {e}"))?),
@@ -136,7 +139,7 @@ fn parse_args() -> Result<Args, String> {
     }
     if a.op.is_empty() || a.shape.is_empty() {
         return Err("usage: rust_native --op OP --shape K=V,... [--shape-set field] [--scalar] [--spans 300] \
-                    [--rounds 3] [--warmup 10] [--device 0] [--no-graph]".into());
+                    [--rounds 3] [--block 10] [--warmup 10] [--device 0] [--no-graph]".into());
     }
     Ok(a)
 }
@@ -322,18 +325,26 @@ fn run(a: &Args) -> Result<(), Error> {
                  stat, v, kernel);
     };
     println!("op,impl,dtype,shape,shape_set,cache,view,round,stat,value,unit,family,config");
-    let per_round = (a.spans / a.rounds.max(1)).max(1);
-    let mut all = Vec::new();
-    for r in 1..=a.rounds {
-        for _ in 0..a.warmup {
-            call(st)?;
-        }
-        let xs: Vec<f64> = (0..per_round).map(|_| timer.span(st, &call)).collect::<Result<_, _>>()?;
-        for (stat, v) in stats(&xs, &["n", "mean", "median", "p20", "p80", "min"]) {
-            row("event_span", r, &stat, v);
-        }
-        all.extend(xs);
+    let rounds = a.rounds.max(1);
+    let per_round = (a.spans / rounds).max(1);
+    for _ in 0..a.warmup {
+        call(st)?;
     }
+    // As mage.timing.schedule: each round's spans in blocks of `block`, the rounds' blocks alternating.
+    let mut xs: Vec<Vec<f64>> = vec![Vec::with_capacity(per_round); rounds];
+    while xs.iter().any(|r| r.len() < per_round) {
+        for r in xs.iter_mut().filter(|r| r.len() < per_round) {
+            for _ in 0..a.block.max(1).min(per_round - r.len()) {
+                r.push(timer.span(st, &call)?);
+            }
+        }
+    }
+    for (r, round) in xs.iter().enumerate() {
+        for (stat, v) in stats(round, &["n", "mean", "median", "p20", "p80", "min"]) {
+            row("event_span", r + 1, &stat, v);
+        }
+    }
+    let all: Vec<f64> = xs.concat();
     for (stat, v) in stats(&all, &["n", "mean", "median", "p10", "p90", "min", "max"]) {
         row("event_span", 0, &stat, v);
     }
