@@ -107,11 +107,16 @@ def markdown(t: pd.DataFrame) -> str:
 def precision(df: pd.DataFrame, shape_set: str = "large", cache: str = "warm") -> pd.DataFrame:
     """The harness's own precision: per (op, impl, dtype, shape), how far the round means of event_span
     lie from their mean (the largest deviation, as a share of the mean), and the same for span minus
-    the host's time inside the call, which removes what the host's speed contributes."""
-    d = df[(df["shape_set"] == shape_set) & (df["cache"] == cache) & (df["round"] > 0) & (df["stat"] == "mean")]
+    the host's time inside the call, which removes what the host's speed contributes. ``drift``: how
+    far the spans moved over the window in time order (range of the thirds' means over the mean) where
+    the run flagged it (over 3%), else NaN."""
+    d = df[(df["shape_set"] == shape_set) & (df["cache"] == cache) & (df["stat"] == "mean")]
     key = ["op", "impl", "dtype", "shape"]
-    span = d[d["view"] == "event_span"].set_index(key + ["round"])["value"]
-    host = d[d["view"] == "host_time"].set_index(key + ["round"])["value"]
+    span = d[(d["view"] == "event_span") & (d["round"] > 0)].set_index(key + ["round"])["value"]
+    host = d[(d["view"] == "host_time") & (d["round"] > 0)].set_index(key + ["round"])["value"]
+    overall = d[(d["view"] == "event_span") & (d["round"] == 0)].set_index(key)
+    flags = overall["flags"].fillna("").astype(str) if "flags" in overall else pd.Series("", index=overall.index)
+    drift = flags.str.extract(r"span_drift:([0-9.]+)%", expand=False).astype(float) / 100
     out = []
     for k, s in span.groupby(level=key):
         dev = float((s - s.mean()).abs().max() / s.mean())
@@ -119,8 +124,18 @@ def precision(df: pd.DataFrame, shape_set: str = "large", cache: str = "warm") -
         rest = s - h
         out.append(dict(zip(key, k), rounds=len(s), span_dev=dev,
                         host_dev=float((h.max() - h.min()) / s.mean()) if h.notna().all() else float("nan"),
-                        rest_dev=float((rest - rest.mean()).abs().max() / rest.mean()) if h.notna().all() else float("nan")))
-    return pd.DataFrame(out, columns=key + ["rounds", "span_dev", "host_dev", "rest_dev"])
+                        rest_dev=float((rest - rest.mean()).abs().max() / rest.mean()) if h.notna().all() else float("nan"),
+                        drift=float(drift.get(k, float("nan")))))
+    return pd.DataFrame(out, columns=key + ["rounds", "span_dev", "host_dev", "rest_dev", "drift"])
+
+
+def precision_all(df: pd.DataFrame) -> pd.DataFrame:
+    """``precision`` for the field, large and sweep shapes in both cache modes (not the tile sweep, whose
+    rows differ by config), with shape set and cache as columns."""
+    parts = [precision(df, ss, c).assign(shape_set=ss, cache=c)
+             for ss in ("field", "large", "sweep") for c in ("warm", "cold")]
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else precision(df).assign(shape_set=[], cache=[])
 
 
 def precision_summary(df: pd.DataFrame, tol: float = 0.03) -> str:
@@ -134,4 +149,9 @@ def precision_summary(df: pd.DataFrame, tol: float = 0.03) -> str:
     if p["rest_dev"].notna().any():
         line += (f"; span minus host time: {int((p['rest_dev'] <= tol).sum())} of {int(p['rest_dev'].notna().sum())}"
                  f" within, worst {p['rest_dev'].max():.1%}")
+    a = precision_all(df)
+    moved = a[a["drift"].notna()]
+    line += (f". All shape sets: {int((a['span_dev'] <= tol).sum())} of {len(a)} rows within; {len(moved)} drifted"
+             f" by over {tol:.0%} in time order (worst {moved['drift'].max():.1%}), and of those"
+             f" {int((moved['span_dev'] <= tol).sum())} still have round means within {tol:.0%}") if len(moved) else ""
     return line

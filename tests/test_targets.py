@@ -31,3 +31,16 @@ def test_precision_separates_the_host_from_the_span():
     assert p.loc["a", "span_dev"] == pytest.approx(26.67 / 333.33, rel=1e-3) and p.loc["a", "rest_dev"] == 0
     assert p.loc["b", "span_dev"] == pytest.approx(0.01)
     assert precision_summary(pd.DataFrame(rows)).startswith("large shapes, warm: 1 of 2")
+    assert p["drift"].isna().all()  # no run flagged drift in these rows
+
+
+def test_precision_reads_drift_from_the_flags():
+    import pandas as pd
+    from mage.targets import precision_all, precision_summary
+    base = dict(op="x", impl="a", dtype="fp32", shape="n=1", cache="warm", view="event_span", stat="mean", unit="us")
+    rows = [dict(base, shape_set=ss, round=r, value=100.0 + r) for ss in ("large", "sweep") for r in (1, 2, 3)]
+    rows += [dict(base, shape_set="sweep", round=0, value=102.0, flags="launch_bound;span_drift:12.5%;host_speed_moved"),
+             dict(base, shape_set="large", round=0, value=102.0, flags="")]
+    a = precision_all(pd.DataFrame(rows)).set_index("shape_set")
+    assert a.loc["sweep", "drift"] == pytest.approx(0.125) and pd.isna(a.loc["large", "drift"])
+    assert "1 drifted by over 3% in time order (worst 12.5%), and of those 1 still" in precision_summary(pd.DataFrame(rows))
