@@ -1,7 +1,7 @@
 """The environment a measurement ran in: the card, the software, and the clocks while it ran.
 
 Every run stores this beside its data, so a figure can say which machine made it and a reader can see
-whether clocks moved or the card throttled during a round.
+whether clocks moved or the card throttled while the spans were taken.
 """
 from __future__ import annotations
 

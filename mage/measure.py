@@ -205,12 +205,12 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
         if whole["mean"] > 2 * p.kernel_us:
             flags.append("launch_bound")
         # The rounds are interleaved over the window, so drift shows in time order, not between rounds:
-        # thirds of the window whose span means differ by > 3%, and whether the host's time did it.
-        seg = sp.segment_means(name)
-        if max(seg) - min(seg) > 0.03 * whole["mean"]:
-            flags.append(f"span_drift:{100 * (max(seg) - min(seg)) / whole['mean']:.1f}%")
-        seg_host = sp.segment_means(name, host=True)
-        if seg_host and max(seg_host) - min(seg_host) > 0.03 * whole["mean"]:
+        # thirds of the window whose span medians differ by > 3%, and whether the host's time did it.
+        seg = sp.segment_medians(name)
+        if seg and max(seg) - min(seg) > 0.03 * whole["median"]:
+            flags.append(f"span_drift:{100 * (max(seg) - min(seg)) / whole['median']:.1f}%")
+        seg_host = sp.segment_medians(name, host=True)
+        if seg_host and max(seg_host) - min(seg_host) > 0.03 * whole["median"]:
             flags.append("host_speed_moved")  # the host's time in the call moved by > 3% of the span
         if host:
             rows.append(row(im, "host_time", statistics.fmean(host), "us"))

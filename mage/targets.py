@@ -108,8 +108,9 @@ def precision(df: pd.DataFrame, shape_set: str = "large", cache: str = "warm") -
     """The harness's own precision: per (op, impl, dtype, shape), how far the round means of event_span
     lie from their mean (the largest deviation, as a share of the mean), and the same for span minus
     the host's time inside the call, which removes what the host's speed contributes. ``drift``: how
-    far the spans moved over the window in time order (range of the thirds' means over the mean) where
-    the run flagged it (over 3%), else NaN."""
+    far the spans moved over the window in time order (range of the thirds' medians over the median)
+    where the run flagged it (over 3%); NaN where it did not, or computed none (``rust_native``, whose
+    binary reports rounds only, and windows too short to cut in thirds)."""
     d = df[(df["shape_set"] == shape_set) & (df["cache"] == cache) & (df["stat"] == "mean")]
     key = ["op", "impl", "dtype", "shape"]
     span = d[(d["view"] == "event_span") & (d["round"] > 0)].set_index(key + ["round"])["value"]
@@ -151,7 +152,8 @@ def precision_summary(df: pd.DataFrame, tol: float = 0.03) -> str:
                  f" within, worst {p['rest_dev'].max():.1%}")
     a = precision_all(df)
     moved = a[a["drift"].notna()]
-    line += (f". All shape sets: {int((a['span_dev'] <= tol).sum())} of {len(a)} rows within; {len(moved)} drifted"
-             f" by over {tol:.0%} in time order (worst {moved['drift'].max():.1%}), and of those"
-             f" {int((moved['span_dev'] <= tol).sum())} still have round means within {tol:.0%}") if len(moved) else ""
+    line += f". All shape sets: {int((a['span_dev'] <= tol).sum())} of {len(a)} rows within; "
+    line += (f"{len(moved)} drifted by over {tol:.0%} in time order (worst {moved['drift'].max():.1%}), and of those"
+             f" {int((moved['span_dev'] <= tol).sum())} still have round means within {tol:.0%}") if len(moved) else \
+        f"none drifted by over {tol:.0%} in time order"
     return line

@@ -6,11 +6,11 @@ beside the span: on a shared machine the host's speed can change by 2x for secon
 then the span moves with it while span minus host time does not.
 
 The implementations take turns span by span (a, b, c, a, b, c, ...), so all of them see the same host
-and GPU conditions. Rounds rotate who goes first, and they are taken in short blocks that alternate
-(round 1, 2, 3, 1, 2, 3, ...), so every round samples the whole measuring window: a slow spell of the
-host then reaches all rounds alike instead of one, and the spread of the round means measures the
-harness's precision, not the host's weather. The host's weather is still reported: ``segment_means``
-gives the means over consecutive thirds of the window, in time order.
+and GPU conditions. Rounds rotate who goes first, and they are taken in short blocks, back and forth
+(round 1, 2, 3, 3, 2, 1, 1, 2, 3, ...), so every round samples the whole measuring window and a steady
+trend falls on all rounds alike. The spread of the round means then says how far interleaved estimates
+of one mean disagree; it does not say how the machine moved during the window. That is reported
+apart: ``segment_medians`` gives the medians over consecutive thirds of the window, in time order.
 """
 from __future__ import annotations
 
@@ -73,12 +73,16 @@ class EventTimer:
 
 def schedule(rounds: int, per_round: int, block: int) -> list[tuple[int, int]]:
     """The blocks in the order they run, as (round index, passes): each round's passes cut into blocks
-    of ``block``, the rounds' blocks alternating, so each round is spread over the whole window."""
+    of ``block``, the rounds' blocks taken forwards then backwards (0, 1, 2, 2, 1, 0, ...), so each
+    round is spread over the whole window and none is always the earliest of a cycle."""
     block = max(1, block)
     left = [per_round] * rounds
     out = []
+    cycle = 0
     while any(left):
-        for r in range(rounds):
+        order = range(rounds) if cycle % 2 == 0 else range(rounds - 1, -1, -1)
+        cycle += 1
+        for r in order:
             if left[r]:
                 k = min(block, left[r])
                 out.append((r, k))
@@ -99,29 +103,36 @@ class SpanRounds:
     def host_means(self, name) -> list[float]:
         return [statistics.fmean(r) if r else math.nan for r in (self.host or {}).get(name, [])]
 
+    def _blocks(self) -> list:
+        # Without a schedule the rounds ran one after another, each as one block.
+        return self.blocks or [(r, len(x)) for r, x in enumerate(next(iter(self.samples.values()), []))]
+
     def round_window(self, r: int) -> tuple[int, int]:
         """Indices of the ``between`` readings taken before round ``r``'s first block and after its last."""
-        idx = [i for i, (b, _) in enumerate(self.blocks) if b == r]
+        idx = [i for i, (b, _) in enumerate(self._blocks()) if b == r]
         return idx[0], idx[-1] + 1
 
     def in_time_order(self, name, host: bool = False) -> list[float]:
         """One implementation's spans (or host times) in the order they were taken."""
         src = (self.host or {}).get(name, []) if host else self.samples[name]
+        if not any(src):
+            return []
         taken = [0] * len(src)
         out = []
-        for r, k in self.blocks:
+        for r, k in self._blocks():
             out += src[r][taken[r]: taken[r] + k]
             taken[r] += k
         return out
 
-    def segment_means(self, name, host: bool = False, segments: int = 3) -> list[float]:
-        """Means over ``segments`` consecutive stretches of the window, in time order: how much the
-        conditions drifted while the rounds were taken."""
+    def segment_medians(self, name, host: bool = False, segments: int = 3, least: int = 30) -> list[float]:
+        """Medians over ``segments`` consecutive stretches of the window, in time order: how far the
+        conditions drifted while the spans were taken. Medians, so that a few slow spans (flagged as
+        outliers already) do not read as drift; empty when a stretch would hold fewer than ``least``."""
         xs = self.in_time_order(name, host)
-        if len(xs) < segments:
-            return [statistics.fmean(xs)] if xs else []
+        if len(xs) < segments * least:
+            return []
         cut = [round(i * len(xs) / segments) for i in range(segments + 1)]
-        return [statistics.fmean(xs[a:b]) for a, b in zip(cut, cut[1:])]
+        return [statistics.median(xs[a:b]) for a, b in zip(cut, cut[1:])]
 
 
 def spans(calls: dict[str, Callable], n: int = 300, rounds: int = 3, warmup: int = 10,
@@ -130,8 +141,10 @@ def spans(calls: dict[str, Callable], n: int = 300, rounds: int = 3, warmup: int
     """``n`` warmed spans per implementation, split over ``rounds`` with rotated order.
 
     First every implementation is warmed (at least ``warmup`` calls and ``warm_s`` seconds each: a GPU
-    under its power limit settles its clock over tens of milliseconds of sustained work). Then the
-    blocks of ``schedule`` run back to back; a block of round r is ``block`` passes, one span of each
+    under its power limit settles its clock over tens of milliseconds of sustained work), then all take
+    ``block`` untimed turns in the timed rhythm: without them the first timed block found the first
+    implementation idle since its own warm-up, and round 1 read high in most rows. Then the blocks of
+    ``schedule`` run back to back; a block of round r is ``block`` passes, one span of each
     implementation per pass, in round r's order. ``timer(fn) -> us`` is injectable (tests use a fake);
     its ``last_host_us``, when it has one, is kept per span. ``between(r)`` runs before each block
     (r: its round, from 1) and once after the last (r = 0), outside every span: the harness reads
@@ -140,6 +153,7 @@ def spans(calls: dict[str, Callable], n: int = 300, rounds: int = 3, warmup: int
     """
     timer = timer or EventTimer()
     names = list(calls)
+    rounds = max(1, rounds)
     per_round = max(1, n // rounds)
     orders = rotation(names, rounds)
     blocks = schedule(rounds, per_round, block)
@@ -151,6 +165,9 @@ def spans(calls: dict[str, Callable], n: int = 300, rounds: int = 3, warmup: int
     gc.collect()
     gc.disable()
     try:
+        for _ in range(min(max(1, block), per_round)):
+            for name in orders[0]:
+                timer(calls[name])  # the lead-in: same rhythm as the spans, not kept
         for r, passes in blocks:
             if between:
                 between(r + 1)

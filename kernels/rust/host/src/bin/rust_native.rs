@@ -1,7 +1,7 @@
 //! rust_native: the Rust launch path with no Python at all. Allocates seeded inputs with the
 //! driver API, launches the same embedded PTX through the same functions as the C ABI, and takes
-//! event spans with the harness's protocol (spans on an idle GPU, warm-up, rounds taken in short
-//! alternating blocks so each round spans the whole window), plus the
+//! event spans with the harness's protocol (spans on an idle GPU, warm-up, an untimed lead-in, rounds
+//! taken in short blocks back and forth so each round spans the whole window), plus the
 //! CUDA-graph span; prints tidy CSV rows in mage's schema on stdout.
 //!
 //! rust_native --op layernorm --shape R=1024,C=1024 --shape-set field [--scalar] [--spans 300]
@@ -327,15 +327,24 @@ fn run(a: &Args) -> Result<(), Error> {
     println!("op,impl,dtype,shape,shape_set,cache,view,round,stat,value,unit,family,config");
     let rounds = a.rounds.max(1);
     let per_round = (a.spans / rounds).max(1);
+    let block = a.block.max(1);
     for _ in 0..a.warmup {
         call(st)?;
     }
-    // As mage.timing.schedule: each round's spans in blocks of `block`, the rounds' blocks alternating.
+    for _ in 0..block.min(per_round) {
+        timer.span(st, &call)?; // the lead-in, in the timed rhythm, not kept (as mage.timing.spans)
+    }
+    // As mage.timing.schedule: each round's spans in blocks of `block`, the rounds' blocks taken
+    // forwards then backwards (0, 1, 2, 2, 1, 0, ...).
     let mut xs: Vec<Vec<f64>> = vec![Vec::with_capacity(per_round); rounds];
+    let mut cycle = 0;
     while xs.iter().any(|r| r.len() < per_round) {
-        for r in xs.iter_mut().filter(|r| r.len() < per_round) {
-            for _ in 0..a.block.max(1).min(per_round - r.len()) {
-                r.push(timer.span(st, &call)?);
+        let order: Vec<usize> = if cycle % 2 == 0 { (0..rounds).collect() } else { (0..rounds).rev().collect() };
+        cycle += 1;
+        for r in order {
+            let k = block.min(per_round - xs[r].len());
+            for _ in 0..k {
+                xs[r].push(timer.span(st, &call)?);
             }
         }
     }
