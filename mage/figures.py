@@ -233,7 +233,8 @@ def roofline(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, shape_sets=
                                  extra="Marker shape: operation (circle matmul, square bias + GELU, diamond LayerNorm, "
                                        "triangle triangle contraction, x neighbour aggregation); small markers "
                                        "field shapes, large markers large shapes. Roofs are this card's measured "
-                                       "copy bandwidth and FP32 matmul rate, not datasheet peaks."))
+                                       "copy bandwidth and FP32 matmul rate, not datasheet peaks, measured once per "
+                                       "run: a point a few percent above its roof means that reading came out low."))
 
 
 # ---------------------------------------------------------------------------------------- cost vs size
