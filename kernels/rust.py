@@ -500,8 +500,8 @@ def py_neighbor_agg(graph, x, out=None):
 
 # ---------------------------------------------------------------- rust_native: no Python at all
 def native_spans(op: str, shape: dict, shape_set: str = "field", scalar: bool = False, spans: int = 300,
-                 rounds: int = 3, block: int = 10, warmup: int = 10, graph: bool = True, device: int = 0, timeout: float = 600,
-                 version: Optional[int] = None):
+                 rounds: int = 3, block: int = 10, warmup: int = 10, graph: bool = True, device: int = 0,
+                 timeout: float = 600, version: Optional[int] = None):
     """Runs the rust_native binary (its own inputs, the same PTX, the harness's span protocol) and
     returns its rows (event_span per round and overall, graph_span) as a DataFrame in mage's schema."""
     import pandas as pd

@@ -206,11 +206,12 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
             flags.append("launch_bound")
         # The rounds are interleaved over the window, so drift shows in time order, not between rounds:
         # thirds of the window whose span medians differ by > 3%, and whether the host's time did it.
-        seg = sp.segment_medians(name)
-        if seg and max(seg) - min(seg) > 0.03 * whole["median"]:
-            flags.append(f"span_drift:{100 * (max(seg) - min(seg)) / whole['median']:.1f}%")
-        seg_host = sp.segment_medians(name, host=True)
-        if seg_host and max(seg_host) - min(seg_host) > 0.03 * whole["median"]:
+        def moved(seg):  # range of the thirds' medians, as a share of the span's median
+            return (max(seg) - min(seg)) / whole["median"] if seg else 0.0
+        drift, host_drift = moved(sp.segment_medians(name)), moved(sp.segment_medians(name, host=True))
+        if drift > 0.03:
+            flags.append(f"span_drift:{100 * drift:.1f}%")
+        if host_drift > 0.03:
             flags.append("host_speed_moved")  # the host's time in the call moved by > 3% of the span
         if host:
             rows.append(row(im, "host_time", statistics.fmean(host), "us"))

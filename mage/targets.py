@@ -140,7 +140,8 @@ def precision_all(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def precision_summary(df: pd.DataFrame, tol: float = 0.03) -> str:
-    p = precision(df)
+    a = precision_all(df)
+    p = a[(a["shape_set"] == "large") & (a["cache"] == "warm")]
     if p.empty:
         return "no large-shape event spans with rounds"
     within = int((p["span_dev"] <= tol).sum())
@@ -150,7 +151,6 @@ def precision_summary(df: pd.DataFrame, tol: float = 0.03) -> str:
     if p["rest_dev"].notna().any():
         line += (f"; span minus host time: {int((p['rest_dev'] <= tol).sum())} of {int(p['rest_dev'].notna().sum())}"
                  f" within, worst {p['rest_dev'].max():.1%}")
-    a = precision_all(df)
     moved = a[a["drift"].notna()]
     line += f". All shape sets: {int((a['span_dev'] <= tol).sum())} of {len(a)} rows within; "
     line += (f"{len(moved)} drifted by over {tol:.0%} in time order (worst {moved['drift'].max():.1%}), and of those"
