@@ -1,9 +1,9 @@
-"""mage: check, time and profile implementations of five small GPU operations, and record tidy data.
+"""mage: check, time and profile implementations of GPU operations (found under kernels/), and record tidy data.
 
 Measuring imports only torch, numpy and pandas; figures (plotly) live in ``mage.figures``, imported lazily.
 """
 from .errors import MageInputError
-from .ops import OPS, CSRGraph, shape_key
+from .ops import OPS, shape_key
 from .registry import get as get_impl, impls, register
 
 
@@ -12,7 +12,10 @@ def run(op: str, impl: str, *inputs, dtype: str = "fp32", out=None):
     from . import ops
     spec = ops.get(op)
     spec.validate(*inputs)
+    spec.validate_out(inputs, out)
     im = get_impl(op, impl, dtype)
+    if not im.callable:
+        raise MageInputError(op, "impl", f"{impl!r} times itself in its own process; it cannot be called")
     args = im.prepare(*inputs) if im.prepare else inputs
     return im.fn(*args, out=out)
 
@@ -23,4 +26,4 @@ def load(path):
     return _load(path)
 
 
-__all__ = ["MageInputError", "OPS", "CSRGraph", "shape_key", "impls", "get_impl", "register", "run", "load"]
+__all__ = ["MageInputError", "OPS", "shape_key", "impls", "get_impl", "register", "run", "load"]

@@ -32,8 +32,7 @@ def cmd_measure(a):
     all_rows = []
     if not a.tiles_only:
         cases = m.plan(a.ops, a.impls, a.shapes, a.cache, a.dtypes)
-        rows, checks = m.run_cases(cases, out, st, native=a.impls is None or "rust_native" in a.impls,
-                                   log=m.stderr_log)
+        rows, checks = m.run_cases(cases, out, st, log=m.stderr_log)
         all_rows.append(rows)
         failed = checks[~checks["passed"]] if len(checks) else checks
         if len(failed):

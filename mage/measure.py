@@ -20,9 +20,10 @@ from .ceilings import measure_all as measure_ceilings
 from .data import add_environment, merge_csv
 from .env import clock_warnings, clocks, environment, machine_name
 from .profile import ProfileError, profile
-from .timing import graph_span, spans, summarize
+from .timing import SpanPlan, SpanRounds, graph_span, spans, summarize
 
-KEY = ["op", "impl", "dtype", "shape", "cache", "view", "round", "stat"]
+# One value of one run: a later run adds its rows beside the earlier runs' (mage.data.load picks a run)
+KEY = ["op", "impl", "dtype", "shape", "cache", "view", "round", "stat", "run"]
 RATE = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "bf16": "bf16_tflops"}
 COLD_FACTOR = 2.5  # input sets cover this many L2 sizes, so each call finds its inputs evicted
 COLD_MAX_SETS, COLD_MAX_BYTES = 64, 8 * 2**30
@@ -53,14 +54,7 @@ def _protocol(iters, spans, rounds, block, warmup, warm_s, graph, **_) -> dict:
                 rounds_interleaved=True, warmup_calls=warmup, warmup_s=warm_s, cuda_graph=graph)
 
 
-def nbytes(inputs) -> int:
-    total = 0
-    for t in inputs:
-        if isinstance(t, torch.Tensor):
-            total += t.numel() * t.element_size()
-        elif isinstance(t, ops.CSRGraph):
-            total += sum(x.numel() * x.element_size() for x in (t.rowptr, t.col, t.w))
-    return total
+nbytes = ops.input_bytes
 
 
 def n_sets(cache: str, size: int, l2_bytes: int) -> int:
@@ -88,24 +82,6 @@ def _cycling(fn, arg_sets, state=None):
     return call
 
 
-def other_set(spec, shape, probe, seed, dtype):
-    """Another input set for cold-cache rotation. Graphs keep the probe's degrees (so the edge count,
-    and thus every shape a compiled graph specialises on, is the same) with fresh columns and weights."""
-    if spec.name != "neighbor_agg":
-        return spec.inputs(shape, seed=seed, device="cuda", dtype=dtype)
-    g, _ = probe
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    return ops.regraph(g, gen), ops._randn(tuple(probe[1].shape), gen, "cuda", "normal")
-
-
-def cost(spec, shape, inputs, dtype):
-    """FLOPs and compulsory bytes, with a generated graph's actual edge count rather than the nominal."""
-    if spec.name == "neighbor_agg":
-        g = inputs[0]
-        shape = dict(shape, deg=g.nnz / max(g.n, 1))
-    return spec.cost(shape, dtype)
-
-
 def derived(view, value, flops, nbytes_, dtype, ceil):
     """Floor (the larger of bytes over bandwidth and FLOPs over rate) and the achieved rates."""
     out = {"flops": flops, "bytes": nbytes_}
@@ -124,6 +100,8 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
     rows, checks = [], []
     dtype = impls[0].dtype
     key = ops.shape_key(shape)
+    own = [im for im in impls if im.own_spans]  # they time themselves, in their own process
+    impls = [im for im in impls if im.callable]
     good = []
     for im in impls:
         c = check(im, shape, trials=1, seed=st.seed + 17, device="cuda")
@@ -136,14 +114,15 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
         return rows, checks
     probe = spec.inputs(shape, seed=st.seed, device="cuda", dtype=dtype)
     k = n_sets(cache, nbytes(probe), st.l2_bytes)
-    sets = [probe] + [other_set(spec, shape, probe, st.seed + i, dtype) for i in range(1, k)]
-    flops, nb = cost(spec, shape, probe, dtype)
+    sets = [probe] + [spec.another_set(shape, probe, st.seed + i, dtype) for i in range(1, k)]
+    flops, nb = spec.cost(shape, dtype, inputs=probe)
     base = dict(op=spec.name, dtype=dtype, shape=key, shape_set=shape_set, cache=cache, run=st.run,
                 source="measured")
 
     def row(im, view, value, unit, rnd=0, stat="mean", **extra):
+        config = im.config_at(shape)
         r = dict(base, impl=im.name, family=im.family, view=view, round=rnd, stat=stat, value=value, unit=unit,
-                 config=json.dumps(im.config, sort_keys=True) if im.config else "")
+                 config=json.dumps(config, sort_keys=True) if config else "")
         r.update(derived(view, value, flops, nb, dtype, st.ceilings))
         r.update(extra)
         return r
@@ -180,54 +159,65 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
                 torch.cuda.synchronize()
 
     readings = []
-    sp = spans(calls, n=st.spans, rounds=st.rounds, block=st.block, warmup=st.warmup, warm_s=st.warm_s,
-               between=lambda r: readings.append(clocks()))
+    plan = SpanPlan.make(st.spans, st.rounds, st.block, st.warmup, st.warm_s)
+    sp = spans(calls, plan=plan, between=lambda r: readings.append(clocks()))
     round_flags = clock_warnings(readings)
-    by_name = {im.name: im for im in good}
-    for name, per_round in sp.samples.items():
-        im = by_name[name]
-        for r, samples in enumerate(per_round, start=1):
-            s = summarize(samples)
-            first, after = sp.round_window(r - 1)
-            extra = {"order": ">".join(sp.orders[r - 1]),
-                     "clocks": json.dumps([readings[first], readings[after]], sort_keys=True),  # before and after
-                     "flags": ";".join(round_flags + ([f"outliers:{s['outliers']}"] if s["outliers"] else []))}
-            for stat in ("n", "mean", "median", "p20", "p80", "min"):
-                rows.append(row(im, "event_span", s[stat], "us", rnd=r, stat=stat, **extra))
-        host = sp.host_means(name)
-        for r, h in enumerate(host, start=1):
-            rows.append(row(im, "host_time", h, "us", rnd=r, order=">".join(sp.orders[r - 1])))
-        whole = summarize([x for r in per_round for x in r])
-        p = kernel[name]
-        flags = list(round_flags)
-        if p.kernel_us > 1.02 * whole["mean"]:
-            flags.append("untracked_work")  # kernel time above the span: work outside the measured call?
-        if whole["mean"] > 2 * p.kernel_us:
-            flags.append("launch_bound")
-        # The rounds are interleaved over the window, so drift shows in time order, not between rounds:
-        # thirds of the window whose span medians differ by > 3%, and whether the host's time did it.
-        def moved(seg):  # range of the thirds' medians, as a share of the span's median
-            return (max(seg) - min(seg)) / whole["median"] if seg else 0.0
-        drift, host_drift = moved(sp.segment_medians(name)), moved(sp.segment_medians(name, host=True))
-        if drift > 0.03:
-            flags.append(f"span_drift:{100 * drift:.1f}%")
-        if host_drift > 0.03:
-            flags.append("host_speed_moved")  # the host's time in the call moved by > 3% of the span
-        if host:
-            rows.append(row(im, "host_time", statistics.fmean(host), "us"))
-        for stat in ("n", "mean", "median", "p10", "p90", "min", "max"):
-            rows.append(row(im, "event_span", whole[stat], "us", stat=stat, flags=";".join(flags),
-                            kernel_names="|".join(p.kernel_names)))
+    for im in good:
+        window = lambda r: [readings[a] for a in sp.round_window(r)]  # noqa: E731 - clocks before and after
+        rows += _span_rows(im, sp, kernel[im.name], round_flags, window, row)
+    for im in own if cache == "warm" else []:  # their own process makes one input set: warm only
+        before = clocks()
+        try:
+            got = im.own_spans(shape, shape_set, plan, st.graph)
+        except Exception as e:  # noqa: BLE001 - an optional path; the log says why it is absent
+            log(f"  {im.name} skipped for {spec.name} {key}: {type(e).__name__}: {e}")
+            continue
+        after = clocks()
+        own_sp = SpanRounds({im.name: got["spans_us"]}, [[im.name]] * plan.rounds,
+                            {im.name: got.get("host_us") or [[] for _ in range(plan.rounds)]}, list(plan.blocks))
+        shared = kernel.get(im.kernels_of)
+        rows += _span_rows(im, own_sp, shared, clock_warnings([before, after]), lambda r: [before, after], row,
+                           kernel_names=got.get("kernel_names", ""))
+        if got.get("graph_us") is not None:
+            rows.append(row(im, "graph_span", float(got["graph_us"]), "us"))
     return rows, checks
 
 
-def _native_rows(spec, shape, shape_set, log):
-    try:
-        from kernels import rust
-        return rust.native_spans(spec.name, shape, shape_set)
-    except Exception as e:  # noqa: BLE001 - the native binary is optional; say why it is absent
-        log(f"  rust_native skipped for {spec.name}: {type(e).__name__}: {e}")
-        return None
+def _span_rows(im, sp, p, round_flags, window, row, kernel_names=None):
+    """The event_span and host_time rows of one implementation, from its raw spans."""
+    rows, name = [], im.name
+    per_round = sp.samples[name]
+    names = "|".join(p.kernel_names) if p else (kernel_names or "")
+    for r, samples in enumerate(per_round, start=1):
+        s = summarize(samples)
+        extra = {"order": ">".join(sp.orders[r - 1]),
+                 "clocks": json.dumps(window(r - 1), sort_keys=True),
+                 "flags": ";".join(round_flags + ([f"outliers:{s['outliers']}"] if s["outliers"] else []))}
+        for stat in ("n", "mean", "median", "p20", "p80", "min"):
+            rows.append(row(im, "event_span", s[stat], "us", rnd=r, stat=stat, **extra))
+    host = [h for h in sp.host_means(name) if not math.isnan(h)]
+    for r, h in enumerate(host, start=1):
+        rows.append(row(im, "host_time", h, "us", rnd=r, order=">".join(sp.orders[r - 1])))
+    whole = summarize([x for r in per_round for x in r])
+    flags = list(round_flags)
+    if p is not None and p.kernel_us > 1.02 * whole["mean"]:
+        flags.append("untracked_work")  # kernel time above the span: work outside the measured call?
+    if p is not None and whole["mean"] > 2 * p.kernel_us:
+        flags.append("launch_bound")
+    # The rounds are interleaved over the window, so drift shows in time order, not between rounds:
+    # thirds of the window whose span medians differ by > 3%, and whether the host's time did it.
+    def moved(seg):  # range of the thirds' medians, as a share of the span's median
+        return (max(seg) - min(seg)) / whole["median"] if seg else 0.0
+    drift, host_drift = moved(sp.segment_medians(name)), moved(sp.segment_medians(name, host=True))
+    if drift > 0.03:
+        flags.append(f"span_drift:{100 * drift:.1f}%")
+    if host_drift > 0.03:
+        flags.append("host_speed_moved")  # the host's time in the call moved by > 3% of the span
+    if host:
+        rows.append(row(im, "host_time", statistics.fmean(host), "us"))
+    for stat in ("n", "mean", "median", "p10", "p90", "min", "max"):
+        rows.append(row(im, "event_span", whole[stat], "us", stat=stat, flags=";".join(flags), kernel_names=names))
+    return rows
 
 
 def plan(op_names, impl_names, shape_sets, caches, dtypes=None):
@@ -238,13 +228,14 @@ def plan(op_names, impl_names, shape_sets, caches, dtypes=None):
         chosen = [i for i in registry.impls(name, names=impl_names) if (dtypes is None or i.dtype in dtypes)]
         chosen = [i for i in chosen if not i.runs_on("cuda")]
         for shape_set in shape_sets:
-            # The size sweep shows how cost grows with work: warm only, and without torch.compile, which
-            # would compile every size anew (seconds each) to show the same kernels as at field and large.
+            # The size sweep shows how cost grows with work: warm only, and without the implementations
+            # that opt out (torch.compile would compile every size anew, seconds each, to show the same
+            # kernels as at field and large) or time themselves in a process of their own.
             sweep = shape_set == "sweep"
             for shape in spec.shapes[shape_set]:
                 for cache in (["warm"] if sweep else caches):
                     for dt in dict.fromkeys(i.dtype for i in chosen):
-                        group = [i for i in chosen if i.dtype == dt and not (sweep and i.name == "torch_compile")]
+                        group = [i for i in chosen if i.dtype == dt and not (sweep and (not i.size_sweep or i.own_spans))]
                         if group:
                             cases.append((spec, shape, shape_set, cache, group))
     return cases
@@ -277,7 +268,7 @@ def _streams_anyway(spec, shape, dtype, st) -> bool:
     return n_sets("cold", nb, st.l2_bytes) == 1
 
 
-def run_cases(cases, out_dir, st: Settings, native=False, log=print):
+def run_cases(cases, out_dir, st: Settings, log=print):
     all_rows, all_checks = [], []
     last_warm = {}
     t_start = time.perf_counter()
@@ -294,12 +285,9 @@ def run_cases(cases, out_dir, st: Settings, native=False, log=print):
         else:
             rows, checks = measure_case(spec, shape, shape_set, cache, group, st, log=log)
         if cache == "warm":
-            last_warm[(spec.name, ops.shape_key(shape), group[0].dtype)] = [r for r in rows if r["impl"] != "rust_native"]
+            own = {i.name for i in group if i.own_spans}  # warm only: not relabelled as cold
+            last_warm[(spec.name, ops.shape_key(shape), group[0].dtype)] = [r for r in rows if r["impl"] not in own]
         all_checks += checks
-        if native and cache == "warm" and group[0].dtype == "fp32" and shape_set != "sweep":
-            extra = _native_rows(spec, shape, shape_set, log)
-            if extra is not None and len(extra):
-                rows += extra.assign(run=st.run).to_dict("records")
         # written after every case, atomically: a run cut short keeps what it measured
         write(out_dir, pd.DataFrame(rows), pd.DataFrame(checks))
         all_rows += rows
@@ -313,7 +301,7 @@ def write(out_dir, rows: pd.DataFrame, checks: pd.DataFrame):
     for shape_set, part in (rows.groupby("shape_set") if len(rows) else []):
         merge_csv(part, out_dir / f"{shape_set}.csv", KEY)
     if len(checks):
-        merge_csv(checks, out_dir / "checks.csv", ["op", "impl", "dtype", "shape", "dist"])
+        merge_csv(checks, out_dir / "checks.csv", ["op", "impl", "dtype", "shape", "dist", "run"])
 
 
 def summary_table(rows: pd.DataFrame) -> str:
@@ -345,31 +333,32 @@ def quick(impl, shape: dict, iters: int = 20, n_spans: int = 30):
 
 
 def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print):
-    """The Triton tile sweep: every configuration in the op's SWEEP, checked, then profiled and spanned."""
-    from kernels import triton_ops
+    """The tile sweep: every configuration that an implementation offers (``Impl.sweep``), each checked,
+    then profiled and spanned with the lighter TILE_SETTINGS; every row records the config that ran."""
     rows, checks = [], []
     for name in op_names:
         spec = ops.get(name)
-        sweep = triton_ops.sweep_configs(name)
-        for shape_set in shape_sets:
-            for shape in spec.shapes[shape_set]:
-                variants = [triton_ops.variant(name, **cfg) for cfg in sweep]
-                for i, v in enumerate(variants):
-                    log(f"  tiles {name} {ops.shape_key(shape)} [{i + 1}/{len(variants)}] {v.config}")
-                    r, c = measure_case(spec, shape, shape_set, "warm", [v], Settings(
-                        **TILE_SETTINGS, seed=st.seed, run=st.run, ceilings=st.ceilings, l2_bytes=st.l2_bytes), log=log)
-                    for x in r:
-                        x["tile_of"], x["shape_set"] = shape_set, "tiles"
-                    for x in c:  # a config that fails its check is refused, and its row says why
-                        x["config"] = json.dumps(v.config, sort_keys=True)
-                    rows += r
-                    checks += c
-                    # after every config: a run cut short keeps the configs it measured
-                    if r:
-                        merge_csv(pd.DataFrame(r), out_dir / "tiles.csv", KEY + ["config"])
-                    if c:
-                        merge_csv(pd.DataFrame(c), out_dir / "tile_checks.csv",
-                                  ["op", "impl", "dtype", "shape", "dist", "config"])
+        for base in [i for i in registry.impls(name, dtype="fp32") if i.sweep and i.variant]:
+            variants = [base.variant(**cfg) for cfg in base.sweep]
+            for shape_set in shape_sets:
+                for shape in spec.shapes[shape_set]:
+                    for i, v in enumerate(variants):
+                        log(f"  tiles {name} {ops.shape_key(shape)} [{i + 1}/{len(variants)}] {v.config}")
+                        r, c = measure_case(spec, shape, shape_set, "warm", [v], Settings(
+                            **TILE_SETTINGS, seed=st.seed, run=st.run, ceilings=st.ceilings, l2_bytes=st.l2_bytes),
+                            log=log)
+                        for x in r:
+                            x["tile_of"], x["shape_set"] = shape_set, "tiles"
+                        for x in c:  # a config that fails its check is refused, and its row says why
+                            x["config"] = json.dumps(v.config, sort_keys=True)
+                        rows += r
+                        checks += c
+                        # after every config: a run cut short keeps the configs it measured
+                        if r:
+                            merge_csv(pd.DataFrame(r), out_dir / "tiles.csv", KEY + ["config"])
+                        if c:
+                            merge_csv(pd.DataFrame(c), out_dir / "tile_checks.csv",
+                                      ["op", "impl", "dtype", "shape", "dist", "config"])
     return pd.DataFrame(rows), pd.DataFrame(checks)
 
 

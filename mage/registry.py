@@ -1,29 +1,39 @@
 """Which implementations exist: (operation, implementation, dtype) -> a callable and what it can run on.
 
-Tests, the harness and the pages loop over this registry; adding a kernel is one ``register`` call.
-Kernel modules register themselves when imported; ``load()`` imports all of them.
+Operations are discovered, not listed: every folder under a kernel root (``kernels/`` by default) that
+holds a ``spec.py`` is one operation, and every other module in that folder (not ``test_*``, not
+``_*``) is imported so that it can register its implementations. Tests, the harness and the pages loop
+over this registry; adding an operation is adding a folder, adding a kernel is one ``register`` call.
 """
 from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Optional
 
 from .errors import MageInputError
-from .ops import OPS
+from .ops import OPS, Op
 
-# Modules that register implementations, in the order their columns appear in figures.
-KERNEL_MODULES = ("kernels.pytorch_ops", "kernels.triton_ops", "kernels.rust")
+ROOTS = [Path(__file__).resolve().parent.parent / "kernels"]  # more with ``add_root`` (tests do)
+
+# Families in the order their columns appear; their members are ordered by registration ``order``.
+FAMILIES = ("pytorch", "triton", "rust")
+DTYPES = ("fp32", "tf32", "bf16")
 
 
 @dataclass(frozen=True)
 class Impl:
     op: str
     name: str  # e.g. 'pytorch', 'torch_compile', 'triton', 'rust', 'rust_scalar'
-    fn: Callable  # fn(*inputs, out=None) -> output tensor
+    fn: Optional[Callable]  # fn(*inputs, out=None) -> output tensor; None when it only times itself
     dtype: str = "fp32"
     family: str = ""  # 'pytorch', 'triton' or 'rust': the column group in figures
+    label: str = ""  # how figures and prose name it ('PyTorch eager')
+    color: str = "#888888"
+    order: int = 50  # column position within the op (lower first)
     needs_cuda: bool = True  # False: also runs on CPU tensors
     interpret: bool = False  # runs on CPU under TRITON_INTERPRET=1
     # prepare(*inputs) -> inputs, done once per input set and never timed (building a sparse matrix,
@@ -31,12 +41,29 @@ class Impl:
     prepare: Optional[Callable] = None
     # available() -> None when usable, else the reason (library not built, no CUDA, ...)
     available: Callable[[], Optional[str]] = field(default=lambda: None)
-    config: dict = field(default_factory=dict)  # tile sizes and the like, recorded with measurements
-    note: str = ""
+    config: dict = field(default_factory=dict)  # the exact tile sizes and the like it runs with
+    # An implementation that takes its spans in its own process: own_spans(shape, shape_set, plan, graph)
+    # executes the harness's SpanPlan and returns {"spans_us", "host_us", "graph_us", "kernel_names"}.
+    own_spans: Optional[Callable] = None
+    kernels_of: str = ""  # the implementation whose kernel-time rows it shares (it launches the same PTX)
+    size_sweep: bool = True  # measured across the size sweep (torch.compile opts out: it recompiles per size)
+    # config_for(shape) -> the exact config that runs at ``shape`` (recorded with every row).
+    config_for: Optional[Callable] = None
+    # Tile choices: the configs a sweep tries (first: the plain one), and variant(**config) -> Impl.
+    sweep: tuple = ()
+    variant: Optional[Callable] = None
 
     @property
     def key(self):
         return (self.op, self.name, self.dtype)
+
+    @property
+    def callable(self) -> bool:
+        return self.fn is not None
+
+    def config_at(self, shape: dict) -> dict:
+        """The config that runs at ``shape``."""
+        return self.config_for(shape) if self.config_for else dict(self.config)
 
     def runs_on(self, device: str) -> Optional[str]:
         """None if this implementation can run on ``device`` ('cpu' or 'cuda') now, else why not."""
@@ -49,9 +76,13 @@ class Impl:
             return "needs CUDA" + (" (or TRITON_INTERPRET=1)" if self.interpret else "")
         return None
 
+    def with_config(self, **kw) -> "Impl":
+        return replace(self, **kw)
+
 
 _REGISTRY: dict[tuple, Impl] = {}
-_loaded = False
+LOAD_ERRORS: dict[str, str] = {}
+_loaded: set = set()
 
 
 def register(op: str, name: str, **kw) -> Callable:
@@ -67,25 +98,69 @@ def register(op: str, name: str, **kw) -> Callable:
     return deco
 
 
+def add(impl: Impl) -> Impl:
+    """Register an ``Impl`` built by hand (one that times itself has no ``fn`` to decorate)."""
+    if impl.op not in OPS:
+        raise MageInputError("register", "op", f"must be one of {list(OPS)}, got {impl.op!r}")
+    _REGISTRY[impl.key] = impl
+    return impl
+
+
+def _op_folders(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.glob("*/spec.py") if not p.parent.name.startswith("_"))
+
+
+def _import(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - keep the other columns usable, report this one
+        LOAD_ERRORS[module] = f"{type(e).__name__}: {e}"
+
+
+def discover_specs() -> None:
+    """Import every ``<root>/<op>/spec.py``; each defines ``SPEC``, which joins ``mage.ops.OPS``."""
+    for root in ROOTS:
+        if str(root.parent) not in sys.path:
+            sys.path.insert(0, str(root.parent))
+        for folder in _op_folders(root):
+            mod = f"{root.name}.{folder.name}.spec"
+            if mod in _loaded:
+                continue
+            _loaded.add(mod)
+            spec = importlib.import_module(mod).SPEC
+            if not isinstance(spec, Op) or spec.name != folder.name:
+                raise MageInputError("registry", "SPEC", f"{mod} must define SPEC = Op(name={folder.name!r}, ...)")
+            OPS.add(spec)
+
+
 def load() -> None:
-    """Import every kernel module once. A module that cannot import (a missing toolchain) is skipped
-    and its reason kept, so a CPU machine still gets the columns it can run."""
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for mod in KERNEL_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name and (e.name == mod or mod.startswith(e.name + ".")):
-                continue  # that column is not written yet
-            LOAD_ERRORS[mod] = repr(e)
-        except Exception as e:  # noqa: BLE001 - keep the other columns usable, report this one
-            LOAD_ERRORS[mod] = repr(e)
+    """Import every implementation module of every operation once. A module that cannot import (a
+    missing toolchain) is skipped and its reason kept, so a CPU machine still gets what it can run."""
+    discover_specs()
+    for root in ROOTS:
+        for folder in _op_folders(root):
+            for path in sorted(folder.glob("*.py")):
+                if path.stem in ("spec", "__init__") or path.stem.startswith(("test_", "_")):
+                    continue
+                mod = f"{root.name}.{folder.name}.{path.stem}"
+                if mod not in _loaded:
+                    _loaded.add(mod)
+                    _import(mod)
 
 
-LOAD_ERRORS: dict[str, str] = {}
+def add_root(path) -> None:
+    """Another folder of operation folders (a package whose parent is importable); tests use it to add
+    an operation from a temporary folder."""
+    path = Path(path).resolve()
+    if path not in ROOTS:
+        ROOTS.append(path)
+    load()
+
+
+def _sort_key(i: Impl):
+    fam = FAMILIES.index(i.family) if i.family in FAMILIES else len(FAMILIES)
+    dt = DTYPES.index(i.dtype) if i.dtype in DTYPES else len(DTYPES)
+    return (list(OPS).index(i.op) if i.op in OPS else 99, fam, i.order, i.name, dt)
 
 
 def impls(op: Optional[str] = None, names=None, dtype: Optional[str] = None) -> list[Impl]:
@@ -93,7 +168,12 @@ def impls(op: Optional[str] = None, names=None, dtype: Optional[str] = None) -> 
     out = [i for i in _REGISTRY.values()
            if (op is None or i.op == op) and (names is None or i.name in names)
            and (dtype is None or i.dtype == dtype)]
-    return out
+    return sorted(out, key=_sort_key)
+
+
+def impl_names() -> list[str]:
+    """Every implementation name, in column order."""
+    return list(dict.fromkeys(i.name for i in impls()))
 
 
 def get(op: str, name: str, dtype: str = "fp32") -> Impl:

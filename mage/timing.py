@@ -15,6 +15,7 @@ apart: ``segment_medians`` gives the medians over consecutive thirds of the wind
 from __future__ import annotations
 
 import gc
+import json
 import math
 import statistics
 import time
@@ -88,6 +89,40 @@ def schedule(rounds: int, per_round: int, block: int) -> list[tuple[int, int]]:
                 out.append((r, k))
                 left[r] -= k
     return out
+
+
+@dataclass(frozen=True)
+class SpanPlan:
+    """The span protocol of one case, decided once here; whoever takes the spans (this module, or an
+    implementation that times itself in its own process) executes it as given and returns raw spans.
+
+    Warm each implementation (``warmup`` calls and at least ``warm_s`` seconds), take ``lead_in``
+    untimed passes in the timed rhythm, then run ``blocks`` in order: a block (r, k) is k passes of
+    round r, one span of each implementation per pass."""
+
+    rounds: int
+    per_round: int
+    block: int
+    warmup: int
+    warm_s: float
+    lead_in: int
+    blocks: tuple  # ((round index, passes), ...) in time order, from ``schedule``
+
+    @staticmethod
+    def make(n: int = 300, rounds: int = 3, block: int = 10, warmup: int = 10, warm_s: float = 0.0) -> "SpanPlan":
+        rounds = max(1, rounds)
+        per_round = max(1, n // rounds)
+        blocks = tuple(schedule(rounds, per_round, block))
+        return SpanPlan(rounds, per_round, max(1, block), warmup, warm_s, min(max(1, block), per_round), blocks)
+
+    def to_json(self) -> str:
+        return json.dumps(dict(rounds=self.rounds, per_round=self.per_round, block=self.block,
+                               warmup=self.warmup, warm_s=self.warm_s, lead_in=self.lead_in,
+                               blocks=[list(b) for b in self.blocks]), sort_keys=True)
+
+    def round_sequence(self) -> list[int]:
+        """The round of every timed pass, in time order: what an executor must reproduce."""
+        return [r for r, k in self.blocks for _ in range(k)]
 
 
 @dataclass

@@ -8,9 +8,10 @@ import triton
 import triton.language as tl
 
 from mage import ops
-from mage.registry import register
 
-from . import common
+from kernels._triton import common, register_kernel
+
+from .spec import EPS, SPEC
 
 
 # <kernel>
@@ -88,8 +89,8 @@ DEFAULTS = {"field": SWEEP[0], "large": SWEEP[3], "sweep": SWEEP[0]}
 
 
 def layernorm(x, gamma, beta, out=None, **config):
-    """y = (x - mean) / sqrt(var + eps) * gamma + beta over each row, eps = mage.ops.EPS_LAYERNORM."""
-    ops.OPS["layernorm"].validate(x, gamma, beta)
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta over each row, eps = spec.EPS."""
+    SPEC.validate(x, gamma, beta)
     R, C = x.shape
     ops.check_out("layernorm", out, (R, C), x.dtype, x.device)
     out = torch.empty((R, C), dtype=x.dtype, device=x.device) if out is None else out
@@ -102,13 +103,12 @@ def layernorm(x, gamma, beta, out=None, **config):
     block_c = min(common.pow2(C), cfg.pop("MAX_BLOCK_C"))
     consts, launch = common.split(cfg)
     grid = (triton.cdiv(R, consts["BLOCK_R"]),)
-    _layernorm_kernel[grid](x, gamma, beta, out, R, C, x.stride(0), out.stride(0), ops.EPS_LAYERNORM,
+    _layernorm_kernel[grid](x, gamma, beta, out, R, C, x.stride(0), out.stride(0), EPS,
                             BLOCK_C=block_c, ONE_BLOCK=block_c >= C, **consts, **launch)
     return out
 
 
-register("layernorm", "triton", family="triton", interpret=True, needs_cuda=True,
-         config=DEFAULTS)(lambda x, gamma, beta, out=None: layernorm(x, gamma, beta, out=out))
+register_kernel("layernorm", layernorm, DEFAULTS, SWEEP)
 
 
 @torch.library.custom_op("mage::triton_layernorm", mutates_args=())

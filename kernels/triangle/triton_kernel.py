@@ -11,9 +11,10 @@ import triton.language as tl
 
 from mage import ops
 from mage.errors import MageInputError
-from mage.registry import register
 
-from . import common
+from kernels._triton import common, register_kernel
+
+from .spec import SPEC
 
 
 # <kernel>
@@ -130,7 +131,7 @@ DEFAULTS = {"field": SWEEP[1], "large": SWEEP[8], "sweep": SWEEP[8]}
 
 def triangle(A, B, out=None, **config):
     """O_ijc = sum_k A_ikc B_jkc for A, B of shape [N, N, C], any strides, no copies."""
-    ops.OPS["triangle"].validate(A, B)
+    SPEC.validate(A, B)
     N, _, C = A.shape
     ops.check_out("triangle", out, (N, N, C), A.dtype, A.device)
     out = torch.empty((N, N, C), dtype=A.dtype, device=A.device) if out is None else out
@@ -144,15 +145,7 @@ def triangle(A, B, out=None, **config):
     return out
 
 
-def reuse(config: dict) -> dict:
-    """Per k step of one program: distinct inputs loaded, multiply-adds, and their ratio."""
-    bi, bj, bk, bc = config["BLOCK_I"], config["BLOCK_J"], config["BLOCK_K"], config["BLOCK_C"]
-    loads, fmas = bc * (bi * bk + bk * bj), bc * bi * bj * bk
-    return dict(loads=loads, fmas=fmas, fmas_per_load=fmas / loads)
-
-
-register("triangle", "triton", family="triton", interpret=True, needs_cuda=True,
-         config=DEFAULTS)(lambda A, B, out=None: triangle(A, B, out=out))
+register_kernel("triangle", triangle, DEFAULTS, SWEEP)
 
 
 @torch.library.custom_op("mage::triton_triangle", mutates_args=())

@@ -1,16 +1,14 @@
-"""What the five Triton launchers share: splitting a config into kernel constants and launch options,
-choosing the default config for a shape, and building an ``Impl`` with a config bound to it.
+"""What the Triton launchers share: splitting a config into kernel constants and launch options, and
+choosing the config a call runs with.
 """
 from __future__ import annotations
 
-import functools
 import os
 
 import triton
 
 from mage import ops
 from mage.errors import MageInputError
-from mage.registry import Impl
 
 # Keys of a config dict that are launch options, not constants of the kernel.
 LAUNCH_KEYS = ("num_warps", "num_stages")
@@ -61,13 +59,3 @@ def choose(op: str, defaults: dict, shape: dict, config: dict) -> dict:
         _CHOSEN.clear()
     _CHOSEN[memo] = {**base, **config}
     return dict(_CHOSEN[memo])
-
-
-def impl(op: str, launcher, precision: str, config: dict, prepare=None, **fixed) -> Impl:
-    """An unregistered ``Impl`` of ``launcher`` with ``config`` bound (for sweeps and the widget);
-    ``fixed`` are launcher arguments that are not tile choices (matmul's precision)."""
-    fn = functools.partial(launcher, **fixed, **config)
-    prep = functools.partial(prepare, **config) if prepare else None
-    return Impl(op=op, name="triton", fn=fn, dtype=precision, family="triton", needs_cuda=True,
-                interpret=precision != "bf16",  # bf16 dots are wrong in the interpreter (see matmul.py)
-                prepare=prep, config=dict(config))

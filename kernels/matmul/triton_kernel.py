@@ -10,9 +10,10 @@ import triton.language as tl
 
 from mage import ops
 from mage.errors import MageInputError
-from mage.registry import register
 
-from . import common
+from kernels._triton import common, register_kernel
+
+from .spec import SPEC
 
 
 # <kernel>
@@ -101,7 +102,7 @@ PRECISION = {"fp32": "ieee", "tf32": "tf32", "bf16": "ieee"}
 def matmul(A, B, out=None, dtype=None, **config):
     """C = A @ B. ``dtype``: 'fp32' (IEEE, the default for fp32 inputs), 'tf32', or 'bf16' (bf16
     inputs, fp32 accumulation, bf16 output as torch gives). ``config`` overrides the tile sizes."""
-    ops.OPS["matmul"].validate(A, B)
+    SPEC.validate(A, B)
     dtype = dtype or ("bf16" if A.dtype == torch.bfloat16 else "fp32")
     if (dtype == "bf16") != (A.dtype == torch.bfloat16):
         raise MageInputError("matmul", "A", f"has dtype {A.dtype}, which does not fit precision {dtype!r}")
@@ -120,25 +121,11 @@ def matmul(A, B, out=None, dtype=None, **config):
     return out
 
 
-def reuse(config: dict) -> dict:
-    """Per K step of one output tile: distinct inputs loaded, multiply-adds done, and their ratio."""
-    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-    loads, fmas = bm * bk + bk * bn, bm * bn * bk
-    return dict(loads=loads, fmas=fmas, fmas_per_load=fmas / loads)
-
-
-def _for(dtype):
-    def fn(A, B, out=None):
-        return matmul(A, B, out=out, dtype=dtype)
-    fn.__name__ = f"matmul_triton_{dtype}"
-    return fn
-
-
 # Triton 3.6's interpreter multiplies bf16 dot operands wrongly (results off by ~1e9), so the bf16
 # row is checked on the GPU only.
-for _dtype in ("fp32", "tf32", "bf16"):
-    register("matmul", "triton", dtype=_dtype, family="triton", interpret=_dtype != "bf16",
-             needs_cuda=True, config=DEFAULTS[_dtype])(_for(_dtype))
+for _dtype, _sweep in (("fp32", SWEEP), ("tf32", SWEEP_TF32), ("bf16", SWEEP_BF16)):
+    register_kernel("matmul", matmul, DEFAULTS[_dtype], _sweep, precision=_dtype, interpret=_dtype != "bf16",
+                    dtype=_dtype)
 
 
 @torch.library.custom_op("mage::triton_matmul", mutates_args=())

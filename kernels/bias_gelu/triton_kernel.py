@@ -8,9 +8,10 @@ import triton
 import triton.language as tl
 
 from mage import ops
-from mage.registry import register
 
-from . import common
+from kernels._triton import common, register_kernel
+
+from .spec import SPEC
 
 
 # <kernel>
@@ -61,7 +62,7 @@ DEFAULTS = {"field": SWEEP[8], "large": SWEEP[0], "sweep": SWEEP[2]}
 
 def bias_gelu(x, b, out=None, **config):
     """y = gelu(x + b), exact GELU. x's columns must be contiguous (a strided view is copied first)."""
-    ops.OPS["bias_gelu"].validate(x, b)
+    SPEC.validate(x, b)
     R, C = x.shape
     ops.check_out("bias_gelu", out, (R, C), x.dtype, x.device)
     out = torch.empty((R, C), dtype=x.dtype, device=x.device) if out is None else out
@@ -76,8 +77,7 @@ def bias_gelu(x, b, out=None, **config):
     return out
 
 
-register("bias_gelu", "triton", family="triton", interpret=True, needs_cuda=True,
-         config=DEFAULTS)(lambda x, b, out=None: bias_gelu(x, b, out=out))
+register_kernel("bias_gelu", bias_gelu, DEFAULTS, SWEEP)
 
 
 @torch.library.custom_op("mage::triton_bias_gelu", mutates_args=())

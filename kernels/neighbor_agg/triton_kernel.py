@@ -11,9 +11,10 @@ import triton
 import triton.language as tl
 
 from mage import ops
-from mage.registry import register
 
-from . import common
+from kernels._triton import common, register_kernel
+
+from .spec import SPEC
 
 
 # <kernel>
@@ -228,7 +229,7 @@ def _launch(rowptr, col, w, x, out, max_degree, config):
 
 def neighbor_agg(graph, x, out=None, **config):
     """y_i = sum_{j in N(i)} w_ij x_j. The first call on a graph with hubs builds its split plan."""
-    ops.OPS["neighbor_agg"].validate(graph, x)
+    SPEC.validate(graph, x)
     n, F = graph.n, x.shape[1]
     ops.check_out("neighbor_agg", out, (n, F), x.dtype, x.device)
     out = torch.empty((n, F), dtype=x.dtype, device=x.device) if out is None else out
@@ -247,9 +248,7 @@ def prepare(graph, x, **config):
     return graph, x
 
 
-register("neighbor_agg", "triton", family="triton", interpret=True, needs_cuda=True, prepare=prepare,
-         config=DEFAULTS, note="hub split plan built in prepare")(
-    lambda graph, x, out=None: neighbor_agg(graph, x, out=out))
+register_kernel("neighbor_agg", neighbor_agg, DEFAULTS, SWEEP, prepare=prepare)
 
 
 @torch.library.custom_op("mage::triton_neighbor_agg", mutates_args=())

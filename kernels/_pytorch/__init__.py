@@ -1,0 +1,72 @@
+"""What the PyTorch columns share: the eager call of an op's plain expression, and the same expression
+under torch.compile, compiled outside the timed calls.
+
+The expressions are deliberately what a PyTorch user would write, with no validation of our own
+(PyTorch raises its own errors); ``mage.run`` validates before calling any implementation. With ``out``
+given (the checks pass a NaN-poisoned buffer) the result is copied into it; timed calls pass no ``out``.
+"""
+from __future__ import annotations
+
+import torch
+
+from mage.registry import register
+
+LABEL = {"pytorch": "PyTorch eager", "torch_compile": "torch.compile"}
+COLOR = {"pytorch": "#1f5fa8", "torch_compile": "#6d9fd8"}  # blues for the PyTorch family
+
+
+def into(out, y):
+    return y if out is None else out.copy_(y)
+
+
+def set_precision(dtype):
+    # FP32 rows are IEEE FP32; TF32 rows let cuBLAS use the tensor cores. Set per call so one row's
+    # setting never leaks into another's.
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+
+
+def eager(op, expr, dtype, uses_matmul=False):
+    if uses_matmul:
+        def fn(*inputs, out=None):
+            set_precision(dtype)
+            return into(out, expr(*inputs))
+    else:
+        def fn(*inputs, out=None):
+            return into(out, expr(*inputs))
+    fn.__name__ = f"{op}_pytorch_{dtype}"
+    return fn
+
+
+class Compiled:
+    """prepare() compiles for the given inputs and calls once, so compilation (timed by the harness as
+    prepare time) never lands inside a measurement. One compiled graph per shape (dynamic=False)."""
+
+    def __init__(self, op, expr, dtype):
+        self.op, self.dtype = op, dtype
+        # a size sweep compiles one graph per shape; the default limit of 8 would silently fall back
+        # to eager for the rest
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        # Compile in this process: a pool of compile workers keeps running after compilation and was
+        # seen to slow the host side of the spans measured right after it.
+        torch._inductor.config.compile_threads = 1
+        self.compiled = torch.compile(expr, dynamic=False)
+
+    def prepare(self, *inputs):
+        set_precision(self.dtype)
+        self.compiled(*inputs)
+        return inputs
+
+    def __call__(self, *inputs, out=None):
+        set_precision(self.dtype)
+        return into(out, self.compiled(*inputs))
+
+
+def register_expression(op: str, expr, dtypes=("fp32",), uses_matmul=False) -> None:
+    """The two PyTorch columns of ``op``: eager (also on the CPU) and torch.compile (default mode)."""
+    for dtype in dtypes:
+        register(op, "pytorch", dtype=dtype, family="pytorch", order=0, label=LABEL["pytorch"],
+                 color=COLOR["pytorch"], needs_cuda=False)(eager(op, expr, dtype, uses_matmul))
+        c = Compiled(op, expr, dtype)
+        register(op, "torch_compile", dtype=dtype, family="pytorch", order=1, label=LABEL["torch_compile"],
+                 color=COLOR["torch_compile"], prepare=c.prepare, size_sweep=False,
+                 config={"mode": "default", "dynamic": False})(c)

@@ -1,0 +1,1 @@
+"""bias_gelu: its spec, every implementation and its tests, in one folder."""

@@ -1,0 +1,1 @@
+"""layernorm: its spec, every implementation and its tests, in one folder."""

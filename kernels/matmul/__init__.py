@@ -1,0 +1,1 @@
+"""matmul: its spec, every implementation and its tests, in one folder."""

@@ -1,0 +1,1 @@
+"""neighbor_agg: its spec, every implementation and its tests, in one folder."""

@@ -1,0 +1,1 @@
+"""triangle: its spec, every implementation and its tests, in one folder."""

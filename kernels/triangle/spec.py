@@ -1,0 +1,57 @@
+"""Triangle contraction, O_ijc = sum_k A_ikc B_jkc: two relations (i, k) and (j, k) meet at k, the
+outgoing triangle update of protein structure models."""
+from __future__ import annotations
+
+import torch
+
+from mage.errors import MageInputError
+from mage.ops import Op, Target, dim, randn, same_device, tensor
+
+
+def make_inputs(s, gen, device, dtype, dist):
+    A = randn((s["N"], s["N"], s["C"]), gen, device, dist)
+    B = randn((s["N"], s["N"], s["C"]), gen, device, dist)
+    return A, B
+
+
+def reference(A, B):
+    """O_ijc = sum_k A_ikc B_jkc: edges (i, k) and (j, k) meet at k (outgoing triangle update)."""
+    return torch.einsum("ikc,jkc->ijc", A.double(), B.double())
+
+
+def validate(A, B):
+    tensor("triangle", "A", A, (torch.float32,), 3)
+    tensor("triangle", "B", B, (torch.float32,), 3)
+    same_device("triangle", {"A": A, "B": B})
+    dim("triangle", "A", A, 1, A.shape[0], "A must be [N, N, C]")
+    if tuple(B.shape) != tuple(A.shape):
+        raise MageInputError("triangle", "B", f"must have A's shape {tuple(A.shape)}, got {tuple(B.shape)}")
+
+
+def reuse(config: dict) -> dict:
+    """Per k step of one program (BLOCK_I x BLOCK_J outputs in BLOCK_C channels): distinct inputs
+    loaded, multiply-adds, and their ratio."""
+    bi, bj, bk, bc = config["BLOCK_I"], config["BLOCK_J"], config["BLOCK_K"], config["BLOCK_C"]
+    loads, fmas = bc * (bi * bk + bk * bj), bc * bi * bj * bk
+    return dict(loads=loads, fmas=fmas, fmas_per_load=fmas / loads)
+
+
+def random_shape(rnd):
+    return dict(N=rnd.randint(1, 200), C=rnd.randint(1, 150))
+
+
+SPEC = Op(
+    name="triangle", label="triangle contraction", short="triangle", order=40, marker="triangle-up",
+    work="flops", args=("A", "B"), equation=r"O_{ijc} = \sum_k A_{ikc} B_{jkc}",
+    make_inputs=make_inputs, reference=reference, validate=validate,
+    out_spec=lambda A, B: (tuple(A.shape), A.dtype),
+    flops=lambda s: 2 * s["N"] ** 3 * s["C"],
+    bytes=lambda s, isz=4: 4 * 3 * s["N"] * s["N"] * s["C"],
+    shapes={"field": [dict(N=128, C=64)], "large": [dict(N=384, C=128)],
+            "sweep": [dict(N=n, C=128) for n in (16, 32, 64, 96, 128, 192, 256, 384)]},
+    awkward=[dict(N=1, C=1), dict(N=5, C=3), dict(N=17, C=33), dict(N=33, C=65), dict(N=0, C=4)],
+    random_shape=random_shape, reuse=reuse,
+    targets=(Target("triton", "speedup", 1.5, baseline="pytorch"),
+             Target("triton", "share_of_rate", 0.85),
+             Target("rust", "share_of_rate", 0.60)),
+)
