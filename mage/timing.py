@@ -172,8 +172,9 @@ class SpanRounds:
 
 def spans(calls: dict[str, Callable], n: int = 300, rounds: int = 3, warmup: int = 10,
           timer: Callable | None = None, between: Callable | None = None, warm_s: float = 0.0,
-          block: int = 10) -> SpanRounds:
-    """``n`` warmed spans per implementation, split over ``rounds`` with rotated order.
+          block: int = 10, plan: SpanPlan | None = None) -> SpanRounds:
+    """``n`` warmed spans per implementation, split over ``rounds`` with rotated order; or, given a
+    ``plan``, exactly what the plan says (the other protocol arguments are then ignored).
 
     First every implementation is warmed (at least ``warmup`` calls and ``warm_s`` seconds each: a GPU
     under its power limit settles its clock over tens of milliseconds of sustained work), then all take
@@ -188,19 +189,18 @@ def spans(calls: dict[str, Callable], n: int = 300, rounds: int = 3, warmup: int
     """
     timer = timer or EventTimer()
     names = list(calls)
-    rounds = max(1, rounds)
-    per_round = max(1, n // rounds)
+    plan = plan or SpanPlan.make(n, rounds, block, warmup, warm_s)
+    rounds, blocks = plan.rounds, list(plan.blocks)
     orders = rotation(names, rounds)
-    blocks = schedule(rounds, per_round, block)
     samples = {name: [[] for _ in range(rounds)] for name in names}
     host = {name: [[] for _ in range(rounds)] for name in names}
     for name in orders[0]:
-        _warm(calls[name], warmup, warm_s)
+        _warm(calls[name], plan.warmup, plan.warm_s)
     collecting = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
-        for _ in range(min(max(1, block), per_round)):
+        for _ in range(plan.lead_in):
             for name in orders[0]:
                 timer(calls[name])  # the lead-in: same rhythm as the spans, not kept
         for r, passes in blocks:
