@@ -1,6 +1,6 @@
 """On a GPU: every registered implementation at 30+ random shapes, the expected launch counts, and the
 cost of an empty launch. Skipped without CUDA."""
-import random
+import os
 
 import pytest
 import torch
@@ -13,29 +13,37 @@ pytestmark = pytest.mark.gpu
 
 
 def random_shapes(op: str, n: int = 30, seed: int = 0):
-    """Awkward shapes (primes, one row, odd sizes) plus the field-note and large shapes."""
-    rnd = random.Random(seed)
-    odd = lambda lo, hi: rnd.randint(lo, hi) | 1  # noqa: E731
-    make = {
-        "matmul": lambda: dict(M=rnd.choice([1, odd(2, 300)]), K=odd(1, 700), N=odd(1, 500)),
-        "bias_gelu": lambda: dict(R=rnd.choice([1, odd(2, 3000)]), C=odd(1, 5000)),
-        "layernorm": lambda: dict(R=rnd.choice([1, odd(2, 3000)]), C=odd(1, 9000)),
-        "triangle": lambda: dict(N=odd(1, 100), C=odd(1, 70)),
-        "neighbor_agg": lambda: dict(n=odd(1, 5000), F=odd(1, 200), deg=rnd.randint(0, 40),
-                                     dist=rnd.choice(["uniform", "skewed"])),
-    }[op]
+    """The spec's random shapes (sizes that are multiples of nothing) plus the field-note and large shapes."""
     spec = ops.get(op)
-    return [make() for _ in range(n)] + spec.shapes["field"] + spec.shapes["large"]
+    return spec.random_shapes(n, seed) + spec.shapes["field"] + spec.shapes["large"]
 
 
-CASES = [(i.op, i.name, i.dtype) for i in registry.impls()]
+def excluded() -> set:
+    """Implementations this run leaves out by name (MAGE_GPU_EXCLUDE=rust_native,rust_ptx_py)."""
+    return {n for n in os.environ.get("MAGE_GPU_EXCLUDE", "").split(",") if n}
+
+
+def usable(impl):
+    """On a GPU machine an implementation that cannot run is a failure, not a skip, unless excluded."""
+    why = impl.runs_on("cuda")
+    if impl.name in excluded():
+        pytest.skip(f"excluded by MAGE_GPU_EXCLUDE ({why or 'available'})")
+    if why:
+        pytest.fail(f"{impl.op}/{impl.name}/{impl.dtype} is registered but cannot run on this GPU machine: {why}")
+
+
+CASES = [(i.op, i.name, i.dtype) for i in registry.impls() if i.callable]
+
+
+@pytest.mark.parametrize("op,name,dtype", [(i.op, i.name, i.dtype) for i in registry.impls()])
+def test_every_registered_impl_runs_here(op, name, dtype):
+    usable(registry.get(op, name, dtype))
 
 
 @pytest.mark.parametrize("op,name,dtype", CASES)
 def test_impl_passes_at_random_shapes(op, name, dtype):
     impl = registry.get(op, name, dtype)
-    if impl.runs_on("cuda"):
-        pytest.skip(impl.runs_on("cuda"))
+    usable(impl)
     failures = []
     # torch.compile specialises on shape (dynamic=False) and compiles each one anew: seconds apiece, so
     # its cases are slow; they still take all 30 shapes, as every other implementation does.

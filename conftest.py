@@ -1,4 +1,4 @@
-"""Shared test set-up: GPU tests skip cleanly where there is no CUDA."""
+"""Test set-up for tests/ and the per-operation tests under kernels/: GPU tests skip where there is no CUDA."""
 import pytest
 import torch
 

@@ -1,0 +1,103 @@
+"""The registry and the one-folder claim: operations are discovered, and a sixth operation added from a
+temporary folder (a spec plus a PyTorch implementation) is checked, selected and drawn with no other
+change anywhere."""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mage import ops, registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SIXTH_SPEC = '''
+"""A sixth operation, only for the test: y = 2 x (a scale)."""
+import torch
+
+from mage.ops import Op, dim, tensor
+
+
+def validate(x):
+    tensor("double_it", "x", x, (torch.float32,), 1)
+
+
+SPEC = Op(
+    name="double_it", label="doubling", short="x2", order=60, args=("x",), equation=r"y_i = 2 x_i",
+    make_inputs=lambda s, gen, device, dtype, dist: (torch.randn(s["n"], generator=gen, device=device),),
+    reference=lambda x: 2 * x.double(), validate=validate, out_spec=lambda x: (tuple(x.shape), x.dtype),
+    flops=lambda s: s["n"], bytes=lambda s, isz=4: 2 * isz * s["n"],
+    shapes={"field": [dict(n=1000)], "large": [dict(n=1 << 20)], "sweep": [dict(n=10), dict(n=100)]},
+    awkward=[dict(n=1), dict(n=0), dict(n=37)], random_shape=lambda rnd: dict(n=rnd.randint(1, 500)),
+)
+'''
+
+SIXTH_IMPL = '''
+"""Its PyTorch column."""
+from kernels._pytorch import register_expression
+
+register_expression("double_it", lambda x: 2 * x)
+'''
+
+SCRIPT = '''
+import sys
+import pandas as pd
+from mage import ops, registry
+from mage.check import check_all
+registry.add_root(sys.argv[1])
+assert "double_it" in ops.OPS, list(ops.OPS)
+impls = registry.impls("double_it")
+assert [i.name for i in impls] == ["pytorch", "torch_compile"], impls
+res = check_all([impls[0]], device="cpu", dists=("normal", "heavy"))
+assert res["passed"].all() and len(res) == 6, res
+from mage import views
+rows = pd.DataFrame([dict(op="double_it", impl=i, family="pytorch", dtype="fp32", shape="n=1000", shape_set="field",
+                          cache="warm", view=v, round=0, stat="mean", value=x, unit="us", run="r1", source="synthetic")
+                     for i, x in (("pytorch", 3.0), ("torch_compile", 2.0))
+                     for v in ("kernel_time", "event_span")])
+bars = views.bars(rows, shape_set="field")
+assert set(bars["impl"]) == {"pytorch", "torch_compile"}, bars
+from mage import figures
+fig = figures.main(rows, "test card")
+assert any("doubling" in str(a.text) for a in fig.layout.annotations), [a.text for a in fig.layout.annotations]
+print("sixth op ok")
+'''
+
+
+def test_operations_are_discovered_in_figure_order():
+    assert list(ops.OPS) == ["matmul", "bias_gelu", "layernorm", "triangle", "neighbor_agg"]
+    assert not registry.LOAD_ERRORS, registry.LOAD_ERRORS
+    for name, spec in ops.OPS.items():
+        assert (ROOT / "kernels" / name / "spec.py").exists() and spec.label and spec.random_shape
+
+
+def test_a_sixth_operation_needs_only_its_folder(tmp_path):
+    pytest.importorskip("plotly")
+    pkg = tmp_path / "extra_ops"
+    (pkg / "double_it").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "double_it" / "__init__.py").write_text("")
+    (pkg / "double_it" / "spec.py").write_text(textwrap.dedent(SIXTH_SPEC))
+    (pkg / "double_it" / "pytorch_impl.py").write_text(textwrap.dedent(SIXTH_IMPL))
+    # in a fresh interpreter, so the added operation does not leak into the other tests
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(pkg)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "sixth op ok" in done.stdout, done.stdout + done.stderr
+
+
+def test_an_unavailable_impl_fails_on_a_gpu_machine(monkeypatch):
+    # On a GPU machine a registered implementation that cannot run (library not built) must fail the
+    # GPU suite, not skip it, unless the run excludes it by name.
+    import importlib
+    gpu = importlib.import_module("tests.test_gpu") if (ROOT / "tests" / "__init__.py").exists() else None
+    if gpu is None:
+        sys.path.insert(0, str(ROOT / "tests"))
+        gpu = importlib.import_module("test_gpu")
+    broken = registry.Impl(op="matmul", name="not_built", fn=lambda *a, out=None: None,
+                           available=lambda: "the library is not built")
+    with pytest.raises(pytest.fail.Exception, match="cannot run on this GPU machine"):
+        gpu.usable(broken)
+    monkeypatch.setenv("MAGE_GPU_EXCLUDE", "not_built")
+    with pytest.raises(pytest.skip.Exception, match="excluded"):
+        gpu.usable(broken)
