@@ -1,13 +1,20 @@
-"""Command line: ``python -m mage measure|check|ceilings|targets|import-published|machine-name``."""
+"""Command line: ``python -m mage measure|check|ceilings|targets|import-published|machine-name``.
+
+Bad input (an unknown implementation, a missing data folder, a folder of another machine) ends in one
+line on stderr and exit status 2, like argparse's own errors; a failed check exits with 1.
+"""
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import shlex
 import sys
 import time
 from pathlib import Path
 
 from . import ops, registry
+from .data import DataError
+from .errors import MageInputError
 
 
 def _cuda_or_exit(what: str):
@@ -15,6 +22,33 @@ def _cuda_or_exit(what: str):
     if not torch.cuda.is_available():
         sys.exit(f"mage {what}: no CUDA device here. Measuring needs a GPU; `python -m mage check` runs the "
                  "correctness checks that work on the CPU.")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return n
+
+
+def _known_impls(cmd: str, names):
+    """Refuse implementation names that nothing registers (a typo would otherwise select nothing)."""
+    if names is None:
+        return
+    known = registry.impl_names()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        why = "".join(f"; {mod} could not load: {err}" for mod, err in registry.LOAD_ERRORS.items())
+        raise MageInputError(cmd, "--impls", f"names no implementation {unknown}; known: {known}{why}")
+
+
+def _same_machine(out, force: bool):
+    from .data import ensure_same_machine
+    from .env import environment
+    ensure_same_machine(out, environment(), force=force)
 
 
 def _command_line() -> str:
@@ -25,10 +59,12 @@ def _command_line() -> str:
 def cmd_measure(a):
     _cuda_or_exit("measure")
     from . import measure as m
+    _known_impls("measure", a.impls)
     out = Path(a.out)
+    _same_machine(out, a.force_machine)
     st = m.Settings(iters=a.iters, spans=a.spans, rounds=a.rounds, graph=not a.no_graph)
     t0 = time.perf_counter()
-    m.prepare_run(out, st, _command_line(), log=m.stderr_log)
+    m.prepare_run(out, st, _command_line(), log=m.stderr_log, pin=not a.no_pin)
     all_rows = []
     if not a.tiles_only:
         cases = m.plan(a.ops, a.impls, a.shapes, a.cache, a.dtypes)
@@ -47,12 +83,24 @@ def cmd_measure(a):
 def cmd_check(a):
     import torch
     from .check import check_all
+    _known_impls("check", a.impls)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    impls = [i for i in registry.impls(names=a.impls) if i.op in a.ops and not i.runs_on(device)]
+    chosen = [i for i in registry.impls(names=a.impls) if i.op in a.ops and i.callable]
+    impls = [i for i in chosen if not i.runs_on(device)]
+    if not impls:  # checking nothing must not read as a pass
+        why = "; ".join(f"{i.op}/{i.name}/{i.dtype}: {i.runs_on(device)}" for i in chosen) or "none selected"
+        raise MageInputError("check", "--impls", f"selects nothing that runs on {device} ({why})")
+    if a.out:
+        _same_machine(Path(a.out), a.force_machine)  # before anything runs: refuse early
     df = check_all(impls, trials=a.trials, dists=("normal", "heavy"), device=device)
     if a.out:
-        from .data import merge_csv
-        merge_csv(df.assign(run=f"check-{device}"), Path(a.out) / "checks.csv", ["op", "impl", "dtype", "shape", "dist"])
+        from . import env
+        from .data import add_environment, merge_csv
+        # a run of its own, time-stamped like a measurement's, so `load_checks` orders it among them and
+        # the folder records which machine made these rows
+        run = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{env.machine_name()}-check"
+        add_environment(Path(a.out), run, env.environment(_command_line()))
+        merge_csv(df.assign(run=run), Path(a.out) / "checks.csv", ["op", "impl", "dtype", "shape", "dist", "run"])
     cols = ["op", "impl", "dtype", "shape", "dist", "error", "passed", "reason"]
     print(df[cols].to_string(index=False, max_colwidth=60))
     skipped = [f"{i.op}/{i.name}/{i.dtype}: {i.runs_on(device)}" for i in registry.impls(names=a.impls)
@@ -69,6 +117,7 @@ def cmd_check(a):
 def cmd_ceilings(a):
     _cuda_or_exit("ceilings")
     from . import measure as m
+    _same_machine(Path(a.out), a.force_machine)
     m.prepare_run(Path(a.out), m.Settings(), _command_line(), log=m.stderr_log)
 
 
@@ -94,6 +143,10 @@ def main(argv=None):
         sp.add_argument("--ops", nargs="+", default=op_names, choices=op_names)
         sp.add_argument("--impls", nargs="+", default=None, help="implementation names (default: all)")
 
+    def force(sp):
+        sp.add_argument("--force-machine", action="store_true",
+                        help="write into --out even if its recorded runs come from another machine's GPU")
+
     sp = sub.add_parser("measure", help="check, then measure the three views into --out (needs CUDA)")
     common(sp)
     sp.add_argument("--shapes", nargs="+", default=["field"], choices=["field", "large", "sweep"])
@@ -102,21 +155,26 @@ def main(argv=None):
     sp.add_argument("--all", action="store_true", help="field, large and sweep shapes, and the tile sweep")
     sp.add_argument("--tiles", action="store_true", help="also run the Triton tile sweep")
     sp.add_argument("--tiles-only", action="store_true")
-    sp.add_argument("--iters", type=int, default=100)
-    sp.add_argument("--spans", type=int, default=300)
-    sp.add_argument("--rounds", type=int, default=3)
+    sp.add_argument("--no-pin", action="store_true",
+                    help="do not pin the process to one core or raise its priority (the default does both)")
+    sp.add_argument("--iters", type=_positive_int, default=100)
+    sp.add_argument("--spans", type=_positive_int, default=300)
+    sp.add_argument("--rounds", type=_positive_int, default=3)
     sp.add_argument("--no-graph", action="store_true")
     sp.add_argument("--out", required=True)
+    force(sp)
     sp.set_defaults(fn=cmd_measure)
 
     sp = sub.add_parser("check", help="correctness at awkward shapes (CPU where possible)")
     common(sp)
-    sp.add_argument("--trials", type=int, default=2)
+    sp.add_argument("--trials", type=_positive_int, default=2)
     sp.add_argument("--out", default=None, help="also record the table in OUT/checks.csv")
+    force(sp)
     sp.set_defaults(fn=cmd_check)
 
     sp = sub.add_parser("ceilings", help="measure copy bandwidth, matmul rates and launch cost (needs CUDA)")
     sp.add_argument("--out", required=True)
+    force(sp)
     sp.set_defaults(fn=cmd_ceilings)
 
     sp = sub.add_parser("import-published", help="the original note's published figures in mage's schema")
@@ -134,7 +192,14 @@ def main(argv=None):
     a = p.parse_args(argv)
     if getattr(a, "all", False):
         a.shapes, a.tiles = ["field", "large", "sweep"], True
-    return a.fn(a) or 0
+    try:
+        return a.fn(a) or 0
+    except (MageInputError, DataError, OSError) as e:
+        # the user's input or files, not a bug: one line, no traceback
+        msg = " ".join(str(e).split())
+        own = isinstance(e, MageInputError) and e.op == a.cmd
+        print(f"mage {msg}" if own else f"mage {a.cmd}: {msg}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -34,10 +34,6 @@ class Profile:
     per_iter_launches: list = field(default_factory=list)  # host launch calls seen in each iteration
     flags: list = field(default_factory=list)
 
-    @property
-    def stable(self) -> bool:
-        return "launches_unstable" not in self.flags
-
 
 def _is_copy(name: str) -> bool:
     return name.startswith(_COPY_PREFIXES)

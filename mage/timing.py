@@ -129,32 +129,28 @@ class SpanPlan:
 class SpanRounds:
     samples: dict  # name -> list (one per round) of lists of spans in us
     orders: list  # the order of names in each pass of each round
-    host: dict = None  # name -> list (one per round) of lists of host times in us (when the timer has them)
-    blocks: list = None  # (round index, passes) of each block, in time order (see ``schedule``)
+    host: dict  # name -> list (one per round) of lists of host times in us (empty when the timer has none)
+    blocks: list  # (round index, passes) of each block, in time order (see ``schedule``)
 
     def round_means(self, name) -> list[float]:
         return [statistics.fmean(r) for r in self.samples[name]]
 
     def host_means(self, name) -> list[float]:
-        return [statistics.fmean(r) if r else math.nan for r in (self.host or {}).get(name, [])]
-
-    def _blocks(self) -> list:
-        # Without a schedule the rounds ran one after another, each as one block.
-        return self.blocks or [(r, len(x)) for r, x in enumerate(next(iter(self.samples.values()), []))]
+        return [statistics.fmean(r) if r else math.nan for r in self.host.get(name, [])]
 
     def round_window(self, r: int) -> tuple[int, int]:
         """Indices of the ``between`` readings taken before round ``r``'s first block and after its last."""
-        idx = [i for i, (b, _) in enumerate(self._blocks()) if b == r]
+        idx = [i for i, (b, _) in enumerate(self.blocks) if b == r]
         return idx[0], idx[-1] + 1
 
     def in_time_order(self, name, host: bool = False) -> list[float]:
         """One implementation's spans (or host times) in the order they were taken."""
-        src = (self.host or {}).get(name, []) if host else self.samples[name]
+        src = self.host.get(name, []) if host else self.samples[name]
         if not any(src):
             return []
         taken = [0] * len(src)
         out = []
-        for r, k in self._blocks():
+        for r, k in self.blocks:
             out += src[r][taken[r]: taken[r] + k]
             taken[r] += k
         return out

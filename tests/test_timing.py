@@ -92,9 +92,9 @@ def test_a_few_slow_spans_are_not_drift():
     assert sp.segment_medians("a") == [100.0, 100.0, 100.0]
 
 
-def test_span_rounds_without_a_schedule_or_host_times():
+def test_span_rounds_without_host_times():
     from mage.timing import SpanRounds
-    sp = SpanRounds({"a": [[1.0, 2.0], [3.0, 4.0]]}, [["a"], ["a"]])
+    sp = SpanRounds({"a": [[1.0, 2.0], [3.0, 4.0]]}, [["a"], ["a"]], {"a": [[], []]}, [(0, 2), (1, 2)])
     assert sp.in_time_order("a") == [1.0, 2.0, 3.0, 4.0] and sp.round_window(1) == (1, 2)
     assert sp.in_time_order("a", host=True) == [] and sp.segment_medians("a", host=True) == []
 
@@ -122,3 +122,14 @@ def test_cold_input_sets_advance_across_implementations_taking_turns():
         a(), b()
     # b never reads the set a has just read (it would find it in L2)
     assert seen == [("a", 0), ("b", 1), ("a", 2), ("b", 0)]
+
+
+def test_spans_execute_the_plan_they_are_given():
+    # The protocol is written once (SpanPlan); this path and an implementation that times itself in its
+    # own process (rust_native) both execute it. Here: the round of every timed pass, in time order.
+    from mage.timing import SpanPlan
+    plan = SpanPlan.make(n=90, rounds=3, block=4, warmup=2)
+    seen, current = [], {"r": -1}  # -1: the untimed lead-in, before the first block
+    timer = lambda fn: seen.append(current["r"]) or 1.0  # noqa: E731
+    spans({"a": lambda: None}, plan=plan, timer=timer, between=lambda r: current.update(r=r - 1))
+    assert seen == [-1] * plan.lead_in + plan.round_sequence() and len(plan.round_sequence()) == 90
