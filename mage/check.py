@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from . import ops
+from .errors import MageInputError
 from .ops import TOLERANCE, shape_key
 
 
@@ -71,6 +72,7 @@ def check(impl, shape: dict, trials: int = 3, seed: int = 0, dist: str = "normal
     that buffer; the first trial also calls without ``out`` after poisoning the allocator's free memory,
     which catches a launcher that returns ``torch.empty`` without writing it.
     """
+    _check_trials(trials)
     spec = ops.get(impl.op)
     device = device or default_device(impl)
     tol = TOLERANCE[impl.dtype]
@@ -88,6 +90,9 @@ def check(impl, shape: dict, trials: int = 3, seed: int = 0, dist: str = "normal
             out = spec.empty_out(*inputs).fill_(math.nan)
             got = impl.fn(*args, out=out)
             _sync(device)
+            # the first trial also calls without out= (inside the try: a kernel that raises only when it
+            # allocates is a failed check like any other)
+            alloc_err = _allocating_call_error(impl, args, out, ref, device) if t == 0 else 0.0
         except Exception as e:  # noqa: BLE001 - a raising kernel is a failed check, with its message
             result.reason = f"raised {type(e).__name__}: {e}"
             result.error = math.inf
@@ -100,9 +105,7 @@ def check(impl, shape: dict, trials: int = 3, seed: int = 0, dist: str = "normal
             result.reason = f"{unwritten} of {out.numel()} output elements left unwritten (still NaN)"
             result.error = math.inf
             return result
-        err = rel_error(out, ref)
-        if t == 0:
-            err = max(err, _allocating_call_error(impl, args, out, ref, device))
+        err = max(rel_error(out, ref), alloc_err)
         worst = max(worst, err)
         if not err <= tol:
             result.error = err
@@ -117,12 +120,19 @@ def _allocating_call_error(impl, args, out, ref, device) -> float:
         torch.full_like(out, math.nan)  # freed at once: the next allocation of this size lands on NaN
     got = impl.fn(*args)
     _sync(device)
-    return rel_error(got, ref) if got.shape == ref.shape else math.inf
+    return rel_error(got, ref) if isinstance(got, torch.Tensor) and got.shape == ref.shape else math.inf
+
+
+def _check_trials(trials) -> None:
+    # no trial would leave nothing compared and the verdict vacuous: refuse rather than pass
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise MageInputError("check", "trials", f"must be a whole number of at least 1, got {trials!r}")
 
 
 def check_all(impls, shapes_for=None, trials=3, dists=("normal",), device=None):
     """Check every implementation at its op's shapes (``shapes_for(op) -> list``; default: awkward)."""
     import pandas as pd
+    _check_trials(trials)
     rows = []
     for impl in impls:
         spec = ops.get(impl.op)

@@ -5,8 +5,13 @@ A data directory holds measurement CSVs (one row per value), ``checks.csv``, ``c
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import math
 import os
+import re
+import stat
 import tempfile
 from pathlib import Path
 
@@ -34,12 +39,39 @@ class DataError(ValueError):
     """A data file that does not follow the schema: the message says which file and what is wrong."""
 
 
+# Columns that name one measured value. Within one run a re-measured value replaces the old row; rows of
+# different runs never replace each other (``merge_csv`` always adds ``run``), and ``load`` picks one run.
+IDENTITY = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "run", "config",
+            "tile_of"]
+# What one case is: the rows one implementation got at one shape in one run.
+CASE = ["op", "impl", "dtype", "shape", "cache", "shape_set", "config", "tile_of"]
+CHECK_CASE = ["op", "impl", "dtype", "shape", "dist", "config"]
+NUMERIC_OPTIONAL = ["flops", "bytes", "floor_us", "achieved_gbps", "achieved_tflops", "frac_of_floor",
+                    "prepare_s"]
+_STAMP = re.compile(r"^\d{8}T\d{6}Z")
+
+
+def _umask() -> int:
+    try:  # read without changing it: setting the umask even briefly is visible to other threads
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write aside, then rename: an interrupted run leaves the earlier file intact."""
+    """Write aside, then rename: an interrupted run leaves the earlier file intact. The new file keeps the
+    mode of the one it replaces (a fresh file gets the usual 0666 less the umask), not mkstemp's 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -49,50 +81,93 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+@contextlib.contextmanager
+def locked(path: Path):
+    """Hold an exclusive lock for a read-modify-write of ``path``: a lock file beside it (``.NAME.lock``,
+    never deleted, so every writer locks the same file), so two runs merging into one file at once
+    each see the other's rows."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 def save_csv(df: pd.DataFrame, path: Path) -> None:
     atomic_write_text(path, df.to_csv(index=False))
 
 
 def merge_csv(df: pd.DataFrame, path: Path, key: list[str]) -> pd.DataFrame:
     """Replace the rows of ``path`` that share ``key`` with ``df``'s (a re-run updates its own rows and
-    keeps the rest), then write atomically."""
+    keeps the rest), then write atomically, under the file's lock. ``run`` is always part of the key when
+    the rows carry one, so a new run adds its rows beside the earlier runs' instead of replacing them."""
     path = Path(path)
-    if path.exists():
-        old = pd.read_csv(path, keep_default_na=False, na_values=[""])
-        keys = set(map(tuple, df[key].astype(str).values))
-        keep = ~old[key].astype(str).apply(tuple, axis=1).isin(keys)
-        df = pd.concat([old[keep], df], ignore_index=True)
-    save_csv(df, path)
+    if "run" in df.columns and "run" not in key:
+        key = [*key, "run"]
+    with locked(path):
+        if path.exists():
+            old = pd.read_csv(path, keep_default_na=False, na_values=[""])
+            for k in key:  # a column new to this file: the old rows had no value there
+                if k not in old.columns:
+                    old[k] = ""
+            keys = set(map(tuple, df[key].astype(str).values))
+            keep = ~old[key].astype(str).apply(tuple, axis=1).isin(keys)
+            df = pd.concat([old[keep], df], ignore_index=True)
+        save_csv(df, path)
     return df
 
 
+def _row(df, i) -> int:
+    return int(df["_line"].iloc[i]) if "_line" in df.columns else int(df.index[i]) + 2
+
+
 def validate(df: pd.DataFrame, where: str) -> pd.DataFrame:
+    """Check one table against the schema; every problem names ``where`` and the row (its line number in
+    the file, the header being line 1)."""
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise DataError(f"{where}: missing columns {missing}; a measurement table needs {REQUIRED}")
     if df.empty:
         return df
-    bad_view = sorted(set(df["view"]) - set(VIEWS))
-    if bad_view:
-        raise DataError(f"{where}: unknown view(s) {bad_view}; known: {sorted(VIEWS)}")
-    bad_set = sorted(set(df["shape_set"]) - SHAPE_SETS)
-    if bad_set:
-        raise DataError(f"{where}: unknown shape_set(s) {bad_set}; known: {sorted(SHAPE_SETS)}")
-    bad_cache = sorted(set(df["cache"]) - CACHES)
-    if bad_cache:
-        raise DataError(f"{where}: unknown cache mode(s) {bad_cache}; known: {sorted(CACHES)}")
+    df = df.reset_index(drop=True)
+    for col in REQUIRED:
+        empty = df[col].isna() | (df[col].astype(str).str.strip() == "")
+        if empty.any():
+            raise DataError(f"{where}: row {_row(df, int(empty.idxmax()))}: {col} is empty")
+    for col, known in (("view", set(VIEWS)), ("shape_set", SHAPE_SETS), ("cache", CACHES)):
+        bad = sorted(set(df[col]) - known)
+        if bad:
+            what = {"view": "view", "shape_set": "shape_set", "cache": "cache mode"}[col]
+            i = int((~df[col].isin(known)).idxmax())
+            raise DataError(f"{where}: row {_row(df, i)}: unknown {what}(s) {bad}; known: {sorted(known)}")
     values = pd.to_numeric(df["value"], errors="coerce")
     if values.isna().any():
         i = int(values.isna().idxmax())
-        raise DataError(f"{where}: row {i + 2} has a non-numeric value {df['value'].iloc[i]!r}")
+        raise DataError(f"{where}: row {_row(df, i)} has a non-numeric value {df['value'].iloc[i]!r}")
+    rounds = pd.to_numeric(df["round"], errors="coerce")
+    bad = rounds.isna() | (rounds != rounds.round())
+    if bad.any():
+        i = int(bad.idxmax())
+        raise DataError(f"{where}: row {_row(df, i)}: round {str(df['round'].iloc[i])!r} is not a whole number")
     for view, unit in VIEWS.items():
         wrong = df[(df["view"] == view) & (df["unit"] != unit)]
         if len(wrong):
-            raise DataError(f"{where}: view {view} must be in {unit}, row {int(wrong.index[0]) + 2} says "
+            raise DataError(f"{where}: view {view} must be in {unit}, row {_row(df, int(wrong.index[0]))} says "
                             f"{wrong['unit'].iloc[0]!r}")
     df = df.copy()
+    for col in NUMERIC_OPTIONAL:
+        if col in df.columns:
+            num = pd.to_numeric(df[col], errors="coerce")
+            bad = num.isna() & df[col].notna() & (df[col].astype(str).str.strip() != "")
+            if bad.any():
+                i = int(bad.idxmax())
+                raise DataError(f"{where}: row {_row(df, i)}: {col} {str(df[col].iloc[i])!r} is not a number")
+            df[col] = num
     df["value"] = values
-    df["round"] = pd.to_numeric(df["round"], errors="raise").astype(int)
+    df["round"] = rounds.astype(int)
     return df
 
 
@@ -103,24 +178,82 @@ def _read(path: Path) -> pd.DataFrame:
         raise DataError(f"{path}: cannot be read as CSV ({e})") from e
 
 
-def load(path) -> pd.DataFrame:
-    """All measurement rows under ``path`` (a data directory or one CSV) as one validated DataFrame."""
+def _no_duplicates(df: pd.DataFrame, columns: list[str]) -> None:
+    """Two rows for one measured value (same run included) would be averaged or picked at random later:
+    refuse, naming both places and the key."""
+    key = [c for c in columns if c in df.columns]
+    dup = df.duplicated(key, keep=False)
+    if not dup.any():
+        return
+    rows = df[dup].astype({c: str for c in key})
+    first = rows.iloc[0]
+    same = rows[(rows[key] == first[key]).all(axis=1)].iloc[:2]
+    a, b = same.iloc[0], same.iloc[1]
+    where = (f"{a['_file']}: rows {a['_line']} and {b['_line']}" if a["_file"] == b["_file"]
+             else f"{a['_file']} row {a['_line']} and {b['_file']} row {b['_line']}")
+    ident = ", ".join(f"{c}={first[c]}" for c in key if first[c] not in ("", "nan"))
+    raise DataError(f"{where} are the same measurement ({ident}); each value must appear once")
+
+
+def run_order(run_id) -> tuple:
+    """Sort key of run ids, oldest first: timestamped ids (``20261203T073209Z-h200``) by their time, after
+    any id without a time stamp (an old check run, an import)."""
+    s = "" if run_id is None or (isinstance(run_id, float) and math.isnan(run_id)) else str(run_id)
+    return (1, s) if _STAMP.match(s) else (0, s)
+
+
+def select_run(df: pd.DataFrame, run, case: list[str], where) -> pd.DataFrame:
+    """``run=None``: each case from the latest run that measured it; ``"all"``: every run's rows; a run id
+    (or a list of them): only those runs."""
+    if "run" not in df.columns or df.empty or (isinstance(run, str) and run == "all"):
+        return df
+    runs = df["run"].fillna("").astype(str)
+    if run is not None:
+        wanted = [run] if isinstance(run, str) else list(run)
+        missing = [r for r in wanted if r not in set(runs)]
+        if missing:
+            raise DataError(f"{where}: no rows of run {missing[0]!r}; it holds {sorted(set(runs), key=run_order)}")
+        return df[runs.isin(wanted)].reset_index(drop=True)
+    key = [c for c in case if c in df.columns]
+    rank = runs.map({r: i for i, r in enumerate(sorted(set(runs), key=run_order))})
+    cases = df[key].fillna("").astype(str).apply(tuple, axis=1) if key else pd.Series(0, index=df.index)
+    return df[rank == rank.groupby(cases).transform("max")].reset_index(drop=True)
+
+
+def load(path, run=None) -> pd.DataFrame:
+    """All measurement rows under ``path`` (a data directory or one CSV) as one validated DataFrame.
+
+    A folder keeps every run's rows. ``run=None`` (the default) gives each case (operation,
+    implementation, dtype, shape, cache, shape set; tile config) from the latest run that measured it,
+    so rows of two runs are never mixed within a case; ``run="all"`` gives every run's rows; a run id
+    (or a list of ids) gives only those runs. Problems (schema, unparsable values, the same value twice)
+    raise ``DataError`` naming the file and row.
+
+    The frame is tidy: one value per row, and ``stat`` says which statistic it is (mean, median, min,
+    p90, ...), ``round`` which round of spans (0: over all rounds). A plain ``groupby(...).value.mean()``
+    would average medians, minima and p90s together: select the rows a figure or table needs through
+    ``mage.views``, which picks one view, one statistic and one round.
+    """
     path = Path(path)
     if path.is_file():
-        return validate(_read(path), str(path))
-    if not path.is_dir():
+        files = [path]
+    elif path.is_dir():
+        files = [f for f in sorted(path.glob("*.csv")) if f.name not in SPECIAL]
+        if not files:
+            raise DataError(f"{path}: holds no measurement CSV files")
+    else:
         raise DataError(f"{path}: no such data directory or file")
     frames = []
-    for f in sorted(path.glob("*.csv")):
-        if f.name in SPECIAL:
-            continue
-        frames.append(validate(_read(f), str(f)))
-    if not frames:
-        raise DataError(f"{path}: holds no measurement CSV files")
-    return pd.concat(frames, ignore_index=True)
+    for f in files:
+        raw = _read(f)
+        frames.append(validate(raw.assign(_file=str(f), _line=raw.index + 2), str(f)))
+    df = pd.concat(frames, ignore_index=True)
+    _no_duplicates(df, IDENTITY)
+    df = df.drop(columns=["_file", "_line"])
+    return select_run(df, run, CASE, path)
 
 
-def _load_special(path, name) -> pd.DataFrame:
+def _load_special(path, name, run=None) -> pd.DataFrame:
     f = Path(path) / name
     if not f.exists():
         return pd.DataFrame(columns=SPECIAL[name])
@@ -128,14 +261,16 @@ def _load_special(path, name) -> pd.DataFrame:
     missing = [c for c in SPECIAL[name] if c not in df.columns]
     if missing:
         raise DataError(f"{f}: missing columns {missing}")
-    return df
+    return df if name == "ceilings.csv" else select_run(df, run, CHECK_CASE, f)
 
 
-def load_checks(path) -> pd.DataFrame:
-    return _load_special(path, "checks.csv")
+def load_checks(path, run=None) -> pd.DataFrame:
+    """The correctness checks; ``run`` as in ``load`` (default: each check from the latest run that made it)."""
+    return _load_special(path, "checks.csv", run)
 
 
 def load_ceilings(path) -> pd.DataFrame:
+    """Every run's ceilings (``ceiling`` takes the newest)."""
     return _load_special(path, "ceilings.csv")
 
 
@@ -148,11 +283,35 @@ def ceiling(ceilings: pd.DataFrame, name: str) -> float:
 
 
 def load_environment(path) -> dict:
+    """``environment.json``: run id -> that run's environment (empty when the folder has none yet)."""
     f = Path(path) / "environment.json"
-    return json.loads(f.read_text()) if f.exists() else {}
+    if not f.exists():
+        return {}
+    try:
+        envs = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise DataError(f"{f}: cannot be read as JSON ({e})") from e
+    if not isinstance(envs, dict) or not all(isinstance(v, dict) for v in envs.values()):
+        raise DataError(f"{f}: must map each run id to an object describing that run's environment")
+    return envs
 
 
 def add_environment(path, run_id: str, env: dict) -> None:
-    envs = load_environment(path)
-    envs[run_id] = env
-    atomic_write_text(Path(path) / "environment.json", json.dumps(envs, indent=1, sort_keys=True, default=str))
+    f = Path(path) / "environment.json"
+    with locked(f):
+        envs = load_environment(path)
+        envs[run_id] = env
+        atomic_write_text(f, json.dumps(envs, indent=1, sort_keys=True, default=str))
+
+
+def ensure_same_machine(path, env: dict, force: bool = False) -> None:
+    """Refuse to write this machine's rows into a folder whose recorded runs all come from another card
+    (a CPU check landing in the H200 record, say), unless ``force``. Machines are told apart by the GPU
+    name in their environment ('none' without one); a folder with no environment yet belongs to nobody."""
+    if force:
+        return
+    here = str(env.get("gpu", "none"))
+    theirs = {str(e.get("gpu", "none")) for e in load_environment(path).values()}
+    if theirs and here not in theirs:
+        raise DataError(f"{path} holds runs of {', '.join(sorted(theirs))}; this machine is {here!r}. Write "
+                        "into another folder, or pass --force-machine to add this machine's rows there anyway")

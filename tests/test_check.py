@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from mage import ops, registry
-from mage.check import check, rel_error
+from mage.check import check, check_all, rel_error
+from mage.errors import MageInputError
 from mage.registry import Impl
 
 
@@ -97,3 +98,21 @@ def test_wrong_on_second_input_set_is_caught():
         y = torch.nn.functional.layer_norm(x, (x.shape[1],), gamma, beta, ops.EPS_LAYERNORM)
         return _write(out, y if calls["n"] <= 2 else y * 1.01)  # the allocating call is the second
     assert not check(_impl("layernorm", right_once), dict(R=4, C=8), trials=2).passed
+
+
+@pytest.mark.parametrize("trials", [0, -1])
+def test_no_trials_is_refused_not_passed(trials):
+    impl = _impl("layernorm", lambda *a, out=None: out)
+    with pytest.raises(MageInputError, match="check: argument 'trials'"):
+        check(impl, dict(R=2, C=3), trials=trials)
+    with pytest.raises(MageInputError, match="check: argument 'trials'"):
+        check_all([impl], trials=trials)
+
+
+def test_raising_only_when_allocating_is_a_failed_check_not_a_crash():
+    def needs_out(x, gamma, beta, out=None):
+        if out is None:
+            raise RuntimeError("no buffer")
+        return out.copy_(ops.get("layernorm").reference(x, gamma, beta))  # right whenever it is given out=
+    r = check(_impl("layernorm", needs_out), dict(R=2, C=3))
+    assert not r.passed and "no buffer" in r.reason

@@ -38,3 +38,38 @@ def test_measuring_imports_no_plotting_or_notebook_package():
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _one_line_error(r, *words):
+    err = r.stderr.strip()
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    for w in words:
+        assert w in err, err
+
+
+@pytest.mark.parametrize("trials", ["0", "-3"])
+def test_check_with_no_trials_is_refused(tmp_path, trials):
+    r = mage("check", "--ops", "layernorm", "--impls", "pytorch", "--trials", trials, "--out", str(tmp_path))
+    assert r.returncode == 2 and "--trials" in r.stderr and "passed" not in r.stdout
+    assert not (tmp_path / "checks.csv").exists()
+
+
+def test_unknown_impl_is_one_line():
+    _one_line_error(mage("check", "--impls", "bogus"), "mage check:", "bogus", "pytorch")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="Triton without its interpreter on a CPU machine")
+def test_nothing_runnable_is_one_line():
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    _one_line_error(mage("check", "--ops", "layernorm", "--impls", "triton", env=env),
+                    "mage check:", "TRITON_INTERPRET=1")
+
+
+def test_missing_data_folder_is_one_line():
+    _one_line_error(mage("targets", "/nonexistent"), "mage targets:", "/nonexistent")
+
+
+def test_corrupt_data_is_one_line(tmp_path):
+    (tmp_path / "field.csv").write_text("op,impl\nmatmul,pytorch\n")
+    _one_line_error(mage("targets", str(tmp_path)), "mage targets:", "missing columns")

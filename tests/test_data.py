@@ -94,3 +94,36 @@ def test_published_rtx4090_is_labelled():
     df = mage.load(__import__("pathlib").Path(__file__).resolve().parents[1] / "data/rtx4090-published")
     assert set(df["shape_set"]) == {"published"} and df["source"].str.startswith("published").all()
     assert len(df) == 45
+
+
+@pytest.mark.parametrize("bad,msg", [
+    (dict(round="one"), r"x.csv: row 3: round 'one' is not a whole number"),
+    (dict(round=1.5), r"x.csv: row 3: round '1.5' is not a whole number"),
+    (dict(floor_us="many"), r"x.csv: row 3: floor_us .many. is not a number"),
+    (dict(op=""), r"x.csv: row 3: op is empty"),
+])
+def test_parse_problems_name_file_and_row(tmp_path, bad, msg):
+    data.save_csv(pd.concat([_rows(flops=1.0), _rows(view="launches", unit="count", value=1.0, flops=1.0, **bad)]),
+                  tmp_path / "x.csv")
+    with pytest.raises(DataError, match=msg):
+        mage.load(tmp_path)
+
+
+def test_duplicated_rows_are_refused_naming_file_and_key(tmp_path):
+    data.save_csv(pd.concat([_rows(), _rows(value=2.0)]), tmp_path / "field.csv")
+    with pytest.raises(DataError, match=r"field.csv: rows 2 and 3 .*matmul.*pytorch.*kernel_time"):
+        mage.load(tmp_path)
+
+
+def test_duplicated_rows_across_files_are_refused(tmp_path):
+    data.save_csv(_rows(), tmp_path / "field.csv")
+    data.save_csv(_rows(value=2.0), tmp_path / "more.csv")
+    with pytest.raises(DataError, match=r"field.csv row 2 and .*more.csv row 2"):
+        mage.load(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"r1": 3}'])
+def test_corrupt_environment_is_a_clear_error(tmp_path, text):
+    (tmp_path / "environment.json").write_text(text)
+    with pytest.raises(DataError, match="environment.json"):
+        data.load_environment(tmp_path)
