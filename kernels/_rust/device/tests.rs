@@ -1,10 +1,10 @@
 //! The kernels run on the host emulator at awkward sizes, against plain f64 loops; launch
 //! geometry and the neighbor plan come from the host crate's own modules (the same code the
 //! launches use).
-#[path = "../../host/src/launch.rs"]
+#[path = "../host/src/launch.rs"]
 #[allow(dead_code)]
 mod launch;
-#[path = "../../host/src/plan.rs"]
+#[path = "../host/src/plan.rs"]
 #[allow(dead_code)]
 mod plan;
 

@@ -10,7 +10,8 @@ use crate::{shared_tile, unroll};
 #[inline(always)]
 pub fn matmul_scalar(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
     let (m, k, n) = (m as usize, k as usize, n as usize);
-    let (a, b, c) = (In::new(a, m * k), In::new(b, k * n), Out::new(c, m * n));
+    // SAFETY: the host checked each pointer against this kernel's table `lengths` (the same sizes).
+    let (a, b, c) = unsafe { (In::new(a, m * k), In::new(b, k * n), Out::new(c, m * n)) };
     let (t, blk) = (gpu::thread(), gpu::block());
     let row = blk.y as usize * 16 + t.y as usize;
     let col = blk.x as usize * 16 + t.x as usize;
@@ -29,26 +30,15 @@ const BLOCK_M: usize = 128;
 const BLOCK_N: usize = 128;
 const BLOCK_K: usize = 8;
 const TILE: usize = BLOCK_K * BLOCK_M; // one buffer of one operand: 1024 floats
+// The literal unroll counts below: 8 k steps a slice, 8 x 8 outputs a thread of a 16 x 16 thread grid
+// (two 4-row halves 64 apart), 4 floats a staged load.
+const _: () = assert!(BLOCK_K == 8 && BLOCK_M == 16 * 8 && BLOCK_N == 16 * 8 && BLOCK_M / 2 == 64);
+// the shared tiles hold two buffers of each operand
+const _: () = assert!(2 * TILE == 2048 && BLOCK_K * BLOCK_N == TILE);
 
 shared_tile!(a_tiles, MATMUL_A, 2048);
 shared_tile!(b_tiles, MATMUL_B, 2048);
 
-#[cfg(target_arch = "nvptx64")]
-mod entry {
-    #[unsafe(no_mangle)]
-    pub extern "ptx-kernel" fn matmul_scalar(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
-        super::matmul_scalar(a, b, c, m, k, n)
-    }
-    #[unsafe(no_mangle)]
-    pub extern "ptx-kernel" fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
-        super::matmul(a, b, c, m, k, n)
-    }
-    /// The same kernel with a register budget for two blocks per SM (build.sh's launch bounds).
-    #[unsafe(no_mangle)]
-    pub extern "ptx-kernel" fn matmul_2cta(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
-        super::matmul(a, b, c, m, k, n)
-    }
-}
 
 // <kernel>
 /// One k step of a thread's 8 x 8 register block: 8 values of A's column times 8 of B's row, 64
@@ -69,7 +59,8 @@ pub(crate) fn outer8x8(acc: &mut [[f32; 8]; 8], a0: [f32; 4], a1: [f32; 4], b0: 
 #[inline(always)]
 pub fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
     let (m, k, n) = (m as usize, k as usize, n as usize);
-    let (a, b, c) = (In::new(a, m * k), In::new(b, k * n), Out::new(c, m * n));
+    // SAFETY: the host checked each pointer against this kernel's table `lengths` (the same sizes).
+    let (a, b, c) = unsafe { (In::new(a, m * k), In::new(b, k * n), Out::new(c, m * n)) };
     let (a_tiles, b_tiles) = (a_tiles(), b_tiles());
     let tid = gpu::thread().x as usize;
     let blk = gpu::block();
@@ -84,14 +75,14 @@ pub fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32)
         if row >= m {
             return [0.0; 4];
         }
-        if cols + 4 <= k { a.get4(row * k + cols) } else { masked4(&a, row * k + cols, k - cols.min(k)) }
+        if cols + 4 <= k { a.get4(row * k + cols) } else { a.get4_masked(row * k + cols, k - cols.min(k)) }
     };
     let load_b = |k0: usize| -> [f32; 4] {
         let (kk, cols) = (k0 + b_k, col0 + b_c);
         if kk >= k {
             return [0.0; 4];
         }
-        if cols + 4 <= n { b.get4(kk * n + cols) } else { masked4(&b, kk * n + cols, n - cols.min(n)) }
+        if cols + 4 <= n { b.get4(kk * n + cols) } else { b.get4_masked(kk * n + cols, n - cols.min(n)) }
     };
     let store = |buf: usize, av: [f32; 4], bv: [f32; 4]| {
         // A is stored transposed, k-major, so the compute loop reads 4 consecutive rows at once
@@ -138,14 +129,3 @@ pub fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32)
 }
 // </kernel>
 
-/// The first `valid` of 4 consecutive elements from `i`, zeros after (a tile's ragged edge).
-#[inline(always)]
-fn masked4(x: &In<f32>, i: usize, valid: usize) -> [f32; 4] {
-    let mut v = [0.0f32; 4];
-    unroll!(q in 4 => {
-        if q < valid {
-            v[q] = x.get(i + q);
-        }
-    });
-    v
-}

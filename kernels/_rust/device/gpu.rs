@@ -18,18 +18,6 @@ pub struct BlockIdx {
     pub z: u32,
 }
 
-/// A flat element index that only the launch geometry can produce: `block.x * block_dim.x +
-/// thread.x`. Two threads of one launch never hold the same value, which is what lets
-/// [`Out::mine`] hand out a `&mut` without a data race.
-#[derive(Clone, Copy)]
-pub struct ElemIdx(usize);
-
-impl ElemIdx {
-    pub fn get(self) -> usize {
-        self.0
-    }
-}
-
 #[inline(always)]
 pub fn thread() -> ThreadIdx {
     let (x, y) = hw::thread_idx();
@@ -45,11 +33,6 @@ pub fn block() -> BlockIdx {
 #[inline(always)]
 pub fn block_dim_x() -> u32 {
     hw::block_dim_x()
-}
-
-#[inline(always)]
-pub fn elem_x() -> ElemIdx {
-    ElemIdx(block().x as usize * block_dim_x() as usize + thread().x as usize)
 }
 
 /// `bar.sync 0`: every thread of the block arrives before any leaves. Call it from uniform
@@ -105,17 +88,17 @@ mod hw {
     #[inline(always)]
     pub fn thread_idx() -> (u32, u32) {
         // SAFETY: reading special registers has no preconditions.
-        unsafe { (nvptx::_thread_idx_x(), nvptx::_thread_idx_y()) }
+        unsafe { (nvptx::_thread_idx_x() as u32, nvptx::_thread_idx_y() as u32) }
     }
     #[inline(always)]
     pub fn block_idx() -> (u32, u32, u32) {
         // SAFETY: as above.
-        unsafe { (nvptx::_block_idx_x(), nvptx::_block_idx_y(), nvptx::_block_idx_z()) }
+        unsafe { (nvptx::_block_idx_x() as u32, nvptx::_block_idx_y() as u32, nvptx::_block_idx_z() as u32) }
     }
     #[inline(always)]
     pub fn block_dim_x() -> u32 {
         // SAFETY: as above.
-        unsafe { nvptx::_block_dim_x() }
+        unsafe { nvptx::_block_dim_x() as u32 }
     }
     #[inline(always)]
     pub fn barrier() {
@@ -144,11 +127,13 @@ mod hw {
     }
     #[inline(always)]
     pub fn fma(a: f32, b: f32, c: f32) -> f32 {
-        core::intrinsics::fmaf32(a, b, c)
+        #[allow(unused_unsafe)]
+        unsafe { core::intrinsics::fmaf32(a, b, c) }
     }
     #[inline(always)]
     pub fn sqrt(x: f32) -> f32 {
-        core::intrinsics::sqrtf32(x)
+        #[allow(unused_unsafe)]
+        unsafe { core::intrinsics::sqrtf32(x) }
     }
     /// 1 / x to about 1 ulp (`rcp.approx.f32`: one special-function instruction instead of the
     /// dozen of an IEEE division).
@@ -237,9 +222,13 @@ pub struct In<T: Copy + Default> {
 }
 
 impl<T: Copy + Default> In<T> {
-    /// The launch contract: the host checked that `ptr` holds `len` elements for the whole launch.
+    /// A view of `len` elements from `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` is null with `len` 0, or points to `len` readable elements that stay valid and unwritten
+    /// for the whole launch (the host checks each pointer against its kernel table's `lengths`).
     #[inline(always)]
-    pub fn new(ptr: *const T, len: usize) -> Self {
+    pub unsafe fn new(ptr: *const T, len: usize) -> Self {
         In { ptr, len }
     }
     #[inline(always)]
@@ -269,6 +258,18 @@ impl In<f32> {
             [self.get(i), self.get(i + 1), self.get(i + 2), self.get(i + 3)]
         }
     }
+    /// The first `valid` of elements `i .. i + 4`, zeros after: a tile's ragged edge, element by
+    /// element (no vector load: the run may be unaligned or cross the end).
+    #[inline(always)]
+    pub fn get4_masked(&self, i: usize, valid: usize) -> [f32; 4] {
+        let mut v = [0.0f32; 4];
+        crate::unroll!(q in 4 => {
+            if q < valid {
+                v[q] = self.get(i + q);
+            }
+        });
+        v
+    }
     #[inline(always)]
     pub fn get2(&self, i: usize) -> [f32; 2] {
         if i + 2 <= self.len && (self.ptr as usize + 4 * i) % 8 == 0 {
@@ -280,18 +281,23 @@ impl In<f32> {
     }
 }
 
-/// A writable array in global memory. Stores outside it are dropped.
-#[derive(Clone, Copy)]
+/// A writable array in global memory. Stores outside it are dropped. Not `Copy`: one view per array,
+/// so a kernel cannot hand out aliases of its output.
 pub struct Out<T: Copy> {
     ptr: *mut T,
     len: usize,
 }
 
 impl<T: Copy> Out<T> {
-    /// The launch contract: `ptr` holds `len` elements, and the kernel's index arithmetic gives
-    /// every element at most one writer (the tiles partition the output).
+    /// A view of `len` writable elements from `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` is null with `len` 0, or points to `len` writable elements valid for the whole launch;
+    /// the kernel's index arithmetic gives every element at most one writer (the tiles partition the
+    /// output), and any other view of the same memory reads an element only after a barrier or a
+    /// flag orders that read after the write.
     #[inline(always)]
-    pub fn new(ptr: *mut T, len: usize) -> Self {
+    pub unsafe fn new(ptr: *mut T, len: usize) -> Self {
         Out { ptr, len }
     }
     #[inline(always)]
@@ -300,12 +306,6 @@ impl<T: Copy> Out<T> {
         if i < self.len {
             unsafe { *self.ptr.add(i) = v }
         }
-    }
-    /// The element this thread owns, if the launch covers more threads than elements.
-    #[inline(always)]
-    pub fn mine(&mut self, idx: ElemIdx) -> Option<&mut T> {
-        // SAFETY: ElemIdx values are distinct across the threads of a launch.
-        if idx.0 < self.len { Some(unsafe { &mut *self.ptr.add(idx.0) }) } else { None }
     }
 }
 
@@ -348,15 +348,19 @@ impl Out<f32> {
 /// Per-chunk ready flags in global memory: a producer warp publishes its partial sum, the warp
 /// that combines the chunks waits for it. Plain stores and loads with release/acquire order, no
 /// read-modify-write atomics.
-#[derive(Clone, Copy)]
 pub struct Flags {
     ptr: *mut u32,
     len: usize,
 }
 
 impl Flags {
+    /// `len` flags from `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` is null with `len` 0, or points to `len` u32 in global memory, valid for the whole launch
+    /// and touched by no other view, all zero when the launch starts.
     #[inline(always)]
-    pub fn new(ptr: *mut u32, len: usize) -> Self {
+    pub unsafe fn new(ptr: *mut u32, len: usize) -> Self {
         Flags { ptr, len }
     }
     /// Makes this warp's earlier global stores visible GPU-wide, then raises flag `i`.
@@ -401,8 +405,12 @@ impl<const N: usize> Tile<N> {
     const POW2: () = assert!(N.is_power_of_two());
 
     /// Wraps the generic address of a `.shared` array declared by [`shared_tile!`].
+    ///
+    /// # Safety
+    /// `ptr` is the 16-byte aligned start of a block-shared array of `N` floats that lives for the
+    /// whole launch.
     #[inline(always)]
-    pub fn from_generic(ptr: *mut f32) -> Self {
+    pub unsafe fn from_generic(ptr: *mut f32) -> Self {
         let () = Self::POW2;
         Tile { ptr }
     }
@@ -475,7 +483,8 @@ macro_rules! shared_tile {
             let p = $crate::gpu::shared_addr!($sym);
             #[cfg(not(target_arch = "nvptx64"))]
             let p = $crate::emulate::shared(stringify!($sym), $n);
-            $crate::gpu::Tile::from_generic(p)
+            // SAFETY: `p` is the array declared just above (or the emulator's block buffer), N floats.
+            unsafe { $crate::gpu::Tile::from_generic(p) }
         }
     };
 }

@@ -10,6 +10,9 @@ use crate::{shared_tile, unroll};
 const BLOCK_I: usize = 64;
 const BLOCK_C: usize = 8;
 const BLOCK_K: usize = 4;
+// the literal unroll counts below: BLOCK_K k steps a slice, 8 x 8 outputs a thread, at most 2 float4s
+// of A staged a thread (64 * BLOCK_K * BLOCK_C / 4 over 256 or 512 threads), 4 floats a load
+const _: () = assert!(BLOCK_K == 4 && BLOCK_C == 8 && BLOCK_I * BLOCK_K * BLOCK_C / 4 <= 2 * 256);
 shared_tile!(a_tiles, TRIANGLE_A, 4096);
 shared_tile!(b_tiles, TRIANGLE_B, 4096);
 
@@ -21,17 +24,6 @@ fn slot(buf: usize, rows: usize, k: usize, ch: usize, row: usize) -> usize {
     buf * BLOCK_K * BLOCK_C * rows + (k * BLOCK_C + ch) * rows + (row ^ ((ch << 2) & (rows / 2 - 1)))
 }
 
-#[cfg(target_arch = "nvptx64")]
-mod entry {
-    #[unsafe(no_mangle)]
-    pub extern "ptx-kernel" fn triangle(a: *const f32, b: *const f32, o: *mut f32, n: u32, c: u32) {
-        super::triangle::<64>(a, b, o, n, c)
-    }
-    #[unsafe(no_mangle)]
-    pub extern "ptx-kernel" fn triangle_256(a: *const f32, b: *const f32, o: *mut f32, n: u32, c: u32) {
-        super::triangle::<32>(a, b, o, n, c)
-    }
-}
 
 // <kernel>
 /// Grid (ceil(N / BLOCK_J) j-tiles, ceil(N / 64) i-tiles, ceil(C / 8) channel groups), 8 * BLOCK_J threads.
@@ -41,7 +33,8 @@ pub fn triangle<const BLOCK_J: usize>(a: *const f32, b: *const f32, o: *mut f32,
     let stage_a = BLOCK_I * BLOCK_K * BLOCK_C / 4 / threads; // float4s of A a thread stages: 1 or 2
     let (n, c) = (n as usize, c as usize);
     let len = n * n * c;
-    let (a, b, o) = (In::new(a, len), In::new(b, len), Out::new(o, len));
+    // SAFETY: the host checked each pointer against this kernel's table `lengths` (the same sizes).
+    let (a, b, o) = unsafe { (In::new(a, len), In::new(b, len), Out::new(o, len)) };
     let (a_tiles, b_tiles) = (a_tiles(), b_tiles());
     let tid = gpu::thread().x as usize;
     let blk = gpu::block();
@@ -57,7 +50,7 @@ pub fn triangle<const BLOCK_J: usize>(a: *const f32, b: *const f32, o: *mut f32,
             return [0.0; 4];
         }
         let at = (row * n + kk) * c + chan;
-        if chan + 4 <= c { x.get4(at) } else { tail4(x, at, c - chan) }
+        if chan + 4 <= c { x.get4(at) } else { x.get4_masked(at, c - chan) }
     };
     let put = |tile: &gpu::Tile<4096>, rows: usize, buf: usize, idx: usize, v: [f32; 4]| {
         unroll!(q in 4 => {
@@ -126,13 +119,3 @@ pub fn triangle<const BLOCK_J: usize>(a: *const f32, b: *const f32, o: *mut f32,
 }
 // </kernel>
 
-#[inline(always)]
-fn tail4(x: &In<f32>, i: usize, valid: usize) -> [f32; 4] {
-    let mut v = [0.0f32; 4];
-    unroll!(q in 4 => {
-        if q < valid {
-            v[q] = x.get(i + q);
-        }
-    });
-    v
-}

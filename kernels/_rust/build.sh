@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the Rust side of mage: the device crate to PTX (validated by ptxas for sm_90), the host
 # cdylib that embeds it, the rust_native benchmark, and two test binaries (host logic and device
-# math; the kernels on a CPU emulator), all under build/.
+# math; the kernels on a CPU emulator), all under build/. What the kernel tables
+# (kernels/<op>/rust_table.py) determine is generated first into build/gen/ by gen.py.
 # Installs nothing: a missing tool is named together with the Debian package that provides it.
+# build.sh --lint: rustfmt --check and clippy (warnings denied) over host and device code instead.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="$here/build"
@@ -11,6 +13,10 @@ arch="${MAGE_SM:-sm_90}"
 target=nvptx64-nvidia-cuda
 
 missing() { echo "build.sh: $1 not found. $2" >&2; exit 2; }
+kernels="$(cd "$here/.." && pwd)"
+PYTHON="${PYTHON:-$(command -v python3 || true)}"
+[ -n "$PYTHON" ] || missing "python3" "gen.py derives the kernels' entry points and launch code from their tables."
+"$PYTHON" "$here/gen.py" "$out/gen"
 
 # --- the compiler: Debian's rustc-web (or RUSTC=...), which must know the nvptx target
 RUSTC="${RUSTC:-}"
@@ -40,27 +46,37 @@ lib="$sysroot/lib/rustlib/$target/lib"
 if [ ! -f "$lib/.done" ]; then
   echo "build.sh: building core for $target ($arch) with rustc $version (once, ~20 s)"
   mkdir -p "$lib"
-  "$RUSTC" --edition 2024 --crate-type rlib --crate-name core --target "$target" "${cg[@]}" \
+  core_edition="$(sed -n 's/^edition *= *"\(.*\)"/\1/p' "$src/core/Cargo.toml" | head -1)"
+  "$RUSTC" --edition "${core_edition:-2021}" --crate-type rlib --crate-name core --target "$target" "${cg[@]}" \
     "$src/core/src/lib.rs" -o "$lib/libcore.rlib"
-  "$RUSTC" --edition 2024 --crate-type rlib --crate-name compiler_builtins --target "$target" "${cg[@]}" \
-    --cfg 'feature="mem"' --cfg 'feature="compiler-builtins"' -L "$lib" \
-    "$src/compiler-builtins/compiler-builtins/src/lib.rs" -o "$lib/libcompiler_builtins.rlib"
+  cb="$src/compiler-builtins/compiler-builtins/src/lib.rs"
+  if [ ! -f "$cb" ]; then
+    # older library trees take compiler_builtins from crates.io; the kernels call none of its
+    # functions (a call would be an .extern, refused below), so an empty crate stands in
+    cb="$out/compiler_builtins_stub.rs"
+    printf '#![no_std]\n#![feature(compiler_builtins)]\n#![compiler_builtins]\n' > "$cb"
+  fi
+  "$RUSTC" --edition 2021 --crate-type rlib --crate-name compiler_builtins --target "$target" "${cg[@]}" \
+    --cfg 'feature="mem"' --cfg 'feature="compiler-builtins"' -L "$lib" "$cb" -o "$lib/libcompiler_builtins.rlib"
   touch "$lib/.done"
 fi
 
 # --- the kernels: one PTX module
 echo "build.sh: device crate -> build/mage_kernels.ptx"
 "$RUSTC" --edition 2024 --crate-type rlib --crate-name mage_kernels --target "$target" "${cg[@]}" \
-  --sysroot "$sysroot" --emit=asm -o "$out/mage_kernels.raw.ptx" "$here/device/src/lib.rs"
-# Rust has no launch-bounds attribute: state each kernel's block size (and blocks per SM wanted)
-# for ptxas, which sets its register budget from them. name=threads:blocks
-bounds="matmul_scalar=256:1 matmul=256:1 matmul_2cta=256:2 bias_gelu=256:1 layernorm=256:4 triangle=512:1 triangle_256=256:1 neighbor_agg=256:4"
-awk -v bounds="$bounds" '
-  BEGIN { n = split(bounds, kv, " "); for (i = 1; i <= n; i++) { split(kv[i], p, "="); lb[p[1]] = p[2] } }
-  /^\.visible \.entry / { name = $3; sub(/\(.*/, "", name); pending = (name in lb) ? lb[name] : "" }
+  --sysroot "$sysroot" --emit=asm -o "$out/mage_kernels.raw.ptx" "$here/device/lib.rs"
+# Rust has no launch-bounds attribute: each kernel's block size (and blocks per SM wanted) from its
+# table (gen/bounds.txt: name threads blocks) goes to ptxas, which sets its register budget from them.
+awk '
+  FNR == NR { lb[$1] = $2 ":" $3; next }
+  /^\.visible \.entry / { name = $3; sub(/\(.*/, "", name)
+                           if (!(name in lb)) { print "build.sh: kernel " name " is in no table" > "/dev/stderr"; exit 1 }
+                           pending = lb[name]; seen[name] = 1 }
   pending != "" && /^\{/ { split(pending, tb, ":"); print ".maxntid " tb[1] ", 1, 1"
                             if (tb[2] > 1) print ".minnctapersm " tb[2]; pending = "" }
-  { print }' "$out/mage_kernels.raw.ptx" > "$out/mage_kernels.ptx"
+  { print }
+  END { for (k in lb) if (!(k in seen)) { print "build.sh: table kernel " k " is not in the PTX" > "/dev/stderr"; exit 1 } }
+' "$out/gen/bounds.txt" "$out/mage_kernels.raw.ptx" > "$out/mage_kernels.ptx"
 if grep -n '^\.extern' "$out/mage_kernels.ptx"; then
   echo "build.sh: the PTX calls functions it does not define (a panic path?): see above" >&2; exit 1
 fi
@@ -77,5 +93,5 @@ echo "build.sh: host crate -> build/libmage_rust.so, build/rust_native; tests ->
   "$here/host/src/bin/rust_native.rs" -o "$out/rust_native"
 "$RUSTC" --edition 2021 --test --crate-name mage_rust "$here/host/src/lib.rs" -o "$out/host_tests"
 # the device crate for the host: its kernels on the CPU emulator (device/src/emulate.rs)
-"$RUSTC" --edition 2024 --test -C opt-level=1 --crate-name mage_kernels "$here/device/src/lib.rs" -o "$out/device_tests"
+"$RUSTC" --edition 2024 --test -C opt-level=1 --crate-name mage_kernels "$here/device/lib.rs" -o "$out/device_tests"
 echo "build.sh: done in $(( $(date +%s) - t0 )) s; build/host_tests and build/device_tests are the Rust tests"

@@ -6,6 +6,8 @@ use crate::{shared_tile, unroll};
 
 pub const THREADS: usize = 256;
 const VEC: usize = 4; // float4s a thread keeps: rows up to 4096 floats stay in registers
+// the literal unroll counts below: VEC float4s a thread, THREADS / 32 warps a block
+const _: () = assert!(VEC == 4 && THREADS / 32 == 8);
 
 
 shared_tile!(partials, LAYERNORM_RED, 16);
@@ -34,7 +36,8 @@ fn block_sum(v: f32) -> f32 {
 pub fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32,
                                      r: u32, c: u32, eps: f32) {
     let (r, c) = (r as usize, c as usize);
-    let (x, gamma, beta, y) = (In::new(x, r * c), In::new(gamma, c), In::new(beta, c), Out::new(y, r * c));
+    // SAFETY: the host checked each pointer against this kernel's table `lengths` (the same sizes).
+    let (x, gamma, beta, y) = unsafe { (In::new(x, r * c), In::new(gamma, c), In::new(beta, c), Out::new(y, r * c)) };
     let row = gpu::block().x as usize;
     let tid = gpu::thread().x as usize;
     if row >= r {
@@ -50,7 +53,7 @@ pub fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32
         unroll!(j in 4 => {
             let cols = (tid + THREADS * j) * 4;
             if cols < c {
-                v[j] = if cols + 4 <= c { x.get4(base + cols) } else { tail4(&x, base + cols, c - cols) };
+                v[j] = if cols + 4 <= c { x.get4(base + cols) } else { x.get4_masked(base + cols, c - cols) };
             }
         });
         let mut sum = 0.0;
@@ -106,22 +109,4 @@ pub fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32
 }
 // </kernel>
 
-#[cfg(target_arch = "nvptx64")]
-mod entry {
-    #[unsafe(no_mangle)]
-    pub extern "ptx-kernel" fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32, r: u32,
-                                         c: u32, eps: f32) {
-        super::layernorm(x, gamma, beta, y, r, c, eps)
-    }
-}
 
-#[inline(always)]
-fn tail4(x: &In<f32>, i: usize, valid: usize) -> [f32; 4] {
-    let mut v = [0.0f32; 4];
-    unroll!(q in 4 => {
-        if q < valid {
-            v[q] = x.get(i + q);
-        }
-    });
-    v
-}

@@ -23,11 +23,22 @@ pub fn neighbor_agg(
     n: u32, n_src: u32, e: u32, f: u32, tasks: u32, parts: u32,
 ) {
     let (n, e, f, tasks, parts) = (n as usize, e as usize, f as usize, tasks as usize, parts as usize);
-    let (rowptr, col, w) = (In::new(rowptr, n + 1), In::new(col, e), In::new(w, e));
-    let (x, y) = (In::new(x, n_src as usize * f), Out::new(y, n * f));
-    let plan = In::new(plan, tasks * PLAN_FIELDS);
-    let (partial_out, partial_in) = (Out::new(ws, parts * f), In::new(ws as *const f32, parts * f));
-    let flags = Flags::new(flags, parts);
+    // SAFETY: the host checked each pointer against this kernel's table `lengths`, the plan against
+    // its tasks; ws is written by each chunk's warp (its own slot) and read by the row's combining
+    // warp only after that chunk's flag is raised, and the flags are zero between launches.
+    let (rowptr, col, w, x, y, plan, partial_out, partial_in, flags) = unsafe {
+        (
+            In::new(rowptr, n + 1),
+            In::new(col, e),
+            In::new(w, e),
+            In::new(x, n_src as usize * f),
+            Out::new(y, n * f),
+            In::new(plan, tasks * PLAN_FIELDS),
+            Out::new(ws, parts * f),
+            In::new(ws as *const f32, parts * f),
+            Flags::new(flags, parts),
+        )
+    };
 
     let task = gpu::block().x as usize * WARPS + gpu::thread().x as usize / 32;
     if task >= tasks {
@@ -120,14 +131,3 @@ pub fn neighbor_agg(
 }
 // </kernel>
 
-#[cfg(target_arch = "nvptx64")]
-mod entry {
-    #[unsafe(no_mangle)]
-    pub extern "ptx-kernel" fn neighbor_agg(
-        rowptr: *const i32, col: *const i32, w: *const f32, x: *const f32, y: *mut f32,
-        plan: *const i32, ws: *mut f32, flags: *mut u32,
-        n: u32, n_src: u32, e: u32, f: u32, tasks: u32, parts: u32,
-    ) {
-        super::neighbor_agg(rowptr, col, w, x, y, plan, ws, flags, n, n_src, e, f, tasks, parts)
-    }
-}

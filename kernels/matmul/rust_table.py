@@ -1,0 +1,15 @@
+"""The Rust kernels of matmul: one entry per PTX kernel, the one place its name, parameters, launch
+bounds and geometry are written (fields: kernels/_rust/table.py). Plain data, no imports."""
+_MATMUL_PARAMS = ["A: *const f32", "B: *const f32", "C: *mut f32", "M: u32", "K: u32", "N: u32"]
+_MATMUL_LENGTHS = {"A": "m * k", "B": "k * n", "C": "m * n"}
+
+KERNELS = [
+    {"name": "matmul_scalar", "call": "matmul_scalar", "params": _MATMUL_PARAMS, "threads": 256,
+     "blocks_per_sm": 1, "lengths": _MATMUL_LENGTHS, "work": "m * n", "require": [],
+     "geometry": "launch::matmul(m, n, false)"},
+    {"name": "matmul", "call": "matmul", "params": _MATMUL_PARAMS, "threads": 256, "blocks_per_sm": 1,
+     "lengths": _MATMUL_LENGTHS, "work": "m * n", "require": [], "geometry": "launch::matmul(m, n, true)"},
+    # the same kernel with a register budget for two blocks per SM
+    {"name": "matmul_2cta", "call": "matmul", "params": _MATMUL_PARAMS, "threads": 256, "blocks_per_sm": 2,
+     "lengths": _MATMUL_LENGTHS, "work": "m * n", "require": [], "geometry": "launch::matmul(m, n, true)"},
+]
