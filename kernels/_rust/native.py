@@ -1,0 +1,78 @@
+"""'rust_native': the Rust binary that launches the library's kernels with no Python in the loop. The
+harness gives it a ``mage.timing.SpanPlan``; it executes the plan and returns the raw spans, so the
+protocol exists once, in mage.timing. Inputs are the op's own seeded inputs, built here and handed to
+the binary as a file of the kernel's arguments (in its table's order)."""
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import tempfile
+from typing import Callable, Optional
+
+import torch
+
+from mage import ops
+
+from . import NATIVE_PATH, NOT_BUILT, TABLE, RustKernelError, _f32_bits
+
+
+def available() -> Optional[str]:
+    if not NATIVE_PATH.exists():
+        return f"{NOT_BUILT} (no {NATIVE_PATH})"
+    return None
+
+
+def args_file(kernel: str, values) -> bytes:
+    """The argument file rust_native reads: a u32 count, then per parameter a tag and a u64: 0 a value,
+    1 that many bytes to upload (an input tensor's), 2 that many zero bytes (an output or scratch)."""
+    params = TABLE[kernel].params
+    if len(values) != len(params):
+        raise RustKernelError(-1, "MAGE_BAD_ARGUMENT", f"{kernel} takes {len(params)} arguments, got {len(values)}")
+    out = [struct.pack("<I", len(values))]
+    for v, p in zip(values, params):
+        if isinstance(v, torch.Tensor):
+            data = v.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+            out.append(struct.pack("<BQ", 2, len(data)) if p.output else struct.pack("<BQ", 1, len(data)) + data)
+        elif p.ty == "f32":
+            out.append(struct.pack("<BQ", 0, _f32_bits(v)))
+        else:
+            out.append(struct.pack("<BQ", 0, int(v) & (2 ** 64 - 1)))
+    return b"".join(out)
+
+
+def run(kernel: str, values, plan, graph: bool = True, device: int = 0, timeout: float = 600) -> dict:
+    """Runs rust_native on ``kernel`` with ``values`` under ``plan``; its JSON as a dict."""
+    if available():
+        raise RustKernelError(-1, "MAGE_NOT_BUILT", available())
+    with tempfile.NamedTemporaryFile(prefix="mage_rust_args_", suffix=".bin") as f:
+        f.write(args_file(kernel, values))
+        f.flush()
+        cmd = [str(NATIVE_PATH), "--kernel", kernel, "--args", f.name, "--plan", plan.to_json(),
+               "--device", str(device)] + ([] if graph else ["--no-graph"])
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if done.returncode:
+        raise RustKernelError(done.returncode, "RUST_NATIVE_FAILED", done.stderr.strip() or "no message")
+    return json.loads(done.stdout)
+
+
+def dry_run(plan) -> dict:
+    """The rounds rust_native would time, in order, for ``plan`` (no GPU needed)."""
+    if available():
+        raise RustKernelError(-1, "MAGE_NOT_BUILT", available())
+    done = subprocess.run([str(NATIVE_PATH), "--dry-run", "--plan", plan.to_json()], capture_output=True,
+                          text=True, timeout=60)
+    if done.returncode:
+        raise RustKernelError(done.returncode, "RUST_NATIVE_FAILED", done.stderr.strip() or "no message")
+    return json.loads(done.stdout)
+
+
+def own_spans(op: str, kernel: str, args: Callable) -> Callable:
+    """The ``own_spans(shape, shape_set, plan, graph)`` of op's 'rust_native': the op's seeded inputs at
+    ``shape`` (as float32 on the host, uploaded by the binary), ``args`` giving the kernel's arguments."""
+    def spans(shape: dict, shape_set: str, plan, graph: bool = True) -> dict:
+        spec = ops.OPS[op]
+        inputs = spec.inputs(shape, seed=0, device="cpu")
+        out = spec.empty_out(*inputs)
+        return run(kernel, args(*inputs, out), plan, graph)
+    return spans
