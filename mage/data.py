@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 import re
 import stat
@@ -52,12 +51,12 @@ _STAMP = re.compile(r"^\d{8}T\d{6}Z")
 
 
 def _umask() -> int:
-    try:  # read without changing it: setting the umask even briefly is visible to other threads
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except OSError:
-        pass
+    # read where the kernel shows it: setting the umask, even briefly, is visible to every thread
+    status = Path("/proc/self/status")
+    lines = status.read_text().splitlines() if status.exists() else []
+    found = [int(x.split()[1], 8) for x in lines if x.startswith("Umask:")]
+    if found:
+        return found[0]
     old = os.umask(0o022)
     os.umask(old)
     return old
@@ -113,8 +112,8 @@ def merge_csv(df: pd.DataFrame, path: Path, key: list[str]) -> pd.DataFrame:
             for k in key:  # a column new to this file: the old rows had no value there
                 if k not in old.columns:
                     old[k] = ""
-            keys = set(map(tuple, df[key].astype(str).values))
-            keep = ~old[key].astype(str).apply(tuple, axis=1).isin(keys)
+            as_text = lambda t: t[key].fillna("").astype(str).apply(tuple, axis=1)  # noqa: E731 - blank == NaN
+            keep = ~as_text(old).isin(set(as_text(df)))
             df = pd.concat([old[keep], df], ignore_index=True)
         save_csv(df, path)
     return df
@@ -195,11 +194,10 @@ def _no_duplicates(df: pd.DataFrame, columns: list[str]) -> None:
     raise DataError(f"{where} are the same measurement ({ident}); each value must appear once")
 
 
-def run_order(run_id) -> tuple:
+def run_order(run_id: str) -> tuple:
     """Sort key of run ids, oldest first: timestamped ids (``20261203T073209Z-h200``) by their time, after
     any id without a time stamp (an old check run, an import)."""
-    s = "" if run_id is None or (isinstance(run_id, float) and math.isnan(run_id)) else str(run_id)
-    return (1, s) if _STAMP.match(s) else (0, s)
+    return (1, run_id) if _STAMP.match(run_id) else (0, run_id)
 
 
 def select_run(df: pd.DataFrame, run, case: list[str], where) -> pd.DataFrame:

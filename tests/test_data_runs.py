@@ -139,3 +139,11 @@ def test_check_out_into_a_gpu_folder_is_refused_on_the_cpu(tmp_path):
     checks = data.load_checks(tmp_path)
     assert len(checks) and checks["passed"].all()
     assert {e.get("gpu") for e in data.load_environment(tmp_path).values()} == {"NVIDIA H200", "none"}
+
+
+def test_a_blank_key_cell_read_back_matches_the_blank_it_was_written_as(tmp_path):
+    # written as "", read back as NaN: the re-run of the same run must still replace, not duplicate
+    f = tmp_path / "field.csv"
+    data.merge_csv(_rows(R1, 1.0, config=""), f, measure.KEY + ["config"])
+    data.merge_csv(_rows(R1, 2.0, config=""), f, measure.KEY + ["config"])
+    assert data.load(f, run="all")["value"].tolist() == [2.0]
