@@ -20,10 +20,11 @@ def run(op: str, impl: str, *inputs, dtype: str = "fp32", out=None):
     return im.fn(*args, out=out)
 
 
-def load(path):
-    """Load a data directory (or one CSV) as one tidy DataFrame; see ``mage.data``."""
+def load(path, run=None):
+    """Load a data directory (or one CSV) as one tidy DataFrame (the latest run of each case unless
+    ``run`` says otherwise); see ``mage.data``. Select rows through ``mage.views``."""
     from .data import load as _load
-    return _load(path)
+    return _load(path, run=run)
 
 
 __all__ = ["MageInputError", "OPS", "shape_key", "impls", "get_impl", "register", "run", "load"]

@@ -64,7 +64,7 @@ def cmd_measure(a):
     _same_machine(out, a.force_machine)
     st = m.Settings(iters=a.iters, spans=a.spans, rounds=a.rounds, graph=not a.no_graph)
     t0 = time.perf_counter()
-    m.prepare_run(out, st, _command_line(), log=m.stderr_log, pin=not a.no_pin)
+    m.prepare_run(out, st, _command_line(), log=m.stderr_log, pin=not a.no_pin, force_machine=a.force_machine)
     all_rows = []
     if not a.tiles_only:
         cases = m.plan(a.ops, a.impls, a.shapes, a.cache, a.dtypes)

@@ -272,11 +272,14 @@ def new_run_id() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + machine_name()
 
 
-def prepare_run(out_dir, st: Settings, command: str, log=print, pin: bool = True):
-    """Environment and ceilings for this run, written before any kernel is timed."""
+def prepare_run(out_dir, st: Settings, command: str, log=print, pin: bool = True, force_machine: bool = False):
+    """Environment and ceilings for this run, written before any kernel is timed. A folder that holds
+    another machine's record is refused unless ``force_machine``."""
+    from .data import ensure_same_machine
     st.run = st.run or new_run_id()
     process = steady_process(pin)
     env = environment(command)
+    ensure_same_machine(out_dir, env, force=force_machine)
     env["process"] = process
     env["protocol"] = dict(_protocol(**vars(st)), seed=st.seed, tile_sweep=_protocol(**TILE_SETTINGS))
     st.l2_bytes = env.get("l2_bytes") or st.l2_bytes
