@@ -1,6 +1,11 @@
-"""The Rust kernels: the build (PTX that ptxas accepts, host tests), the ctypes layer's checks on the
-CPU, and on a GPU the kernels themselves (30+ random shapes per op and launch path, determinism,
-one launch per call, CUDA errors as Python exceptions)."""
+"""The Rust layer: the build (PTX that ptxas accepts, host and device tests, lint), the kernel tables as
+the one source of names and parameters, the Python face's checks on the CPU, rust_native's execution of
+a span plan (dry run), and on a GPU the kernels themselves (30+ random shapes per op and launch path,
+determinism, one launch per call, CUDA errors as Python exceptions, rust_native's raw spans).
+
+Without a Rust toolchain that can build for the GPU (a rustc with the nvptx target and the library
+sources, and ptxas), the build tests skip and say why; with MAGE_REQUIRE_RUST=1 (CI, which installs the
+toolchain) such a skip is a failure."""
 from __future__ import annotations
 
 import os
@@ -13,27 +18,46 @@ from pathlib import Path
 import pytest
 import torch
 
-from mage import data, ops
+from mage import ops
 from mage.check import check
 from mage.errors import MageInputError
 from mage.registry import get, impls
+from mage.timing import SpanPlan
 
-rust = pytest.importorskip("kernels.rust")
+rust = pytest.importorskip("kernels._rust")
+from kernels._rust import native  # noqa: E402
+from kernels._rust.plan import PLAN_FIELDS, Plan, plan_for  # noqa: E402
 
-HERE = Path(rust.__file__).parent / "rust"
+HERE = Path(rust.__file__).parent
 GPU = torch.cuda.is_available()
-gpu = [pytest.mark.gpu, pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")]
 
 
-def _toolchain_missing() -> str | None:
-    """Why build.sh cannot run here (None when it can): the same things it looks for."""
-    rustc = next((c for c in ("/usr/bin/rustc", shutil.which("rustc")) if c and os.access(c, os.X_OK)), None)
-    if rustc is None:
-        return "no rustc (apt-get install rustc-web rust-web-src llvm-22)"
-    targets = subprocess.run([rustc, "--print", "target-list"], capture_output=True, text=True).stdout.split()
-    if "nvptx64-nvidia-cuda" not in targets:
-        return f"{rustc} has no nvptx64-nvidia-cuda target (apt-get install rustc-web)"
-    if not shutil.which("ptxas") and not os.environ.get("PTXAS"):
+def skip_or_fail(why: str):
+    """Skip with the reason shown, unless MAGE_REQUIRE_RUST=1 makes a missing Rust build a failure."""
+    if os.environ.get("MAGE_REQUIRE_RUST") == "1":
+        pytest.fail(f"MAGE_REQUIRE_RUST=1 but the Rust build cannot run: {why}")
+    pytest.skip(why)
+
+
+def toolchain_missing(candidates=None) -> str | None:
+    """Why build.sh cannot run here (None when it can): the things it looks for, in its order."""
+    if candidates is None:
+        candidates = [os.environ.get("RUSTC"), "/usr/bin/rustc", shutil.which("rustc")]
+    found = []
+    for rustc in (c for c in candidates if c and os.access(c, os.X_OK)):
+        out = subprocess.run([rustc, "--print", "target-list"], capture_output=True, text=True).stdout.split()
+        if "nvptx64-nvidia-cuda" in out:
+            found.append(rustc)
+    if not found:
+        return "no rustc with the nvptx64-nvidia-cuda target (apt-get install rustc-web rust-web-src)"
+    rustc = found[0]
+    version = subprocess.run([rustc, "--version"], capture_output=True, text=True).stdout.split()[1]
+    sysroot = subprocess.run([rustc, "--print", "sysroot"], capture_output=True, text=True).stdout.strip()
+    sources = [Path(f"/usr/src/rustc-{version}/library"), Path(sysroot) / "lib/rustlib/src/rust/library"]
+    if not any((s / "core/src/lib.rs").exists() for s in sources):
+        return (f"{rustc} (rustc {version}) has no library sources to build core for the GPU "
+                "(apt-get install rust-web-src, or rustup component add rust-src)")
+    if not (os.environ.get("PTXAS") or shutil.which("ptxas")):
         return "no ptxas (CUDA toolkit)"
     return None
 
@@ -41,53 +65,96 @@ def _toolchain_missing() -> str | None:
 @pytest.fixture(scope="session")
 def built():
     """Runs build.sh when the toolchain is here (fast when cached); else the library must exist."""
-    why = _toolchain_missing()
+    why = toolchain_missing()
     if why is None:
         done = subprocess.run([str(HERE / "build.sh")], capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, f"build.sh failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         return done.stdout
     if rust.available():
-        pytest.skip(f"Rust toolchain absent ({why}) and the library is not built")
+        skip_or_fail(f"Rust toolchain absent ({why}) and the library is not built")
     return ""
+
+
+def needs_toolchain():
+    why = toolchain_missing()
+    if why:
+        skip_or_fail(f"toolchain absent: {why}")
+
+
+# ---- skipping without the toolchain, failing in CI ------------------------------------------------
+def test_a_missing_toolchain_skips_with_its_reason_or_fails_when_required(monkeypatch):
+    monkeypatch.delenv("MAGE_REQUIRE_RUST", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no ptxas"):
+        skip_or_fail("no ptxas")
+    monkeypatch.setenv("MAGE_REQUIRE_RUST", "1")
+    with pytest.raises(pytest.fail.Exception, match="MAGE_REQUIRE_RUST=1.*no ptxas"):
+        skip_or_fail("no ptxas")
+
+
+def test_a_rustc_without_library_sources_is_named(tmp_path):
+    """A rustup toolchain without rust-src (as ~/.cargo/bin/rustc may be) is told apart, not an error."""
+    fake = tmp_path / "rustc"
+    root = tmp_path / "sysroot"
+    fake.write_text(f"#!/bin/sh\ncase \"$2\" in target-list) echo nvptx64-nvidia-cuda;; sysroot) echo {root};; "
+                    "esac\n[ \"$1\" = --version ] && echo 'rustc 0.0.0-test (x)'\nexit 0\n")
+    fake.chmod(0o755)
+    why = toolchain_missing([str(fake)])
+    assert why and "no library sources" in why and "rust-src" in why
+    assert "nvptx64" in toolchain_missing([str(tmp_path / "absent")])
 
 
 # ---- the build -------------------------------------------------------------------------------------
 def test_build_gives_ptx_that_ptxas_accepts(built, tmp_path):
-    why = _toolchain_missing()
-    if why:
-        pytest.skip(f"toolchain absent: {why}")
+    needs_toolchain()
     ptx = rust.PTX_PATH.read_text()
     entries = re.findall(r"^\.visible \.entry (\w+)\(", ptx, flags=re.M)
-    assert sorted(entries) == sorted(rust.KERNELS)
+    assert sorted(entries) == sorted(rust.TABLE) == sorted(rust.kernel_names())
+    # each entry carries its table's launch bounds
+    for name, k in rust.TABLE.items():
+        head = ptx[ptx.index(f".visible .entry {name}("):]
+        head = head[:head.index("{")]
+        assert f".maxntid {k.threads}, 1, 1" in ptx[ptx.index(f".visible .entry {name}("):][:len(head) + 200]
     assert not re.search(r"^\.extern", ptx, flags=re.M), "the PTX calls a function it does not define"
     ptxas = os.environ.get("PTXAS") or shutil.which("ptxas")
     done = subprocess.run([ptxas, "-arch=sm_90", str(rust.PTX_PATH), "-o", str(tmp_path / "k.cubin")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert ptx + "\0" == rust.library().mage_rust_ptx().decode() + "\0"  # the library embeds this PTX
+    assert rust.ptx() == ptx  # the library embeds this PTX
 
 
 @pytest.mark.parametrize("name", ["host_tests", "device_tests"])
 def test_rust_side_tests_pass(built, name):
-    """host_tests: launch geometry, argument checks, the neighbor plan, erf/erfc/GELU against f64.
-    device_tests: every kernel on the CPU emulator at awkward sizes against f64 loops."""
+    """host_tests: launch geometry, argument checks, the neighbor plan, the span-plan reader, erf/erfc/GELU
+    against f64. device_tests: every kernel on the CPU emulator at awkward sizes against f64 loops."""
     binary = rust.BUILD / name
     if not binary.exists():
-        pytest.skip(f"{name} not built (toolchain absent)")
+        skip_or_fail(f"{name} not built (toolchain absent)")
     done = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert re.search(r"test result: ok\. (\d+) passed", done.stdout)
 
 
+def test_no_kernel_list_outside_the_tables():
+    """Kernel names live in kernels/<op>/rust_table.py only: the shared layer derives everything."""
+    variants = [n for n in rust.TABLE if n not in ops.OPS]  # names that are not also an op's name
+    assert variants, "the tables should have kernel versions (matmul_scalar, triangle_256, ...)"
+    for path in HERE.rglob("*"):
+        if path.suffix in (".rs", ".py", ".sh") and "build" not in path.relative_to(HERE).parts:
+            text = path.read_text()
+            assert not [n for n in variants if re.search(rf"\b{n}\b", text)], f"{path} names a kernel"
+
+
 # ---- the Python face without a GPU ---------------------------------------------------------------
 def test_every_op_has_rust_impls():
-    names = {(i.op, i.name) for i in impls() if i.family == "rust"}
+    names = {(i.op, i.name): i for i in impls() if i.family == "rust"}
     for op in ops.OPS:
+        if not (Path(rust.table.KERNELS_DIR) / op / "rust_table.py").exists():
+            continue
         assert (op, "rust") in names and (op, "rust_ptx_py") in names
+        n = names[(op, "rust_native")]
+        assert n.fn is None and n.own_spans is not None and n.kernels_of == "rust_ptx_py"
     assert ("matmul", "rust_scalar") in names
-    for i in impls():
-        if i.family == "rust":
-            assert i.needs_cuda and i.config
+    assert all(i.needs_cuda and i.config for i in names.values())
 
 
 def test_missing_library_says_how_to_build(monkeypatch, tmp_path):
@@ -101,50 +168,107 @@ def test_missing_library_says_how_to_build(monkeypatch, tmp_path):
 
 
 def test_validation_happens_before_any_launch():
+    bias_gelu = get("bias_gelu", "rust").fn
     x, b = torch.zeros(3, 4), torch.zeros(4)
     with pytest.raises(MageInputError, match="'b' has size 5"):
-        rust.bias_gelu(x, torch.zeros(5))
+        bias_gelu(x, torch.zeros(5))
     with pytest.raises(MageInputError, match="'x' must have dtype float32"):
-        rust.bias_gelu(x.double(), b)
+        bias_gelu(x.double(), b)
     with pytest.raises(MageInputError, match="'out' must have shape"):
-        rust.bias_gelu(x, b, out=torch.empty(4, 3))
+        bias_gelu(x, b, out=torch.empty(4, 3))
     with pytest.raises(MageInputError, match="must be on a CUDA device"):
-        rust.bias_gelu(x, b)
+        bias_gelu(x, b)
+    matmul = get("matmul", "rust").fn
     with pytest.raises(MageInputError, match="'B' has size 3 in dim 0"):
-        rust.matmul(torch.zeros(2, 4), torch.zeros(3, 2))
+        matmul(torch.zeros(2, 4), torch.zeros(3, 2))
     # bf16 is a valid matmul input for the op, not for these FP32 kernels (which would read past its end)
     with pytest.raises(MageInputError, match="'A' must be float32 for the Rust kernels"):
-        rust.matmul(torch.zeros(2, 4, dtype=torch.bfloat16), torch.zeros(4, 2, dtype=torch.bfloat16))
+        matmul(torch.zeros(2, 4, dtype=torch.bfloat16), torch.zeros(4, 2, dtype=torch.bfloat16))
     with pytest.raises(MageInputError, match="CSRGraph"):
-        rust.neighbor_agg(torch.zeros(3), torch.zeros(3, 2))
+        get("neighbor_agg", "rust").fn(torch.zeros(3), torch.zeros(3, 2))
+
+
+def test_the_neighbor_fast_path_checks_the_graph_on_every_call():
+    """An int64 column index read as int32 gave a silently wrong answer: the cheap facts are checked on
+    every call, and a graph that fails them goes to the full validation, which refuses it."""
+    from kernels.neighbor_agg import rust_impl
+    graph, x = ops.OPS["neighbor_agg"].inputs(dict(n=50, F=4, deg=3), seed=1)
+    assert rust_impl.graph_is_plain(graph)
+    forged = object.__new__(type(graph))
+    for slot in type(graph).__slots__:
+        object.__setattr__(forged, slot, getattr(graph, slot))
+    object.__setattr__(forged, "col", graph.col.long())  # what no public path can make, forged here
+    assert not rust_impl.graph_is_plain(forged)
+    object.__setattr__(forged, "col", graph.col)
+    object.__setattr__(forged, "w", graph.w.double())
+    assert not rust_impl.graph_is_plain(forged)
+    for fn in (get("neighbor_agg", "rust").fn, get("neighbor_agg", "rust_ptx_py").fn):
+        with pytest.raises(MageInputError):
+            fn(forged, x)
 
 
 def test_the_library_refuses_a_null_pointer(built):
-    """Checked in Rust before the driver is touched, so it needs no GPU."""
+    """Checked in Rust, from the kernel's table, before the driver is touched: no GPU needed."""
     with pytest.raises(rust.RustKernelError, match="MAGE_BAD_ARGUMENT.*A is a null pointer") as e:
-        rust._call("mage_rust_matmul", 0, 0, 0, 0, 0, 4, 4, 4, 1)
+        rust.launch("matmul", 0, [0, 0, 0, 4, 4, 4], stream=0)
     assert e.value.name == "MAGE_BAD_ARGUMENT"
     with pytest.raises(rust.RustKernelError, match="M = -1 must not be negative"):
-        rust._call("mage_rust_matmul", 0, 0, 16, 16, 16, -1, 4, 4, 1)
+        rust.launch("matmul", 0, [16, 16, 16, -1, 4, 4], stream=0)
+    with pytest.raises(rust.RustKernelError, match="C = 0: a row needs at least one column"):
+        rust.launch("layernorm", 0, [16, 16, 16, 16, 3, 0, 1e-5], stream=0)
+    with pytest.raises(rust.RustKernelError, match="takes 6 arguments, got 5"):
+        rust._call("mage_rust_launch", 0, 0, rust.pack("matmul", [1] * 6)[0], rust.pack("matmul", [1] * 6)[1], 5)
 
 
 def test_geometry_comes_from_the_library(built):
-    assert rust.geometry("matmul", 4096, 4096) == ((32, 32, 1), (256, 1, 1))
-    assert rust.geometry("triangle", 384, 128) == ((6, 6, 16), (512, 1, 1))
-    assert rust.geometry("bias_gelu", 2048, 512) == ((512, 1, 1), (128, 1, 1))
+    p = 16  # any non-null address: geometry checks pointers as the launch does
+    assert rust.geometry("matmul", [p, p, p, 4096, 4096, 4096]) == ((32, 32, 1), (256, 1, 1))
+    assert rust.geometry("triangle", [p, p, p, 384, 128]) == ((6, 6, 16), (512, 1, 1))
+    assert rust.geometry("bias_gelu", [p, p, p, 2048, 512]) == ((512, 1, 1), (128, 1, 1))
+    assert rust.geometry("bias_gelu", [p, p, p, 0, 512]) == ((0, 0, 0), (0, 0, 0))  # nothing to launch
 
 
 def test_neighbor_plan_covers_every_edge_once(built):
     graph, _ = ops.OPS["neighbor_agg"].inputs(dict(n=3000, F=4, deg=16, dist="skewed"), seed=3)
-    plan = rust._Plan(graph.rowptr)
+    plan = Plan(graph.rowptr)
     assert graph.max_degree > plan.split and plan.parts > 0  # this graph has hubs to cut
-    e = plan.entries.view(-1, 6).long()
+    e = plan.entries.view(-1, PLAN_FIELDS).long()
     covered = torch.zeros(graph.nnz, dtype=torch.int64)
     for lo, hi in zip(e[:, 1].tolist(), e[:, 2].tolist()):
         covered[lo:hi] += 1
     assert bool((covered == 1).all())
     assert sorted(set(e[:, 0].tolist())) == list(range(graph.n))
     assert int((e[:, 2] - e[:, 1]).max()) <= plan.split
+
+
+@pytest.mark.parametrize("n,rounds,block,warmup", [(300, 3, 10, 10), (30, 3, 10, 2), (7, 2, 3, 0), (50, 1, 4, 1),
+                                                   (100, 4, 7, 3)])
+def test_rust_native_runs_the_plan_it_is_given(built, n, rounds, block, warmup):
+    """The dry run (no GPU) executes the plan through the same executor as a real run: the rounds of
+    its timed passes, in order, are the plan's."""
+    if native.available():
+        skip_or_fail(native.available())
+    plan = SpanPlan.make(n=n, rounds=rounds, block=block, warmup=warmup)
+    got = native.dry_run(plan)
+    assert got["round_sequence"] == plan.round_sequence()
+    assert got["lead_in"] == plan.lead_in
+
+
+def test_rust_native_refuses_a_bad_plan(built):
+    if native.available():
+        skip_or_fail(native.available())
+    done = subprocess.run([str(rust.NATIVE_PATH), "--dry-run", "--plan", '{"rounds": 2}'], capture_output=True,
+                          text=True)
+    assert done.returncode == 1 and "missing field" in done.stderr
+
+
+def test_rust_native_argument_file_follows_the_table():
+    A, B, C = torch.ones(2, 3), torch.ones(3, 4), torch.empty(2, 4)
+    data = native.args_file("matmul", (A, B, C, 2, 3, 4))
+    assert data[:4] == (6).to_bytes(4, "little")
+    assert len(data) == 4 + 6 * 9 + A.numel() * 4 + B.numel() * 4  # the output travels as a size only
+    with pytest.raises(rust.RustKernelError, match="takes 6 arguments"):
+        native.args_file("matmul", (A, B, C))
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------
@@ -162,7 +286,9 @@ def random_shapes(op: str, count: int = 32, seed: int = 0) -> list[dict]:
     return [make() for _ in range(count)]
 
 
-RUST_IMPLS = [i for i in impls() if i.family == "rust"]
+RUST_IMPLS = [i for i in impls() if i.family == "rust" and i.fn is not None]
+VARIANTS = [rust.variant(op, v) for op in ("matmul", "triangle")
+            for v in range(len(__import__(f"kernels.{op}.rust_impl", fromlist=["VERSIONS"]).VERSIONS))]
 
 
 def _id(i):
@@ -171,7 +297,7 @@ def _id(i):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("impl", RUST_IMPLS, ids=_id)
+@pytest.mark.parametrize("impl", RUST_IMPLS + VARIANTS, ids=_id)
 def test_random_and_awkward_shapes(built, impl):
     why = impl.runs_on("cuda")
     if why:
@@ -190,13 +316,15 @@ def test_random_and_awkward_shapes(built, impl):
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
 def test_neighbor_agg_is_deterministic_with_hubs(built):
     graph, x = ops.OPS["neighbor_agg"].inputs(dict(n=20000, F=64, deg=16, dist="skewed"), seed=5, device="cuda")
-    assert rust.plan_for(graph).parts > 0
-    first = rust.neighbor_agg(graph, x)
+    assert plan_for(graph).parts > 0
+    fn = get("neighbor_agg", "rust").fn
+    first = fn(graph, x)
     for _ in range(5):
-        assert torch.equal(rust.neighbor_agg(graph, x), first)
-    if get("neighbor_agg", "rust_ptx_py").runs_on("cuda") is None:
-        assert torch.equal(rust.py_neighbor_agg(graph, x), first)  # same PTX, same bits
-    ref = ops.neighbor_agg_reference(graph, x)
+        assert torch.equal(fn(graph, x), first)
+    py = get("neighbor_agg", "rust_ptx_py")
+    if py.runs_on("cuda") is None:
+        assert torch.equal(py.fn(graph, x), first)  # same PTX, same bits
+    ref = ops.OPS["neighbor_agg"].reference(graph, x)
     assert float((first.double() - ref).norm() / ref.norm()) < ops.TOLERANCE["fp32"]
 
 
@@ -223,16 +351,38 @@ def test_cuda_errors_come_back_with_their_names(built):
     assert e.value.name == "CUDA_ERROR_INVALID_VALUE"
     A = torch.randn(8, 8, device="cuda")
     with pytest.raises(rust.RustKernelError, match="B is a null pointer"):
-        rust._call("mage_rust_matmul", 0, rust._stream(0), A.data_ptr(), 0, A.data_ptr(), 8, 8, 8, 1)
+        rust.launch("matmul", 0, [A.data_ptr(), 0, A.data_ptr(), 8, 8, 8])
     # neither error left the context broken
-    torch.testing.assert_close(rust.matmul(A, A), A @ A, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(get("matmul", "rust").fn(A, A), A @ A, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
-def test_native_binary_writes_rows_in_our_schema(built):
-    df = rust.native_spans("layernorm", dict(R=64, C=256), "field", spans=30)
-    df = data.validate(df, "rust_native")
-    assert set(df["impl"]) == {"rust_native"} and set(df["view"]) == {"event_span", "graph_span"}
-    assert sorted(set(df["round"])) == [0, 1, 2, 3]
-    assert (df["value"] > 0).all()
+@pytest.mark.parametrize("op", sorted(ops.OPS))
+def test_rust_native_returns_raw_spans_of_the_plan(built, op):
+    impl = get(op, "rust_native")
+    if impl.runs_on("cuda"):
+        pytest.skip(impl.runs_on("cuda"))
+    plan = SpanPlan.make(n=30, rounds=3, block=4, warmup=2)
+    got = impl.own_spans(ops.OPS[op].shapes["field"][0], "field", plan, True)
+    assert set(got) == {"spans_us", "host_us", "graph_us", "kernel_names"}
+    assert [len(r) for r in got["spans_us"]] == [plan.per_round] * plan.rounds
+    assert [len(r) for r in got["host_us"]] == [plan.per_round] * plan.rounds
+    assert all(v > 0 for r in got["spans_us"] for v in r) and got["graph_us"] > 0
+    assert got["kernel_names"] == impl.config["kernel"]
+    assert impl.own_spans(ops.OPS[op].shapes["field"][0], "field", plan, False)["graph_us"] is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_an_int64_graph_on_the_gpu_is_refused(built):
+    graph, x = ops.OPS["neighbor_agg"].inputs(dict(n=500, F=8, deg=4), seed=2, device="cuda")
+    forged = object.__new__(type(graph))
+    for slot in type(graph).__slots__:
+        object.__setattr__(forged, slot, getattr(graph, slot))
+    object.__setattr__(forged, "col", graph.col.long())
+    for name in ("rust", "rust_ptx_py"):
+        impl = get("neighbor_agg", name)
+        if impl.runs_on("cuda") is None:
+            with pytest.raises(MageInputError):
+                impl.fn(forged, x)

@@ -41,3 +41,49 @@ pub fn bias_gelu(x: *const f32, b: *const f32, y: *mut f32, r: u32, c: u32) {
 }
 // </kernel>
 
+#[cfg(test)]
+mod tests {
+    use crate::testing::*;
+
+    #[test]
+    fn bias_gelu_matches_f64() {
+        let mut rng = Rng(2);
+        for &(r, c) in &[(1, 1), (3, 4097), (37, 129), (9, 1024), (5, 8), (6, 3)] {
+            let x: Vec<f32> = rng.vec(r * c).iter().map(|v| v * 6.0).collect();
+            let b = rng.vec(c);
+            let mut y = vec![f32::NAN; r * c];
+            let (px, pb, py) = (p!(x), p!(b), y.as_mut_ptr() as usize);
+            run(launch::bias_gelu(r as u32, c as u32).unwrap(), move || {
+                super::bias_gelu(px as *const f32, pb as *const f32, py as *mut f32, r as u32, c as u32)
+            });
+            let want: Vec<f64> = (0..r * c)
+                .map(|i| {
+                    let z = x[i] as f64 + b[i % c] as f64;
+                    0.5 * z * (1.0 + erf64(z / std::f64::consts::SQRT_2))
+                })
+                .collect();
+            let e = rel(&y, &want);
+            assert!(e < 2e-6, "bias_gelu {r}x{c}: rel error {e:e}");
+        }
+    }
+
+    /// erf to ~1e-15 for the references here (series near zero, continued fraction beyond).
+    fn erf64(x: f64) -> f64 {
+        let a = x.abs();
+        let v = if a < 2.5 {
+            let (mut term, mut sum) = (a, a);
+            for n in 1..120 {
+                term *= -a * a / n as f64;
+                sum += term / (2 * n + 1) as f64;
+            }
+            2.0 / std::f64::consts::PI.sqrt() * sum
+        } else {
+            let mut t = a;
+            for n in (1..=400).rev() {
+                t = a + (n as f64 / 2.0) / t;
+            }
+            1.0 - (-a * a).exp() / (std::f64::consts::PI.sqrt() * t)
+        };
+        v.copysign(x)
+    }
+}

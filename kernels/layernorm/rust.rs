@@ -1,14 +1,13 @@
 //! LayerNorm over the last dimension, one block of 256 threads per row. A row of up to
 //! 256 * 4 * VEC = 4096 floats stays in registers (one read of x, exact two-pass mean and variance);
 //! longer rows are re-read for the second and third pass.
-use crate::gpu::{self, barrier, fma, sqrt, warp_sum, In, Out};
+use crate::gpu::{self, In, Out, barrier, fma, sqrt, warp_sum};
 use crate::{shared_tile, unroll};
 
 pub const THREADS: usize = 256;
 const VEC: usize = 4; // float4s a thread keeps: rows up to 4096 floats stay in registers
 // the literal unroll counts below: VEC float4s a thread, THREADS / 32 warps a block
 const _: () = assert!(VEC == 4 && THREADS / 32 == 8);
-
 
 shared_tile!(partials, LAYERNORM_RED, 16);
 
@@ -33,8 +32,7 @@ fn block_sum(v: f32) -> f32 {
 // <kernel>
 /// Grid (R); x, y are [R, C]; gamma, beta are [C].
 #[inline(always)]
-pub fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32,
-                                     r: u32, c: u32, eps: f32) {
+pub fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32, r: u32, c: u32, eps: f32) {
     let (r, c) = (r as usize, c as usize);
     // SAFETY: the host checked each pointer against this kernel's table `lengths` (the same sizes).
     let (x, gamma, beta, y) = unsafe { (In::new(x, r * c), In::new(gamma, c), In::new(beta, c), Out::new(y, r * c)) };
@@ -109,4 +107,40 @@ pub fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32
 }
 // </kernel>
 
+#[cfg(test)]
+mod tests {
+    use crate::testing::*;
 
+    #[test]
+    fn layernorm_both_paths() {
+        let mut rng = Rng(3);
+        for &(r, c) in &[(1, 1), (3, 4099), (5, 1000), (4, 37), (2, 4096), (1, 9000)] {
+            let x: Vec<f32> = rng.vec(r * c).iter().map(|v| v + 0.5).collect();
+            let (g, bt) = (rng.vec(c), rng.vec(c));
+            let mut y = vec![f32::NAN; r * c];
+            let (px, pg, pb, py) = (p!(x), p!(g), p!(bt), y.as_mut_ptr() as usize);
+            run(launch::layernorm(r as u32).unwrap(), move || {
+                super::layernorm(
+                    px as *const f32,
+                    pg as *const f32,
+                    pb as *const f32,
+                    py as *mut f32,
+                    r as u32,
+                    c as u32,
+                    1e-5,
+                )
+            });
+            let mut want = vec![0.0; r * c];
+            for i in 0..r {
+                let row = &x[i * c..(i + 1) * c];
+                let mean = row.iter().map(|&v| v as f64).sum::<f64>() / c as f64;
+                let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / c as f64;
+                for j in 0..c {
+                    want[i * c + j] = (row[j] as f64 - mean) / (var + 1e-5).sqrt() * g[j] as f64 + bt[j] as f64;
+                }
+            }
+            let e = rel(&y, &want);
+            assert!(e < 1e-5, "layernorm {r}x{c}: rel error {e:e}");
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! output, the loop a newcomer writes. `matmul` (markers `<kernel>`): a 128 x 128 tile per block,
 //! BLOCK_K = 8 slices of A and B staged through double-buffered shared memory, an 8 x 8 register
 //! block per thread, 16-byte loads.
-use crate::gpu::{self, barrier, fma, In, Out};
+use crate::gpu::{self, In, Out, barrier, fma};
 use crate::{shared_tile, unroll};
 
 // <kernel-scalar>
@@ -38,7 +38,6 @@ const _: () = assert!(2 * TILE == 2048 && BLOCK_K * BLOCK_N == TILE);
 
 shared_tile!(a_tiles, MATMUL_A, 2048);
 shared_tile!(b_tiles, MATMUL_B, 2048);
-
 
 // <kernel>
 /// One k step of a thread's 8 x 8 register block: 8 values of A's column times 8 of B's row, 64
@@ -101,9 +100,11 @@ pub fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32)
         let buf = kt & 1;
         let next = kt + 1 < k_tiles;
         // the next slices' global loads are in flight while this slice is multiplied
-        let (na, nb) = if next { (load_a((kt + 1) * BLOCK_K), load_b((kt + 1) * BLOCK_K)) } else { ([0.0; 4], [0.0; 4]) };
+        let (na, nb) =
+            if next { (load_a((kt + 1) * BLOCK_K), load_b((kt + 1) * BLOCK_K)) } else { ([0.0; 4], [0.0; 4]) };
         // windows on this slice: the thread's first rows (columns), the others at constant offsets
-        let (a_view, b_view) = (a_tiles.view(buf * TILE + ty * 4, TILE - 60), b_tiles.view(buf * TILE + tx * 4, TILE - 60));
+        let (a_view, b_view) =
+            (a_tiles.view(buf * TILE + ty * 4, TILE - 60), b_tiles.view(buf * TILE + tx * 4, TILE - 60));
         unroll!(kk in 8 => {
             let (a0, a1) = (a_view.get4(kk * BLOCK_M), a_view.get4(kk * BLOCK_M + 64));
             let (b0, b1) = (b_view.get4(kk * BLOCK_N), b_view.get4(kk * BLOCK_N + 64));
@@ -129,3 +130,28 @@ pub fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32)
 }
 // </kernel>
 
+#[cfg(test)]
+mod tests {
+    use crate::testing::*;
+
+    #[test]
+    fn matmul_both_versions() {
+        let mut rng = Rng(1);
+        for &(m, k, n) in &[(1, 1, 1), (17, 33, 29), (130, 7, 65), (67, 200, 3), (128, 16, 128), (5, 12, 8), (3, 0, 4)]
+        {
+            let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+            let want = matmul_ref(&a, &b, m, k, n);
+            for tiled in [false, true] {
+                let mut c = vec![f32::NAN; m * n];
+                let (pa, pb, pc) = (p!(a), p!(b), c.as_mut_ptr() as usize);
+                let (mu, ku, nu) = (m as u32, k as u32, n as u32);
+                run(launch::matmul(mu, nu, tiled).unwrap(), move || {
+                    let (a, b, c) = (pa as *const f32, pb as *const f32, pc as *mut f32);
+                    if tiled { super::matmul(a, b, c, mu, ku, nu) } else { super::matmul_scalar(a, b, c, mu, ku, nu) }
+                });
+                let e = rel(&c, &want);
+                assert!(e < 1e-5, "matmul tiled={tiled} {m}x{k}x{n}: rel error {e:e}");
+            }
+        }
+    }
+}

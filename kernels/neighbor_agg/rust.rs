@@ -3,7 +3,7 @@
 //! over the task's edges in edge order. No atomics: a chunk's warp stores its partial sum and
 //! raises a flag; the row's last chunk waits for the flags and adds the partials in chunk order,
 //! so every output is the same fixed-order sum on every run.
-use crate::gpu::{self, fma, Flags, In, Out};
+use crate::gpu::{self, Flags, In, Out, fma};
 // (A version that loaded 32 columns at once and shared them by shuffles, with eight gathers in flight,
 // measured 2x slower at 128 registers a thread; kernels/NOTES.md has the numbers.)
 
@@ -18,9 +18,20 @@ pub const PLAN_FIELDS: usize = 6;
 /// between launches).
 #[inline(always)]
 pub fn neighbor_agg(
-    rowptr: *const i32, col: *const i32, w: *const f32, x: *const f32, y: *mut f32,
-    plan: *const i32, ws: *mut f32, flags: *mut u32,
-    n: u32, n_src: u32, e: u32, f: u32, tasks: u32, parts: u32,
+    rowptr: *const i32,
+    col: *const i32,
+    w: *const f32,
+    x: *const f32,
+    y: *mut f32,
+    plan: *const i32,
+    ws: *mut f32,
+    flags: *mut u32,
+    n: u32,
+    n_src: u32,
+    e: u32,
+    f: u32,
+    tasks: u32,
+    parts: u32,
 ) {
     let (n, e, f, tasks, parts) = (n as usize, e as usize, f as usize, tasks as usize, parts as usize);
     // SAFETY: the host checked each pointer against this kernel's table `lengths`, the plan against
@@ -131,3 +142,69 @@ pub fn neighbor_agg(
 }
 // </kernel>
 
+#[cfg(test)]
+mod tests {
+    use crate::testing::*;
+
+    #[test]
+    fn neighbor_agg_with_and_without_a_plan() {
+        let mut rng = Rng(5);
+        // degrees with a hub: row 2 has 40 edges, so split = 8 cuts it into 5 chunks
+        for &(f, split) in &[(1, 8), (3, 8), (64, 8), (130, 8), (64, 1000), (5, 2), (64, 1)] {
+            let degrees = [3usize, 0, 40, 1, 9, 0, 2];
+            let n = degrees.len();
+            let mut rowptr = vec![0i32];
+            for d in degrees {
+                rowptr.push(rowptr.last().unwrap() + d as i32);
+            }
+            let e = *rowptr.last().unwrap() as usize;
+            let col: Vec<i32> = (0..e).map(|_| rng.below(n) as i32).collect();
+            let w = rng.vec(e);
+            let x = rng.vec(n * f);
+            let pl = plan::build(&rowptr, split).unwrap();
+            let ws = vec![0.0f32; pl.parts * f];
+            let flags = vec![0u32; pl.parts];
+            let mut y = vec![f32::NAN; n * f];
+            let addr = [
+                p!(rowptr),
+                p!(col),
+                p!(w),
+                p!(x),
+                y.as_mut_ptr() as usize,
+                if pl.entries.is_empty() { 0 } else { p!(pl.entries) },
+                p!(ws),
+                p!(flags),
+            ];
+            let (tasks, parts) = (pl.tasks as u32, pl.parts as u32);
+            run(launch::neighbor_agg(pl.tasks as u64).unwrap(), move || {
+                super::neighbor_agg(
+                    addr[0] as *const i32,
+                    addr[1] as *const i32,
+                    addr[2] as *const f32,
+                    addr[3] as *const f32,
+                    addr[4] as *mut f32,
+                    addr[5] as *const i32,
+                    addr[6] as *mut f32,
+                    addr[7] as *mut u32,
+                    n as u32,
+                    n as u32,
+                    e as u32,
+                    f as u32,
+                    tasks,
+                    parts,
+                )
+            });
+            let mut want = vec![0.0f64; n * f];
+            for r in 0..n {
+                for ei in rowptr[r] as usize..rowptr[r + 1] as usize {
+                    for q in 0..f {
+                        want[r * f + q] += w[ei] as f64 * x[col[ei] as usize * f + q] as f64;
+                    }
+                }
+            }
+            let err = rel(&y, &want);
+            assert!(err < 1e-5, "neighbor_agg F={f} split={split} ({} parts): rel error {err:e}", pl.parts);
+            assert!(flags.iter().all(|&v| v == 0), "flags must be lowered for the next launch");
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //! floats: one 32-byte sector of every (i, k) row) and steps over k in slices of BLOCK_K = 4; each
 //! thread owns an 8 x 8 register block of one channel, as in the tiled matmul. Two shapes of the
 //! same kernel: `triangle` (BLOCK_J = 64, 512 threads) and `triangle_256` (BLOCK_J = 32).
-use crate::gpu::{self, barrier, In, Out};
+use crate::gpu::{self, In, Out, barrier};
 use crate::matmul::outer8x8;
 use crate::{shared_tile, unroll};
 
@@ -23,7 +23,6 @@ shared_tile!(b_tiles, TRIANGLE_B, 4096);
 fn slot(buf: usize, rows: usize, k: usize, ch: usize, row: usize) -> usize {
     buf * BLOCK_K * BLOCK_C * rows + (k * BLOCK_C + ch) * rows + (row ^ ((ch << 2) & (rows / 2 - 1)))
 }
-
 
 // <kernel>
 /// Grid (ceil(N / BLOCK_J) j-tiles, ceil(N / 64) i-tiles, ceil(C / 8) channel groups), 8 * BLOCK_J threads.
@@ -119,3 +118,38 @@ pub fn triangle<const BLOCK_J: usize>(a: *const f32, b: *const f32, o: *mut f32,
 }
 // </kernel>
 
+#[cfg(test)]
+mod tests {
+    use crate::testing::*;
+
+    #[test]
+    fn triangle_both_versions() {
+        let mut rng = Rng(4);
+        for &(n, c) in &[(1, 1), (5, 3), (17, 9), (70, 12), (33, 8)] {
+            let (a, b) = (rng.vec(n * n * c), rng.vec(n * n * c));
+            let mut want = vec![0.0; n * n * c];
+            for i in 0..n {
+                for j in 0..n {
+                    for ch in 0..c {
+                        want[(i * n + j) * c + ch] =
+                            (0..n).map(|k| a[(i * n + k) * c + ch] as f64 * b[(j * n + k) * c + ch] as f64).sum();
+                    }
+                }
+            }
+            for wide in [true, false] {
+                let mut o = vec![f32::NAN; n * n * c];
+                let (pa, pb, po) = (p!(a), p!(b), o.as_mut_ptr() as usize);
+                run(launch::triangle(n as u32, c as u32, wide).unwrap(), move || {
+                    let (a, b, o) = (pa as *const f32, pb as *const f32, po as *mut f32);
+                    if wide {
+                        super::triangle::<64>(a, b, o, n as u32, c as u32)
+                    } else {
+                        super::triangle::<32>(a, b, o, n as u32, c as u32)
+                    }
+                });
+                let e = rel(&o, &want);
+                assert!(e < 1e-5, "triangle wide={wide} N={n} C={c}: rel error {e:e}");
+            }
+        }
+    }
+}

@@ -44,16 +44,28 @@ pub fn launch(grid: (u32, u32, u32), block: (u32, u32, u32), kernel: impl Fn() +
         for by in 0..grid.1 {
             for bx in 0..grid.0 {
                 let warps = (0..n.div_ceil(32)).map(|w| Barrier::new((n - 32 * w).min(32))).collect();
-                let b = Arc::new(Block { barrier: Barrier::new(n), warps, lanes: (0..n).map(|_| AtomicU32::new(0)).collect(),
-                                         shared: Mutex::new(HashMap::new()) });
+                let b = Arc::new(Block {
+                    barrier: Barrier::new(n),
+                    warps,
+                    lanes: (0..n).map(|_| AtomicU32::new(0)).collect(),
+                    shared: Mutex::new(HashMap::new()),
+                });
                 std::thread::scope(|s| {
                     for t in 0..n as u32 {
-                        let c = Ctx { block: b.clone(), tid: (t % block.0, t / block.0), bid: (bx, by, bz), dim: (block.0, block.1) };
+                        let c = Ctx {
+                            block: b.clone(),
+                            tid: (t % block.0, t / block.0),
+                            bid: (bx, by, bz),
+                            dim: (block.0, block.1),
+                        };
                         let kernel = &kernel;
-                        std::thread::Builder::new().stack_size(256 << 10).spawn_scoped(s, move || {
-                            CTX.with(|x| *x.borrow_mut() = Some(c));
-                            kernel();
-                        }).expect("spawn");
+                        std::thread::Builder::new()
+                            .stack_size(256 << 10)
+                            .spawn_scoped(s, move || {
+                                CTX.with(|x| *x.borrow_mut() = Some(c));
+                                kernel();
+                            })
+                            .expect("spawn");
                     }
                 });
             }

@@ -84,7 +84,6 @@ pub use hw::{ex2, fma, rcp, rint, sqrt, to_i32};
 mod hw {
     use core::arch::{asm, nvptx};
 
-    
     #[inline(always)]
     pub fn thread_idx() -> (u32, u32) {
         // SAFETY: reading special registers has no preconditions.
@@ -128,12 +127,16 @@ mod hw {
     #[inline(always)]
     pub fn fma(a: f32, b: f32, c: f32) -> f32 {
         #[allow(unused_unsafe)]
-        unsafe { core::intrinsics::fmaf32(a, b, c) }
+        unsafe {
+            core::intrinsics::fmaf32(a, b, c)
+        }
     }
     #[inline(always)]
     pub fn sqrt(x: f32) -> f32 {
         #[allow(unused_unsafe)]
-        unsafe { core::intrinsics::sqrtf32(x) }
+        unsafe {
+            core::intrinsics::sqrtf32(x)
+        }
     }
     /// 1 / x to about 1 ulp (`rcp.approx.f32`: one special-function instruction instead of the
     /// dozen of an IEEE division).
@@ -149,7 +152,9 @@ mod hw {
     pub fn ex2(x: f32) -> f32 {
         let out: f32;
         // SAFETY: arithmetic only.
-        unsafe { asm!("ex2.approx.ftz.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack)) };
+        unsafe {
+            asm!("ex2.approx.ftz.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack))
+        };
         out
     }
     /// x rounded to the nearest integer, ties to even (`cvt.rni.f32.f32`).
@@ -157,7 +162,9 @@ mod hw {
     pub fn rint(x: f32) -> f32 {
         let out: f32;
         // SAFETY: arithmetic only.
-        unsafe { asm!("cvt.rni.f32.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack)) };
+        unsafe {
+            asm!("cvt.rni.f32.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack))
+        };
         out
     }
     /// An integral float as i32 (`cvt.rzi.s32.f32`, which saturates in hardware): Rust's `as`
@@ -166,7 +173,9 @@ mod hw {
     pub fn to_i32(x: f32) -> i32 {
         let out: i32;
         // SAFETY: arithmetic only.
-        unsafe { asm!("cvt.rzi.s32.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack)) };
+        unsafe {
+            asm!("cvt.rzi.s32.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack))
+        };
         out
     }
     /// Every lane fences its own earlier stores GPU-wide, the warp meets, lane 0 raises `*flag`.
@@ -184,7 +193,9 @@ mod hw {
     #[inline(always)]
     pub unsafe fn load_acquire(flag: *const u32) -> u32 {
         let v: u32;
-        unsafe { asm!("ld.acquire.gpu.global.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) flag, options(nostack)) };
+        unsafe {
+            asm!("ld.acquire.gpu.global.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) flag, options(nostack))
+        };
         v
     }
     #[inline(always)]

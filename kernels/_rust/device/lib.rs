@@ -14,6 +14,6 @@ pub mod emulate;
 pub mod gpu;
 pub mod math;
 #[cfg(test)]
-mod tests;
+pub mod testing;
 
 include!("../build/gen/device_ops.rs");

@@ -69,16 +69,22 @@ pub fn exp_neg(hi: f32, lo: f32) -> f32 {
 }
 
 // erf(x) / x = P(x^2) on |x| <= 1 (fitted in f64 on Chebyshev nodes, relative error 4e-8)
-const ERF_P: [f32; 6] = [
-    -5.625_396e-4, 4.916_023_4e-3, -2.670_995e-2, 1.128_013e-1, -3.761_232e-1, 1.128_379_1,
-];
+const ERF_P: [f32; 6] = [-5.625_396e-4, 4.916_023_4e-3, -2.670_995e-2, 1.128_013e-1, -3.761_232e-1, 1.128_379_1];
 // erfc(a) = t exp(-a^2 + Q(t)), t = 1 / (1 + a/2), on the whole of 0 <= a <= 9.2 (degree 9, fitted
 // in f64 on Chebyshev nodes in t by iteratively reweighted least squares: |error of Q| 4e-8, which
 // is the relative error of erfc; 2.6e-7 with f32 coefficients and Horner in f32). One formula for the
 // whole range keeps a warp from running two polynomials when its lanes fall on both sides of a = 1.
 const ERFC_Q: [f32; 10] = [
-    1.353_550_3e-1, -6.283_515_7e-1, 1.032_427_8, -5.296_569e-1, -2.190_732_7e-1, 7.557_116e-2,
-    9.125_953_5e-3, 3.920_176_3e-1, 9.980_007_4e-1, -1.265_416_5,
+    1.353_550_3e-1,
+    -6.283_515_7e-1,
+    1.032_427_8,
+    -5.296_569e-1,
+    -2.190_732_7e-1,
+    7.557_116e-2,
+    9.125_953_5e-3,
+    3.920_176_3e-1,
+    9.980_007_4e-1,
+    -1.265_416_5,
 ];
 
 /// erfc(a) for a >= 0 with a^2 = sq_hi + sq_lo given split (so the exponent is not rounded).

@@ -1,7 +1,7 @@
 //! The CUDA driver API functions this crate uses, loaded from libcuda.so.1 with dlopen (no crates
 //! are reachable to provide bindings). Every call goes through `check`, which turns a CUresult into
 //! `Err((code, "CUDA_ERROR_NAME: what failed"))`.
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 pub type CUresult = c_int;

@@ -9,10 +9,10 @@ pub mod launch;
 pub mod plan;
 pub mod plan_json;
 
-use driver::{check, driver, CUcontext, CUfunction, CUmodule, CUstream};
+use driver::{CUcontext, CUfunction, CUmodule, CUstream, check, driver};
 use launch::Geometry;
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::OnceLock;
 
 /// The PTX module built by build.sh, embedded so the library cannot be paired with stale PTX.
@@ -87,7 +87,9 @@ fn load_module(device: i32) -> Result<Module, Error> {
     let mut vals: [*mut c_void; 2] = [log.as_mut_ptr() as *mut c_void, log.len() as *mut c_void];
     let mut module: CUmodule = std::ptr::null_mut();
     // SAFETY: PTX is NUL-terminated; option arrays have 2 entries as stated.
-    let rc = unsafe { (d.module_load_data_ex)(&mut module, PTX.as_ptr() as *const c_void, 2, opts.as_mut_ptr(), vals.as_mut_ptr()) };
+    let rc = unsafe {
+        (d.module_load_data_ex)(&mut module, PTX.as_ptr() as *const c_void, 2, opts.as_mut_ptr(), vals.as_mut_ptr())
+    };
     if rc != 0 {
         let text = String::from_utf8_lossy(&log).trim_end_matches('\0').to_string();
         let (_, msg) = check(rc, "cuModuleLoadDataEx").unwrap_err();
@@ -157,8 +159,12 @@ pub fn prepare(k: usize, args: &[u64]) -> Result<Option<Geometry>, Error> {
     let g = (info.prepare)(args).map_err(bad)?;
     if let Some(g) = g {
         if g.threads_per_block() > info.threads {
-            return Err(bad(format!("{}: a block of {} threads exceeds its bound of {}", info.name,
-                                   g.threads_per_block(), info.threads)));
+            return Err(bad(format!(
+                "{}: a block of {} threads exceeds its bound of {}",
+                info.name,
+                g.threads_per_block(),
+                info.threads
+            )));
         }
     }
     Ok(g)
@@ -315,8 +321,15 @@ pub unsafe extern "C" fn mage_rust_launch(device: c_int, s: u64, k: c_int, args:
 /// # Safety
 /// `rowptr` holds n + 1 int32; `out` holds `cap` int32 (or is null with cap 0).
 #[no_mangle]
-pub unsafe extern "C" fn mage_rust_neighbor_plan(rowptr: *const i32, n: i64, split: i64, out: *mut i32, cap: i64,
-                                                 tasks: *mut i64, parts: *mut i64) -> c_int {
+pub unsafe extern "C" fn mage_rust_neighbor_plan(
+    rowptr: *const i32,
+    n: i64,
+    split: i64,
+    out: *mut i32,
+    cap: i64,
+    tasks: *mut i64,
+    parts: *mut i64,
+) -> c_int {
     status((|| {
         if rowptr.is_null() || n < 0 || split <= 0 || tasks.is_null() || parts.is_null() {
             return Err(bad("neighbor_plan: null rowptr/tasks/parts, negative n or split <= 0".into()));

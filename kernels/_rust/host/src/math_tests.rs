@@ -58,7 +58,8 @@ fn reference_matches_known_values() {
 
 #[test]
 fn erf_within_3e7() {
-    let worst = grid(-6.0, 6.0, 240_000).filter(|&x| x != 0.0).map(|x| rel(erf(x), erf64(x as f64))).fold(0.0, f64::max);
+    let worst =
+        grid(-6.0, 6.0, 240_000).filter(|&x| x != 0.0).map(|x| rel(erf(x), erf64(x as f64))).fold(0.0, f64::max);
     println!("erf: max relative error {worst:.3e}");
     assert!(worst < 3e-7, "erf max relative error {worst:.3e}");
     assert_eq!(erf(0.0), 0.0);

@@ -12,8 +12,8 @@
 //! argument a tag byte and a u64: 0 a value (a size, f32 bits, or a null address), 1 that many bytes
 //! that follow, uploaded to the device, 2 that many zero bytes on the device.
 //! JSON is the plan itself, or @PATH to read it from a file.
-use mage_rust::driver::{check, driver, CUevent, CUgraph, CUgraphExec, CUstream, DevPtr};
-use mage_rust::plan_json::{parse_plan, SpanPlan};
+use mage_rust::driver::{CUevent, CUgraph, CUgraphExec, CUstream, DevPtr, check, driver};
+use mage_rust::plan_json::{SpanPlan, parse_plan};
 use mage_rust::{Error, MAGE_BAD_ARGUMENT};
 use std::ffi::c_void;
 use std::time::Instant;
@@ -210,8 +210,14 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { kernel: String::new(), args: String::new(), plan: String::new(), device: 0, graph: true,
-                       dry_run: false };
+    let mut a = Args {
+        kernel: String::new(),
+        args: String::new(),
+        plan: String::new(),
+        device: 0,
+        graph: true,
+        dry_run: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut val = || it.next().ok_or(format!("{flag} needs a value"));
@@ -268,8 +274,12 @@ fn run(a: &Args) -> Result<String, Error> {
     k.call(true)?; // once before the plan: loads the module, touches the inputs
     let (spans, host) = execute(&plan, &mut k)?;
     let graph = if a.graph { format!("{:?}", k.graph_span(10, 20)?) } else { "null".into() };
-    Ok(format!("{{\"spans_us\": {}, \"host_us\": {}, \"graph_us\": {graph}, \"kernel_names\": \"{}\"}}",
-               json_rows(&spans), json_rows(&host), a.kernel))
+    Ok(format!(
+        "{{\"spans_us\": {}, \"host_us\": {}, \"graph_us\": {graph}, \"kernel_names\": \"{}\"}}",
+        json_rows(&spans),
+        json_rows(&host),
+        a.kernel
+    ))
 }
 
 fn main() {
