@@ -128,6 +128,21 @@ def cmd_targets(a):
     print("\nHarness precision: " + t.precision_summary(load(a.data)))
 
 
+def cmd_compare(a):
+    from . import compare as c
+    from .data import load
+    old, new = load(a.old, run="all"), load(a.new, run="all")
+    for view in a.views:
+        print(c.summary(old, new, view, a.tol))
+    if a.spread:
+        s = c.spread(new, "event_span")
+        s = s[s["runs"] > 1]
+        if len(s):
+            print(f"\nevent_span across the runs of {a.new}: spread (max - min) / median over {int(s['runs'].max())} "
+                  f"runs: median {s['spread'].median():.1%}, worst {s['spread'].max():.1%}")
+            print(s.sort_values("spread").to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+
 def cmd_import_published(a):
     from .published import import_published
     df = import_published(Path(a.src), Path(a.out))
@@ -185,6 +200,14 @@ def main(argv=None):
     sp = sub.add_parser("targets", help="the Triton and Rust speed targets, computed from recorded data")
     sp.add_argument("data", nargs="?", default="data/h200")
     sp.set_defaults(fn=cmd_targets)
+
+    sp = sub.add_parser("compare", help="whether the record NEW reproduces OLD, case by case")
+    sp.add_argument("old")
+    sp.add_argument("new")
+    sp.add_argument("--views", nargs="+", default=["kernel_time"])
+    sp.add_argument("--tol", type=float, default=0.03)
+    sp.add_argument("--spread", action="store_true", help="also the spread of event spans across NEW's runs")
+    sp.set_defaults(fn=cmd_compare)
 
     sp = sub.add_parser("machine-name", help="the data folder name for this machine's GPU")
     sp.set_defaults(fn=lambda a: print(__import__("mage.env", fromlist=["x"]).machine_name()))
