@@ -59,3 +59,35 @@ def choose(op: str, defaults: dict, shape: dict, config: dict) -> dict:
         _CHOSEN.clear()
     _CHOSEN[memo] = {**base, **config}
     return dict(_CHOSEN[memo])
+
+
+def on_device(op: str, named: dict) -> None:
+    """Refuse, before any launch, a tensor the kernel cannot read: a compiled kernel reads only CUDA
+    memory, the interpreter only host memory it can address (CPU, or CUDA it copies); a 'meta' tensor
+    has no memory at all. Without this Triton's own error names neither the operation nor the argument."""
+    interp = interpreting()
+    for name, t in named.items():
+        kind = t.device.type
+        if kind == "cuda" or (interp and kind == "cpu"):
+            continue
+        where = "CUDA or, under TRITON_INTERPRET=1, CPU" if interp else "CUDA (or CPU under TRITON_INTERPRET=1)"
+        raise MageInputError(op, name, f"is on {t.device}; the Triton kernel reads {where} tensors")
+
+
+INT32_LIMIT = 2**31
+
+
+def max_offset(t) -> int:
+    """The element offset of ``t``'s last element from its first (shape and strides only, so it works
+    on 'meta' tensors and never touches memory); 0 for an empty tensor, which is never read."""
+    if t.numel() == 0:
+        return 0
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0)
+
+
+def offsets_64(*tensors) -> bool:
+    """Whether a kernel's index arithmetic must be 64-bit: an element offset a tensor reaches (row index
+    times row stride, say) does not fit in int32. Offsets are computed from int32 program ids and
+    sizes; Triton keeps their products in int32, which wraps past 2**31 - 1 and would read the wrong
+    memory. Tensors below the limit keep the 32-bit instructions (the measured kernels are unchanged)."""
+    return any(max_offset(t) >= INT32_LIMIT for t in tensors)

@@ -65,6 +65,7 @@ def bias_gelu(x, b, out=None, **config):
     SPEC.validate(x, b)
     R, C = x.shape
     ops.check_out("bias_gelu", out, (R, C), x.dtype, x.device)
+    common.on_device("bias_gelu", {"x": x, "b": b})
     out = torch.empty((R, C), dtype=x.dtype, device=x.device) if out is None else out
     if R == 0 or C == 0:
         return out
@@ -88,4 +89,5 @@ def bias_gelu_op(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @bias_gelu_op.register_fake
 def _(x, b):
+    SPEC.validate(x, b)  # metadata only: a call with any 'meta' input lands here
     return torch.empty_like(x)

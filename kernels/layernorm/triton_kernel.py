@@ -16,6 +16,15 @@ from .spec import EPS, SPEC
 
 # <kernel>
 @triton.jit
+def _down_scale(amax):
+    # 2^-e for amax in [2^e, 2^(e+1)), e clamped to [0, 126]: a power of two, so multiplying by it is
+    # exact and the statistics of a row that needs no scaling (max |x| < 2) are those of x itself.
+    e = (amax.to(tl.int32, bitcast=True) >> 23) - 127  # the exponent field (amax >= 0: no sign bit)
+    e = tl.minimum(tl.maximum(e, 0), 126)
+    return ((127 - e) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _layernorm_kernel(
     X, Gamma, Beta, Y,  # pointers to x [R, C], gamma [C], beta [C] and the output y [R, C]
     R, C,  # rows and columns
@@ -31,6 +40,10 @@ def _layernorm_kernel(
     # with Chan's update (Welford's at chunk granularity). The one-pass sum of x and of x^2 would be
     # cheaper but cancels catastrophically when |mean| >> std; per-element Welford costs a division
     # per element for no accuracy we need.
+    # Range: squares of deviations past ~1.8e19 overflow fp32 (var = inf, y = 0). So the statistics
+    # are taken of x * s, s = a power of two from the row's (chunk's) largest |x| that brings it
+    # below 2, and only eps needs s: y = (xs - mean_s) / sqrt(var_s + eps s^2), since s cancels.
+    # The extra work stays in registers: one max reduction and one multiply an element.
     row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = row < R
     x_row = X + row.to(tl.int64)[:, None] * stride_x
@@ -39,18 +52,29 @@ def _layernorm_kernel(
     if ONE_BLOCK:
         mask = rmask[:, None] & (cols < C)[None, :]
         x = tl.load(x_row + cols[None, :], mask=mask, other=0.0)
+        s = _down_scale(tl.max(tl.abs(x), axis=1))
+        x = x * s[:, None]
         mean = tl.sum(x, axis=1) / C
         dev = tl.where(mask, x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(dev * dev, axis=1) / C + eps)
+        rstd = 1.0 / tl.sqrt(tl.sum(dev * dev, axis=1) / C + eps * s * s)
         gamma = tl.load(Gamma + cols, mask=cols < C, other=0.0)
         beta = tl.load(Beta + cols, mask=cols < C, other=0.0)
         tl.store(y_row + cols[None, :], dev * rstd[:, None] * gamma[None, :] + beta[None, :], mask=mask)
     else:
+        # mean and m2 are kept in units of the row's scale so far, s (a power of two that only
+        # shrinks as larger chunks arrive: both are rescaled exactly when it does)
+        s = tl.full((BLOCK_R,), 1.0, dtype=tl.float32)
         mean = tl.zeros((BLOCK_R,), dtype=tl.float32)
         m2 = tl.zeros((BLOCK_R,), dtype=tl.float32)
         for c0 in range(0, C, BLOCK_C):
             mask = rmask[:, None] & (c0 + cols < C)[None, :]
             x = tl.load(x_row + c0 + cols[None, :], mask=mask, other=0.0)
+            s_new = tl.minimum(s, _down_scale(tl.max(tl.abs(x), axis=1)))
+            r = s_new / s  # a power of two <= 1: the running pair in the new units
+            mean = mean * r
+            m2 = m2 * (r * r)
+            s = s_new
+            x = x * s[:, None]
             n_a = c0 * 1.0  # columns merged so far, as a float
             n_b = tl.minimum(C - c0, BLOCK_C) * 1.0  # columns in this chunk
             mean_b = tl.sum(x, axis=1) / n_b
@@ -58,14 +82,14 @@ def _layernorm_kernel(
             delta = mean_b - mean
             mean += delta * (n_b / (n_a + n_b))
             m2 += tl.sum(dev * dev, axis=1) + delta * delta * (n_a * n_b / (n_a + n_b))
-        rstd = 1.0 / tl.sqrt(m2 / C + eps)
+        rstd = 1.0 / tl.sqrt(m2 / C + eps * s * s)
         for c0 in range(0, C, BLOCK_C):  # second read of x: from L2 while the rows are recent
             cmask = c0 + cols < C
             mask = rmask[:, None] & cmask[None, :]
             x = tl.load(x_row + c0 + cols[None, :], mask=mask, other=0.0)
             gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0)
             beta = tl.load(Beta + c0 + cols, mask=cmask, other=0.0)
-            y = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
+            y = (x * s[:, None] - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
             tl.store(y_row + c0 + cols[None, :], y, mask=mask)
 # </kernel>
 
@@ -93,6 +117,7 @@ def layernorm(x, gamma, beta, out=None, **config):
     SPEC.validate(x, gamma, beta)
     R, C = x.shape
     ops.check_out("layernorm", out, (R, C), x.dtype, x.device)
+    common.on_device("layernorm", {"x": x, "gamma": gamma, "beta": beta})
     out = torch.empty((R, C), dtype=x.dtype, device=x.device) if out is None else out
     if R == 0:
         return out
@@ -119,4 +144,5 @@ def layernorm_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> to
 
 @layernorm_op.register_fake
 def _(x, gamma, beta):
+    SPEC.validate(x, gamma, beta)  # metadata only: a call with any 'meta' input lands here
     return torch.empty_like(x)

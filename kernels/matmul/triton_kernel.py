@@ -29,6 +29,7 @@ def _matmul_kernel(
     BLOCK_K: tl.constexpr,  # depth of one step of the K loop
     GROUP_M: tl.constexpr,  # tile rows walked before moving right (L2 reuse of B's panels)
     PRECISION: tl.constexpr,  # "ieee" (fp32 FMAs) or "tf32" (tensor cores); bf16 inputs ignore it
+    OFFS_64: tl.constexpr,  # an operand's element offsets pass 2^31: row and column indices in int64
 ):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -44,6 +45,9 @@ def _matmul_kernel(
     # in bounds without a mask in the inner loop, and the store below drops the wrapped values.
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if OFFS_64:  # index times stride would wrap in int32 (a 46341 x 46341 operand already does)
+        rows = rows.to(tl.int64)
+        cols = cols.to(tl.int64)
     ks = tl.arange(0, BLOCK_K)
     a_ptrs = A + (rows % M)[:, None] * stride_am + ks[None, :] * stride_ak
     b_ptrs = B + ks[:, None] * stride_bk + (cols % N)[None, :] * stride_bn
@@ -108,6 +112,7 @@ def matmul(A, B, out=None, dtype=None, **config):
         raise MageInputError("matmul", "A", f"has dtype {A.dtype}, which does not fit precision {dtype!r}")
     (M, K), N = A.shape, B.shape[1]
     ops.check_out("matmul", out, (M, N), A.dtype, A.device)
+    common.on_device("matmul", {"A": A, "B": B})
     out = torch.empty((M, N), dtype=A.dtype, device=A.device) if out is None else out
     if M == 0 or N == 0:
         return out
@@ -117,7 +122,8 @@ def matmul(A, B, out=None, dtype=None, **config):
     consts, launch = common.split(cfg)
     grid = (triton.cdiv(M, consts["BLOCK_M"]) * triton.cdiv(N, consts["BLOCK_N"]),)
     _matmul_kernel[grid](A, B, out, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
-                         out.stride(0), out.stride(1), PRECISION=PRECISION[dtype], **consts, **launch)
+                         out.stride(0), out.stride(1), PRECISION=PRECISION[dtype],
+                         OFFS_64=common.offsets_64(A, B, out), **consts, **launch)
     return out
 
 
@@ -136,4 +142,5 @@ def matmul_op(A: torch.Tensor, B: torch.Tensor, dtype: str) -> torch.Tensor:
 
 @matmul_op.register_fake
 def _(A, B, dtype):
+    SPEC.validate(A, B)  # metadata only: a call with any 'meta' input lands here
     return A.new_empty((A.shape[0], B.shape[1]))

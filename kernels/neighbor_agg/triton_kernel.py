@@ -11,9 +11,11 @@ import triton
 import triton.language as tl
 
 from mage import ops
+from mage.errors import MageInputError
 
 from kernels._triton import common, register_kernel
 
+from .graph import CSRGraph
 from .spec import SPEC
 
 
@@ -40,9 +42,19 @@ def _flag_read(Flags, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Flag, F, stride_x, stride_y,
-               chunk, n_chunks, feats, fmask, SPLIT, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
-               BLOCK_P: tl.constexpr, BLOCK_W: tl.constexpr, INTERPRET: tl.constexpr):
+def _guard(j, mask, n_src, Err):
+    # The bounds guard (GUARD): a column outside [0, n_src) is not read; it raises the error flag,
+    # which the launcher reads after the launch (a synchronisation) and turns into an error.
+    bad = mask & ((j < 0) | (j >= n_src))
+    tl.store(Err + tl.zeros_like(j), 1, mask=bad)
+    return mask & ~bad
+
+
+@triton.jit
+def _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Flag, Err, F, n_src, stride_x,
+               stride_y, chunk, n_chunks, feats, fmask, SPLIT, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+               BLOCK_P: tl.constexpr, BLOCK_W: tl.constexpr, INTERPRET: tl.constexpr, GUARD: tl.constexpr,
+               LOWER_FLAGS: tl.constexpr):
     # Arguments as in _neighbor_agg_kernel below, plus: chunk, the hub chunk this program sums;
     # feats and fmask, its feature columns and which of them exist.
     # One chunk of a hub: up to SPLIT consecutive edges, BLOCK_E gathered rows of x per step.
@@ -58,15 +70,18 @@ def _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Flag, F, 
         mask = edges < hi
         j = tl.load(Col + edges, mask=mask, other=0)
         w = tl.load(W + edges, mask=mask, other=0.0)
+        if GUARD:
+            mask = _guard(j, mask, n_src, Err)
         xj = tl.load(X + j.to(tl.int64)[:, None] * stride_x + feats[None, :],
                      mask=mask[:, None] & fmask[None, :], other=0.0)
         acc += tl.sum(w[:, None] * xj, axis=0)
-    tl.store(Part + chunk * F + feats, acc, mask=fmask)
+    # 64-bit: chunks x F partial sums can pass 2^31 at sizes that fit (a few scalar operations a chunk)
+    tl.store(Part + chunk.to(tl.int64) * F + feats, acc, mask=fmask)
     # Flags, one per (feature block, chunk), not atomics: every chunk stores its partial sum and raises
     # its flag; the hub's last chunk waits for all of them and adds the partials in chunk order, so the
     # result does not depend on which program finished first. The last chunk only waits for programs
     # with smaller ids, dispatched before it: the same in-order dispatch single-pass scans rely on.
-    flags = Flag + tl.program_id(1) * n_chunks
+    flags = Flag + tl.program_id(1).to(tl.int64) * n_chunks
     tl.debug_barrier()  # every thread's partial-sum stores come before the flag
     _flag_raise(flags + chunk + tl.zeros((1,), dtype=tl.int32), INTERPRET)
     if chunk == first + parts - 1:
@@ -79,18 +94,19 @@ def _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Flag, F, 
         total = tl.zeros((BLOCK_F,), dtype=tl.float32)
         for p0 in range(first, first + parts, BLOCK_P):
             p = p0 + tl.arange(0, BLOCK_P)
-            block = tl.load(Part + p[:, None] * F + feats[None, :], mask=(p <= last)[:, None] & fmask[None, :],
+            block = tl.load(Part + p.to(tl.int64)[:, None] * F + feats[None, :], mask=(p <= last)[:, None] & fmask[None, :],
                             other=0.0, cache_modifier=".cg")
             total += tl.sum(block, axis=0)  # a fixed reduction tree: the same order every run
         tl.store(Y + row.to(tl.int64) * stride_y + feats, total, mask=fmask)
-        for f0 in range(first, first + parts, BLOCK_W):  # lowered for the next call (stream-ordered)
-            f = f0 + tl.arange(0, BLOCK_W)
-            tl.store(flags + f, tl.zeros((BLOCK_W,), dtype=tl.int32), mask=f <= last)
+        if LOWER_FLAGS:  # False only in a test's mutant, which the GPU tests must catch
+            for f0 in range(first, first + parts, BLOCK_W):  # lowered for the next call (stream-ordered)
+                f = f0 + tl.arange(0, BLOCK_W)
+                tl.store(flags + f, tl.zeros((BLOCK_W,), dtype=tl.int32), mask=f <= last)
 
 
 @triton.jit
-def _row_block(Rowptr, Col, W, X, Y, n, stride_x, stride_y, block, feats, fmask, SPLIT,
-               BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr):
+def _row_block(Rowptr, Col, W, X, Y, Err, n, n_src, stride_x, stride_y, block, feats, fmask, SPLIT,
+               BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr, GUARD: tl.constexpr):
     # Arguments as in _neighbor_agg_kernel below, plus: block, the row block this program sums;
     # feats and fmask, its feature columns and which of them exist.
     # BLOCK_R rows side by side: step d takes edges d .. d + BLOCK_D of every row at once.
@@ -109,6 +125,8 @@ def _row_block(Rowptr, Col, W, X, Y, n, stride_x, stride_y, block, feats, fmask,
         edges = start[:, None] + d[None, :]
         j = tl.load(Col + edges, mask=mask, other=0)
         w = tl.load(W + edges, mask=mask, other=0.0)
+        if GUARD:
+            mask = _guard(j, mask, n_src, Err)
         xj = tl.load(X + j.to(tl.int64)[:, :, None] * stride_x + feats[None, None, :],
                      mask=mask[:, :, None] & fmask[None, None, :], other=0.0)
         acc += tl.sum(w[:, :, None] * xj, axis=1)
@@ -121,7 +139,8 @@ def _neighbor_agg_kernel(
     X, Y,  # pointers to x [n_src, F] and the output y [n, F]
     HubRow, HubFirst, ChunkHub,  # the split plan: each hub's row, its first chunk, each chunk's hub
     Part, Flag,  # partial sums [chunks, F]; a flag per (feature block, chunk), zero between calls
-    n, F,  # rows of y and features
+    Err,  # the bounds guard's flag (read only with GUARD)
+    n, F, n_src,  # rows of y, features, rows of x
     stride_x, stride_y,  # row strides of x and y (features are contiguous)
     n_chunks,  # programs below this take one hub chunk each (the heavy work first); the rest row blocks
     SPLIT,  # rows with more edges than this are hubs, summed in chunks of SPLIT edges (0: no hubs)
@@ -132,16 +151,19 @@ def _neighbor_agg_kernel(
     BLOCK_P: tl.constexpr,  # partial sums a hub's last chunk adds per step
     BLOCK_W: tl.constexpr,  # flags it reads per step while it waits
     INTERPRET: tl.constexpr,  # under the CPU interpreter: plain loads and stores for the flags
+    GUARD: tl.constexpr = False,  # check every column against n_src (off: the instructions measured)
+    LOWER_FLAGS: tl.constexpr = True,  # a test-only switch: False builds the stale-flag mutant
 ):
     pid = tl.program_id(0)
     feats = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     fmask = feats < F
     if pid < n_chunks:
-        _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Flag, F, stride_x, stride_y,
-                   pid, n_chunks, feats, fmask, SPLIT, BLOCK_E, BLOCK_F, BLOCK_P, BLOCK_W, INTERPRET)
+        _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Flag, Err, F, n_src, stride_x,
+                   stride_y, pid, n_chunks, feats, fmask, SPLIT, BLOCK_E, BLOCK_F, BLOCK_P, BLOCK_W, INTERPRET,
+                   GUARD, LOWER_FLAGS)
     else:
-        _row_block(Rowptr, Col, W, X, Y, n, stride_x, stride_y, pid - n_chunks, feats, fmask, SPLIT,
-                   BLOCK_R, BLOCK_D, BLOCK_F)
+        _row_block(Rowptr, Col, W, X, Y, Err, n, n_src, stride_x, stride_y, pid - n_chunks, feats, fmask,
+                   SPLIT, BLOCK_R, BLOCK_D, BLOCK_F, GUARD)
 # </kernel>
 
 
@@ -209,8 +231,15 @@ def _plan(rowptr, max_degree, split, F, fblocks):
     return plan
 
 
-def _launch(rowptr, col, w, x, out, max_degree, config):
-    n, F = rowptr.numel() - 1, x.shape[1]
+# The device-side bounds guard: off by default (the kernels trust a built graph, and the guard's error
+# check reads a flag back after every launch, a synchronisation); on for a caller who cannot rule out a
+# graph modified behind PyTorch's version counters. Per call: neighbor_agg(..., guard=True).
+BOUNDS_GUARD = False
+_ERR: dict = {}  # the guard's flag, one int32 per device
+
+
+def _launch(rowptr, col, w, x, out, max_degree, config, guard=None, lower_flags=True):
+    n, F, n_src = rowptr.numel() - 1, x.shape[1], x.shape[0]
     if x.stride(1) != 1:
         x = x.contiguous()  # costs one extra read and write of x
     cfg = common.choose("neighbor_agg", DEFAULTS, dict(n=n, F=F), config)
@@ -219,23 +248,40 @@ def _launch(rowptr, col, w, x, out, max_degree, config):
     fblocks = triton.cdiv(F, block_f)
     plan = _plan(rowptr, max_degree, split, F, fblocks)
     consts, launch = common.split(cfg)
+    guard = BOUNDS_GUARD if guard is None else bool(guard)
+    err = _ERR.get(x.device)
+    if err is None:
+        err = _ERR[x.device] = torch.zeros(1, dtype=torch.int32, device=x.device)
     grid = (plan["n_chunks"] + triton.cdiv(n, consts["BLOCK_R"]), fblocks)
     _neighbor_agg_kernel[grid](rowptr, col, w, x, out, plan["hub_row"], plan["hub_first"], plan["chunk_hub"],
-                               plan["part"], plan["flag"], n, F, x.stride(0), out.stride(0),
+                               plan["part"], plan["flag"], err, n, F, n_src, x.stride(0), out.stride(0),
                                plan["n_chunks"], plan["split"], BLOCK_F=block_f, BLOCK_P=BLOCK_P, BLOCK_W=BLOCK_W,
-                               INTERPRET=common.interpreting(), **consts, **launch)
+                               INTERPRET=common.interpreting(), GUARD=guard, LOWER_FLAGS=lower_flags,
+                               **consts, **launch)
+    if guard and bool(err.item()):  # the synchronisation the guard costs
+        err.zero_()
+        raise MageInputError("neighbor_agg", "col", f"holds an index outside [0, {n_src}) (caught by the bounds "
+                             "guard: the graph was changed after CSRGraph.build validated it); nothing out of "
+                             "bounds was read, and the output is incomplete")
     return out
 
 
-def neighbor_agg(graph, x, out=None, **config):
-    """y_i = sum_{j in N(i)} w_ij x_j. The first call on a graph with hubs builds its split plan."""
-    SPEC.validate(graph, x)
+def _graph_tensors(graph, x):
+    return {"rowptr": graph.rowptr, "col": graph.col, "w": graph.w, "x": x}
+
+
+def neighbor_agg(graph, x, out=None, guard=None, _lower_flags=True, **config):
+    """y_i = sum_{j in N(i)} w_ij x_j. The first call on a graph with hubs builds its split plan.
+    ``guard``: check every column index on the device (default BOUNDS_GUARD); ``_lower_flags`` is a
+    test-only switch that builds a broken kernel the GPU tests must catch."""
+    SPEC.validate(graph, x)  # the cheap facts, every call: a built, intact graph; x's dtype, rank, rows
     n, F = graph.n, x.shape[1]
     ops.check_out("neighbor_agg", out, (n, F), x.dtype, x.device)
+    common.on_device("neighbor_agg", _graph_tensors(graph, x))
     out = torch.empty((n, F), dtype=x.dtype, device=x.device) if out is None else out
     if n == 0 or F == 0:
         return out
-    return _launch(graph.rowptr, graph.col, graph.w, x, out, graph.max_degree, config)
+    return _launch(graph.rowptr, graph.col, graph.w, x, out, graph.max_degree, config, guard, _lower_flags)
 
 
 def prepare(graph, x, **config):
@@ -250,16 +296,55 @@ def prepare(graph, x, **config):
 
 register_kernel("neighbor_agg", neighbor_agg, DEFAULTS, SWEEP, prepare=prepare)
 
+# Tensor sets the operator below has validated, found again by the identity and version counter of
+# each tensor (and the x rows they were checked against): a repeated call pays the structure check
+# once. Weak references: the cache keeps no graph alive.
+_VALIDATED: dict = {}
+
+
+def _cheap_checks(rowptr, col, w, x) -> None:
+    """Types, dtypes, ranks, one device, contiguity, sizes: no device memory read."""
+    op = "neighbor_agg"
+    ops.tensor(op, "x", x, (torch.float32,), 2)
+    for name, t, dt in (("rowptr", rowptr, torch.int32), ("col", col, torch.int32), ("w", w, torch.float32)):
+        ops.tensor(op, name, t, (dt,), 1)
+    ops.same_device(op, {"rowptr": rowptr, "col": col, "w": w, "x": x})
+    ops.contiguous(op, {"rowptr": rowptr, "col": col, "w": w})
+    if rowptr.numel() < 1:
+        raise MageInputError(op, "rowptr", "must have n + 1 >= 1 entries")
+    if w.numel() != col.numel():
+        raise MageInputError(op, "w", f"has {w.numel()} entries but col has {col.numel()}")
+
+
+def _validated(rowptr, col, w, x) -> int:
+    """Validate the operator's raw tensors; returns the graph's largest degree. The cheap facts are
+    checked on every call; the structure (rowptr monotone from 0 to E, every column in
+    [0, x.shape[0])) reads device memory, so CSRGraph.build checks it once per tensor set and version."""
+    _cheap_checks(rowptr, col, w, x)
+    common.on_device("neighbor_agg", {"rowptr": rowptr, "col": col, "w": w, "x": x})
+    key = tuple((id(t), t._version, t.numel()) for t in (rowptr, col, w)) + (x.shape[0],)
+    hit = _VALIDATED.get(key)
+    if hit is not None and hit[0]() is rowptr and hit[1]() is col and hit[2]() is w:
+        return hit[3]
+    max_degree = CSRGraph.build(rowptr, col, w, x.shape[0]).max_degree
+    if len(_VALIDATED) > 64:
+        _VALIDATED.pop(next(iter(_VALIDATED)))
+    _VALIDATED[key] = (weakref.ref(rowptr), weakref.ref(col), weakref.ref(w), max_degree)
+    return max_degree
+
 
 @torch.library.custom_op("mage::triton_neighbor_agg", mutates_args=())
 def neighbor_agg_op(rowptr: torch.Tensor, col: torch.Tensor, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The kernel as a PyTorch operator on a graph already validated (e.g. by CSRGraph.build)."""
+    """The kernel as a PyTorch operator on raw CSR tensors (x's rows are the source nodes), validated
+    on every call as ``_validated`` describes."""
+    max_degree = _validated(rowptr, col, w, x)
     out = torch.empty((rowptr.numel() - 1, x.shape[1]), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    return _launch(rowptr, col, w, x, out, None, {})
+    return _launch(rowptr, col, w, x, out, max_degree, {})
 
 
 @neighbor_agg_op.register_fake
 def _(rowptr, col, w, x):
+    _cheap_checks(rowptr, col, w, x)  # a call with any 'meta' input lands here
     return x.new_empty((rowptr.shape[0] - 1, x.shape[1]))

@@ -44,6 +44,7 @@ def _triangle_kernel(
     BLOCK_C: tl.constexpr,  # channels per program, contiguous in memory
     GROUP_I: tl.constexpr,  # tile rows walked before moving right (L2 reuse, as in matmul)
     PER_CHANNEL: tl.constexpr,  # BLOCK_C = 2 or 4 loaded together, then one 2-d dot per channel
+    OFFS_64: tl.constexpr,  # an operand's element offsets pass 2^31: i and j indices in int64
 ):
     pid = tl.program_id(0)
     tiles_i = tl.cdiv(N, BLOCK_I)
@@ -55,6 +56,9 @@ def _triangle_kernel(
     tile_j = (pid % per_group) // group_i
     rows = tile_i * BLOCK_I + tl.arange(0, BLOCK_I)
     cols = tile_j * BLOCK_J + tl.arange(0, BLOCK_J)
+    if OFFS_64:  # i and j times their strides (N * C each) would wrap in int32
+        rows = rows.to(tl.int64)
+        cols = cols.to(tl.int64)
     chans = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     ks = tl.arange(0, BLOCK_K)
     # As in matmul, indices past the edge wrap (modulo) so only k needs a mask in the loop.
@@ -134,6 +138,7 @@ def triangle(A, B, out=None, **config):
     SPEC.validate(A, B)
     N, _, C = A.shape
     ops.check_out("triangle", out, (N, N, C), A.dtype, A.device)
+    common.on_device("triangle", {"A": A, "B": B})
     out = torch.empty((N, N, C), dtype=A.dtype, device=A.device) if out is None else out
     if N == 0 or C == 0:
         return out
@@ -141,7 +146,8 @@ def triangle(A, B, out=None, **config):
     if consts["PER_CHANNEL"] and consts["BLOCK_C"] not in (2, 4):
         raise MageInputError("triangle", "config", f"PER_CHANNEL needs BLOCK_C 2 or 4, got {consts['BLOCK_C']}")
     grid = (triton.cdiv(N, consts["BLOCK_I"]) * triton.cdiv(N, consts["BLOCK_J"]), triton.cdiv(C, consts["BLOCK_C"]))
-    _triangle_kernel[grid](A, B, out, N, C, *A.stride(), *B.stride(), *out.stride(), **consts, **launch)
+    _triangle_kernel[grid](A, B, out, N, C, *A.stride(), *B.stride(), *out.stride(),
+                           OFFS_64=common.offsets_64(A, B, out), **consts, **launch)
     return out
 
 
@@ -156,4 +162,5 @@ def triangle_op(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 
 @triangle_op.register_fake
 def _(A, B):
+    SPEC.validate(A, B)  # metadata only: a call with any 'meta' input lands here
     return A.new_empty(A.shape)

@@ -1,0 +1,81 @@
+"""layernorm's Triton kernel: every tile config, the chunked path, accuracy where a naive formula
+cancels (large mean) or overflows (large magnitude), bad input, the custom operator."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels._triton.testing import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, module,
+                                     rel_err, spec)
+
+OP = "layernorm"
+SMALL = dict(R=9, C=1000)
+ONE_BLOCK, CHUNKED = dict(MAX_BLOCK_C=4096), dict(MAX_BLOCK_C=512)
+
+
+@cpu_only
+def test_every_sweep_config():
+    check_every_sweep_config(OP, SMALL)
+
+
+@cpu_only
+@pytest.mark.parametrize("config, shape", [
+    (dict(MAX_BLOCK_C=16, BLOCK_R=2), dict(R=5, C=37)),  # chunked path, Chan merges
+    (dict(MAX_BLOCK_C=256, BLOCK_R=1), dict(R=3, C=8193)),  # many chunks
+])
+def test_forced_chunked_paths(config, shape):
+    check_forced(OP, config, shape)
+
+
+def _rows(scales, C=3000, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(len(scales), C, generator=g) * torch.tensor(scales)[:, None]
+    return x, 1.0 + 0.1 * torch.randn(C, generator=g), 0.1 * torch.randn(C, generator=g)
+
+
+@cpu_only
+def test_large_offset():
+    # |mean| >> std is where a one-pass sum of squares would cancel; both paths must stay accurate
+    x, g, b = _rows([1.0] * 4)
+    x += 1e3  # the sum of x^2 would lose ~6%
+    ref = spec(OP).reference(x, g, b)
+    for cfg in (ONE_BLOCK, CHUNKED):
+        assert rel_err(module(OP).layernorm(x, g, b, **cfg), ref) < 1e-3, cfg
+
+
+@cpu_only
+@pytest.mark.parametrize("cfg", [ONE_BLOCK, CHUNKED], ids=["one_block", "chunked"])
+def test_large_magnitude_rows_do_not_overflow(cfg):
+    # Squared deviations past ~1.8e19 overflow fp32: the variance becomes inf and y = beta (eager
+    # PyTorch does this). Rows at 1e20, 1e30 and near fp32's maximum must match float64 row by row;
+    # a row with one huge chunk after small ones exercises the chunked path's rescaling.
+    x, g, b = _rows([1.0, 1e20, 1e30, 1e38 / 6, 1e-30, 0.0])
+    x = torch.cat([x, x[:1].clone()])
+    x[-1, 2000:] *= 1e25
+    ref = spec(OP).reference(x, g, b)
+    y = module(OP).layernorm(x, g, b, **cfg)
+    errs = [rel_err(y[i], ref[i]) for i in range(x.shape[0])]
+    assert max(errs) < 1e-5, errs
+
+
+@cpu_only
+def test_ordinary_and_scaled_rows_agree_with_float64():
+    # The scale is a power of two, applied only to rows with max |x| >= 2 (exact: it changes no bit
+    # of a product or sum that does not underflow); rows below are computed as before.
+    x, g, b = _rows([0.3, 1.0, 2.0**40], C=500)
+    for cfg in (ONE_BLOCK, dict(MAX_BLOCK_C=128)):
+        y = module(OP).layernorm(x, g, b, **cfg)
+        assert rel_err(y, spec(OP).reference(x, g, b)) < 1e-6, cfg
+
+
+def test_bad_inputs_name_op_and_argument():
+    fn = module(OP).layernorm
+    assert_refuses(fn, OP, "beta", torch.ones(3, 4), torch.ones(4), torch.ones(5))
+    assert_refuses(fn, OP, "gamma", torch.ones(3, 4), torch.ones(3), torch.ones(4))
+    assert_refuses(fn, OP, "out", torch.ones(3, 4), torch.ones(4), torch.ones(4), out=torch.empty(4, 3))
+
+
+@cpu_only
+def test_custom_op_runs_eagerly():
+    x, g, b = spec(OP).inputs(dict(R=3, C=10))
+    assert rel_err(torch.ops.mage.triton_layernorm(x, g, b), spec(OP).reference(x, g, b)) < 1e-6

@@ -1,0 +1,153 @@
+"""The Triton column as a whole, looped over the registry: every op has one, awkward shapes, poisoned
+outputs, config handling, devices the kernels cannot read; on a GPU, one launch per call, random and
+large shapes, and the custom operators inside torch.compile. Op-specific tests live beside each kernel
+(kernels/<op>/test_<op>_triton.py)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels._triton import common
+from kernels._triton.testing import cpu_only, gpu, module
+from mage import ops
+from mage.check import check
+from mage.errors import MageInputError
+from mage.registry import impls
+
+TRITON = impls(names=["triton"])
+CPU_IMPLS = [i for i in TRITON if i.interpret]
+
+
+def _id(i):
+    return f"{i.op}-{i.dtype}"
+
+
+def _small(op):
+    """The largest non-empty awkward shape of op that is cheap under the interpreter: the op's own
+    awkward list, so no per-op table lives here."""
+    spec = ops.OPS[op]
+    return min((s for s in spec.awkward if all(v != 0 for v in s.values())),
+               key=lambda s: -spec.cost(s)[1] if spec.cost(s)[1] < 2e6 else spec.cost(s)[1])
+
+
+def test_every_op_has_a_triton_impl():
+    assert {i.op for i in TRITON} == set(ops.OPS)
+    assert {i.dtype for i in TRITON if i.op == "matmul"} == {"fp32", "tf32", "bf16"}
+    for i in TRITON:
+        assert i.family == "triton" and i.needs_cuda and i.sweep and i.variant
+        for shape_set in ("field", "large"):
+            for shape in ops.OPS[i.op].shapes[shape_set]:
+                assert set(i.config_at(shape)) == set(i.sweep[0]), (i.op, shape)
+
+
+def test_sweeps_start_with_first_and_defaults_cover_shape_sets():
+    for i in TRITON:
+        mod = module(i.op)
+        defaults = mod.DEFAULTS[i.dtype] if i.op == "matmul" else mod.DEFAULTS
+        if i.dtype == "fp32":
+            assert i.sweep[0] == mod.FIRST
+        for shape_set in ("field", "large", "sweep"):
+            assert set(defaults[shape_set]) == set(i.sweep[0]), (i.op, i.dtype, shape_set)
+
+
+@pytest.mark.parametrize("impl", TRITON, ids=_id)
+def test_variant_records_its_config_and_refuses_unknown_keys(impl):
+    first = impl.sweep[0]
+    assert impl.variant(**first).config == first
+    with pytest.raises(MageInputError, match="config") as e:
+        impl.variant(BLOCK_Q=4)
+    assert e.value.op == impl.op
+
+
+# ---- CPU: the interpreter ------------------------------------------------------------------------
+@cpu_only
+@pytest.mark.parametrize("impl", CPU_IMPLS, ids=_id)
+def test_awkward_shapes(impl):
+    for shape in ops.OPS[impl.op].awkward:
+        for dist in ("normal", "heavy"):
+            r = check(impl, shape, trials=2, dist=dist, device="cpu")
+            assert r.passed, f"{impl.op} {shape} {dist}: {r.reason}"
+
+
+@cpu_only
+@pytest.mark.parametrize("impl", CPU_IMPLS, ids=_id)
+def test_poisoned_out_fully_written(impl):
+    spec = ops.OPS[impl.op]
+    inputs = spec.inputs(_small(impl.op), seed=5, device="cpu", dtype=impl.dtype)
+    args = impl.prepare(*inputs) if impl.prepare else inputs
+    out = spec.empty_out(*inputs).fill_(math.nan)
+    got = impl.fn(*args, out=out)
+    assert got is out and not torch.isnan(out).any()
+
+
+def _tensor_args(op, inputs):
+    """(argument name, tensor) pairs of one input set, a graph's tensors under their own names."""
+    for name, value in zip(ops.OPS[op].args, inputs):
+        if isinstance(value, torch.Tensor):
+            yield name, value
+
+
+@pytest.mark.parametrize("impl", [i for i in TRITON if i.dtype == "fp32"], ids=_id)
+def test_tensors_the_kernel_cannot_read_are_refused_before_launch(impl, monkeypatch):
+    # Without the interpreter a compiled kernel reads CUDA memory only: CPU tensors must be refused
+    # with the op and argument named, not Triton's "Pointer argument (at 0) cannot be accessed".
+    spec = ops.OPS[impl.op]
+    inputs = spec.inputs(_small(impl.op), device="cpu")
+    args = impl.prepare(*inputs) if impl.prepare else inputs
+    monkeypatch.setattr(common, "interpreting", lambda: False)
+    with pytest.raises(MageInputError) as e:
+        impl.fn(*args)
+    first = "rowptr" if impl.op == "neighbor_agg" else spec.args[0]
+    assert (e.value.op, e.value.arg) == (impl.op, first) and "cpu" in str(e.value)
+    monkeypatch.undo()
+    # a 'meta' tensor has no memory to read, interpreter or not
+    if impl.op != "neighbor_agg":
+        meta = tuple(t.to("meta") for t in inputs)
+        with pytest.raises(MageInputError) as e:
+            impl.fn(*meta)
+        assert (e.value.op, e.value.arg) == (impl.op, spec.args[0]) and "meta" in str(e.value)
+
+
+def test_offsets_64_from_shapes_and_strides_only():
+    assert not common.offsets_64(torch.empty(46340, 46340, device="meta"))
+    assert common.offsets_64(torch.empty(46341, 46341, device="meta"))
+    assert common.offsets_64(torch.empty(2, 2**31, device="meta")[:, ::2])  # the last element's offset counts
+    assert not common.offsets_64(torch.empty(0, 2**33, device="meta"))  # empty: nothing is read
+
+
+# ---- GPU -------------------------------------------------------------------------------------------
+@gpu
+@pytest.mark.parametrize("impl", TRITON, ids=_id)
+def test_gpu_one_launch_per_call(impl):
+    from mage.profile import profile
+    spec = ops.OPS[impl.op]
+    for shape in spec.shapes["field"]:
+        inputs = spec.inputs(shape, device="cuda", dtype=impl.dtype)
+        args = impl.prepare(*inputs) if impl.prepare else inputs
+        p = profile(lambda: impl.fn(*args), iters=5, warmup=2)
+        assert p.launches == 1, (shape, p.kernel_names)
+
+
+@gpu
+def test_gpu_custom_op_inside_torch_compile():
+    x, b = ops.OPS["bias_gelu"].inputs(dict(R=64, C=300), device="cuda")
+    A, B = ops.OPS["matmul"].inputs(dict(M=64, K=300, N=32), device="cuda")
+
+    def f(x, b, B):
+        return torch.ops.mage.triton_matmul(torch.ops.mage.triton_bias_gelu(x, b), B, "fp32") + 1.0
+
+    got = torch.compile(f, fullgraph=True)(x, b, B)
+    want = torch.nn.functional.gelu(x + b).double() @ B.double() + 1.0
+    assert float((got.double() - want).norm() / want.norm()) < 1e-5
+
+
+# slowest last: a hundred-odd checks, some at the large shapes
+@gpu
+@pytest.mark.parametrize("impl", TRITON, ids=_id)
+def test_gpu_random_and_large_shapes(impl):
+    spec = ops.OPS[impl.op]
+    shapes = spec.random_shapes(30) + spec.awkward + spec.shapes["field"] + spec.shapes["large"]
+    bad = [(s, r.reason) for s in shapes for r in [check(impl, s, trials=1, device="cuda")] if not r.passed]
+    assert not bad, bad[:5]
