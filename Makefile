@@ -3,7 +3,7 @@ PY      := .venv/bin/python
 MACHINE ?= $(shell $(PY) -m mage machine-name 2>/dev/null || echo local)
 DATA    ?= data/h200
 
-.PHONY: venv test test-gpu measure check ceilings rust book book-assets book-test regenerate wheels clean
+.PHONY: venv test test-gpu measure check ceilings rust rust-lint book book-assets book-test regenerate wheels clean
 
 venv: .venv/.stamp
 .venv/.stamp: requirements.txt pyproject.toml
@@ -33,11 +33,15 @@ ceilings:
 	python3 -m mage ceilings --out data/$(MACHINE)
 
 # The Rust kernels: PTX (checked by ptxas for sm_90), libmage_rust.so, rust_native and the Rust tests,
-# under kernels/rust/build/. Needs Debian's rustc-web, rust-web-src and llvm-22; installs nothing.
+# under kernels/_rust/build/. Needs Debian's rustc-web and rust-web-src; installs nothing.
 rust:
-	kernels/rust/build.sh
-	kernels/rust/build/host_tests -q
-	kernels/rust/build/device_tests -q
+	kernels/_rust/build.sh
+	kernels/_rust/build/host_tests -q
+	kernels/_rust/build/device_tests -q
+
+# rustfmt --check and clippy (warnings denied) over the Rust host and device code.
+rust-lint:
+	kernels/_rust/build.sh --lint
 
 # ---- the book -------------------------------------------------------------------------------------
 # The front-end files the book serves itself (offline): require.js, the widget manager, MathJax, from npm

@@ -14,6 +14,24 @@ target=nvptx64-nvidia-cuda
 
 missing() { echo "build.sh: $1 not found. $2" >&2; exit 2; }
 kernels="$(cd "$here/.." && pwd)"
+if [ "${1:-}" = "--lint" ]; then
+  # rustfmt --check and clippy with warnings denied, over host and device code; the device crate is
+  # linted as its host build (the emulator), which compiles the same kernel code.
+  PYTHON="${PYTHON:-python3}"; "$PYTHON" "$here/gen.py" "$out/gen"
+  FMT="${RUSTFMT:-$(command -v rustfmt || true)}"; CLIPPY="${CLIPPY_DRIVER:-$(command -v clippy-driver || true)}"
+  [ -n "$FMT" ] || missing "rustfmt" "Install Debian's rustfmt-web (or rustfmt)."
+  [ -n "$CLIPPY" ] || missing "clippy-driver" "Install Debian's rust-web-clippy."
+  files=("$here"/device/*.rs "$here"/host/src/*.rs "$here"/host/src/bin/*.rs "$kernels"/*/rust.rs)
+  "$FMT" --check --edition 2024 --config-path "$here/rustfmt.toml" "${files[@]}"
+  lint="$out/lint"; mkdir -p "$lint"
+  "$CLIPPY" --edition 2021 --crate-type rlib --crate-name mage_rust "$here/host/src/lib.rs" --out-dir "$lint" -D warnings
+  "$CLIPPY" --edition 2021 --test --crate-name mage_rust "$here/host/src/lib.rs" -o "$lint/host_tests" -D warnings
+  "$CLIPPY" --edition 2021 --crate-type bin --crate-name rust_native --extern mage_rust="$lint/libmage_rust.rlib" \
+    "$here/host/src/bin/rust_native.rs" -o "$lint/rust_native" -D warnings
+  "$CLIPPY" --edition 2024 --test --crate-name mage_kernels "$here/device/lib.rs" -o "$lint/device_tests" -D warnings
+  echo "build.sh: rustfmt and clippy clean"
+  exit 0
+fi
 PYTHON="${PYTHON:-$(command -v python3 || true)}"
 [ -n "$PYTHON" ] || missing "python3" "gen.py derives the kernels' entry points and launch code from their tables."
 "$PYTHON" "$here/gen.py" "$out/gen"

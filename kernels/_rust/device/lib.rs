@@ -8,6 +8,14 @@
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, core_intrinsics))]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
+// The kernels take raw device pointers by the launch contract: the host checks each against its
+// kernel table's lengths before any launch, and the views' unsafe constructors state the rest.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+// A kernel's parameter list is its table's (neighbor_agg has 14).
+#![allow(clippy::too_many_arguments)]
+// `usize::is_multiple_of` is newer than the oldest compiler the kernels build with (rustc 1.85); the
+// lint that suggests it is unknown to that compiler's clippy.
+#![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod emulate;

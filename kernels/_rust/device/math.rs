@@ -68,12 +68,15 @@ pub fn exp_neg(hi: f32, lo: f32) -> f32 {
     ex2(r * LOG2E) * scale
 }
 
+// The coefficients as fitted in f64: the f32 literal rounds them, as the fit's error bound assumes.
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 // erf(x) / x = P(x^2) on |x| <= 1 (fitted in f64 on Chebyshev nodes, relative error 4e-8)
 const ERF_P: [f32; 6] = [-5.625_396e-4, 4.916_023_4e-3, -2.670_995e-2, 1.128_013e-1, -3.761_232e-1, 1.128_379_1];
 // erfc(a) = t exp(-a^2 + Q(t)), t = 1 / (1 + a/2), on the whole of 0 <= a <= 9.2 (degree 9, fitted
 // in f64 on Chebyshev nodes in t by iteratively reweighted least squares: |error of Q| 4e-8, which
 // is the relative error of erfc; 2.6e-7 with f32 coefficients and Horner in f32). One formula for the
 // whole range keeps a warp from running two polynomials when its lanes fall on both sides of a = 1.
+#[allow(clippy::excessive_precision)] // as fitted, like ERF_P
 const ERFC_Q: [f32; 10] = [
     1.353_550_3e-1,
     -6.283_515_7e-1,

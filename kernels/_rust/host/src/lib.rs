@@ -123,6 +123,7 @@ pub fn module(device: i32) -> Result<&'static Module, Error> {
 }
 
 /// One kernel launch. `args` are pointers to the kernel's parameters, in order.
+#[allow(clippy::not_unsafe_ptr_arg_deref)] // `stream` is an opaque driver handle, passed on, never read here
 pub fn launch(m: &Module, k: usize, g: Geometry, stream: CUstream, args: &mut [*mut c_void]) -> Result<(), Error> {
     let d = driver()?;
     // SAFETY: the function belongs to the loaded module; `args` holds one pointer per parameter of
@@ -173,6 +174,7 @@ pub fn prepare(k: usize, args: &[u64]) -> Result<Option<Geometry>, Error> {
 /// Launches kernel `k` on `stream` of `device` with its packed arguments (see `prepare`). Each
 /// parameter is passed as a pointer to its u64 slot: the driver reads the parameter's own size from
 /// the start of the slot, which on a little-endian machine is the value (a u32 size or an f32's bits).
+#[allow(clippy::not_unsafe_ptr_arg_deref)] // as `launch`: the stream is a handle
 pub fn launch_packed(device: i32, stream: CUstream, k: usize, args: &[u64]) -> Result<(), Error> {
     let Some(g) = prepare(k, args)? else {
         return Ok(());

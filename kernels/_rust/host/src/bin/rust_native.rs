@@ -89,8 +89,11 @@ trait Passes {
     fn span(&mut self, round: Option<usize>) -> Result<(f64, f64), Error>;
 }
 
+/// Microseconds per round: the spans, and the host's times inside the calls.
+type Rounds = (Vec<Vec<f64>>, Vec<Vec<f64>>);
+
 /// Executes `plan` as mage.timing.spans does for one implementation: spans and host times per round.
-fn execute(plan: &SpanPlan, p: &mut dyn Passes) -> Result<(Vec<Vec<f64>>, Vec<Vec<f64>>), Error> {
+fn execute(plan: &SpanPlan, p: &mut dyn Passes) -> Result<Rounds, Error> {
     let t0 = Instant::now();
     let mut calls = 0;
     while calls < plan.warmup || t0.elapsed().as_secs_f64() < plan.warm_s {
