@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import data as mdata
-from . import ops
+from . import ops, views
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = "data/h200"
@@ -66,17 +66,9 @@ class Book:
     def tiles(self) -> pd.DataFrame:
         return self.df[self.df["shape_set"] == "tiles"]
 
-    def value(self, op, impl, view="kernel_time", shape_set="field", cache="warm", dtype="fp32", shape=None,
-              stat="mean") -> float:
-        """One recorded number (NaN when absent), at the op's first listed shape of the set by default."""
-        d = self.df
-        if shape is None:
-            from .figures import field_shape
-            shape = field_shape(d[d["dtype"] == dtype], op, shape_set)
-        r = d[(d["op"] == op) & (d["impl"] == impl) & (d["view"] == view) & (d["shape_set"] == shape_set)
-              & (d["cache"] == cache) & (d["dtype"] == dtype) & (d["shape"] == shape) & (d["stat"] == stat)
-              & (d["round"] == 0)]
-        return float(r["value"].iloc[0]) if len(r) else math.nan
+    def value(self, op, impl, view="kernel_time", shape_set="field", cache="warm", dtype="fp32", shape=None) -> float:
+        """One case's headline value (NaN when absent), at the op's first listed shape of the set by default."""
+        return views.value(self.df, op, impl, view, shape_set=shape_set, cache=cache, dtype=dtype, shape=shape)
 
 
 @functools.lru_cache(maxsize=4)
@@ -131,7 +123,7 @@ def glue_environment(book: Book) -> None:
 def setup() -> Book:
     """First cell of every page: plotly's notebook renderer (plotly.js inline, so the HTML works offline),
     the data, the provenance words."""
-    from .figures import use_notebook_renderer
+    from .figure_style import use_notebook_renderer
     use_notebook_renderer()
     book = load()
     glue_environment(book)
@@ -151,9 +143,15 @@ def ratio(a: float, b: float) -> float:
     return a / b if b else math.nan
 
 
+def ceiling(book: Book, name: str) -> float:
+    """The newest reading of one of the card's ceilings ('copy_gbps', 'empty_span_us'), NaN if unmeasured."""
+    rows = book.ceilings[book.ceilings["name"] == name] if len(book.ceilings) else book.ceilings
+    return float(rows["value"].iloc[-1]) if len(rows) else math.nan
+
+
 # ---------------------------------------------------------------------------------------- live widget
 def _recorded(book: Book, op: str, config: dict, tile_of="field"):
-    from .figures import tile_table
+    from .figure_tiles import tile_table
     t = tile_table(book.tiles, op, tile_of)
     if t.empty:
         return None
@@ -162,24 +160,23 @@ def _recorded(book: Book, op: str, config: dict, tile_of="field"):
     return hit.iloc[0] if len(hit) else None
 
 
-def tile_widget(book: Book, op: str = "matmul", tile_of: str = "field"):
+def tile_widget(book: Book, op: str, tile_of: str = "field"):
     """Sliders over the recorded sweep's values of each tile parameter. On a GPU each change builds the
-    Triton variant, checks it and times it; without one it shows the recorded measurement for that config
-    (and says so). The reuse count follows the chosen tile."""
+    swept implementation's variant (``Impl.variant``), checks it and times it; without one it shows the
+    recorded measurement for that config (and says so). The reuse count follows the chosen tile."""
     import ipywidgets as w
-    from IPython.display import display
-    from .figures import reuse, tile_table
+    from IPython.display import Markdown, display
+    from .figure_tiles import BLOCK_ORDER, reuse, tile_table
     t = tile_table(book.tiles, op, tile_of)
     if t.empty:
-        from IPython.display import Markdown
         display(Markdown(f"*The data in {book.path.name} records no tile sweep for {op}, so there is nothing to "
                          "explore here.*"))
         return
-    from .figures import BLOCK_ORDER
+    impl = str(t["impl"].iloc[0])
     first = json.loads(t["config"].iloc[0])
     keys = [k for k in BLOCK_ORDER if k in first] + [k for k in first if k not in BLOCK_ORDER]
     shape = ops.parse_shape(t["shape"].iloc[0])
-    live = _live_reason()
+    live = _live_reason(op, impl)
     sliders = {k: w.SelectionSlider(options=sorted(set(int(v) for v in t[k].dropna())), value=int(t[k].iloc[0]),
                                     description=k, continuous_update=False,
                                     style={"description_width": "110px"}, layout=w.Layout(width="420px"))
@@ -195,9 +192,9 @@ def tile_widget(book: Book, op: str = "matmul", tile_of: str = "field"):
                          f"<b>{ru['fmas_per_load']:.3g}</b> multiply-adds per loaded value.")
         if live is None:
             try:
-                from kernels import triton_ops
+                from . import registry
                 from .measure import quick
-                r = quick(triton_ops.variant(op, **cfg), shape)
+                r = quick(registry.get(op, impl).variant(**cfg), shape)
                 status = "passed" if r["passed"] else f"FAILED ({r.get('reason', '')})"
                 lines.append(f"<b>Live on this GPU</b>: check {status}, error {r['error']:.2g}; kernel "
                              f"{r['kernel_us']:.3g} us, span {r['span_us']:.3g} us.")
@@ -220,8 +217,8 @@ def tile_widget(book: Book, op: str = "matmul", tile_of: str = "field"):
     display(w.VBox(list(sliders.values()) + [out]))
 
 
-def _live_reason():
-    """None when the widget can run kernels here, else why it shows recorded numbers instead."""
+def _live_reason(op: str, impl: str):
+    """None when the widget can run the swept implementation here, else why it shows recorded numbers."""
     try:
         import torch
     except ImportError:
@@ -229,12 +226,14 @@ def _live_reason():
     if not torch.cuda.is_available():
         return "no GPU here"
     try:
-        import triton  # noqa: F401
-        from kernels import triton_ops  # noqa: F401
+        from . import registry
         from .measure import quick  # noqa: F401
+        found = registry.get(op, impl)
     except Exception as e:  # noqa: BLE001
-        return f"the Triton kernels cannot be loaded ({type(e).__name__})"
-    return None
+        return f"the {impl} implementation cannot be loaded ({type(e).__name__})"
+    if found.variant is None:
+        return f"the {impl} implementation builds no tile variants"
+    return found.runs_on("cuda")
 
 
 # ------------------------------------------------------------------------------------ words from data
@@ -250,31 +249,21 @@ def gnum(name: str, value: float, spec: str = ".3g", unit: str = "") -> None:
     glue(name, fmt(value, spec, unit))
 
 
-def compare(a: float, b: float, tol: float = 0.03) -> str:
-    """'faster than', 'slower than' or 'as fast as' for times a against b."""
-    if not (math.isfinite(a) and math.isfinite(b)):
-        return "not comparable with (one is not measured)"
-    if abs(a - b) <= tol * max(a, b):
-        return "about as fast as"
-    return "faster than" if a < b else "slower than"
+def versus(book: Book, op: str, a: str, b: str, view: str = "kernel_time", **kw) -> str:
+    """'faster than', 'slower than' or 'about as fast as': ``a`` against ``b`` within the harness's
+    precision (``mage.views.compare``)."""
+    return views.compare(book.df, op, a, b, view, **kw).words()
 
 
 def label(impl: str) -> str:
-    from .figures import IMPL_LABEL
-    return IMPL_LABEL.get(impl, impl)
+    from .figure_style import impl_label
+    return impl_label(impl)
 
 
 def fastest(book: Book, op: str, view: str = "kernel_time", impls=None, **kw) -> tuple[str, float]:
     """(implementation, value) with the lowest value of ``view`` for ``op`` at its field shape."""
-    from .figures import bars
-    b = bars(book.df, cache=kw.get("cache", "warm"))
-    b = b[(b["op"] == op) & (b["view"] == view)]
-    if impls is not None:
-        b = b[b["impl"].isin(impls)]
-    if b.empty:
-        return "(not measured)", math.nan
-    r = b.loc[b["value"].idxmin()]
-    return str(r["impl"]), float(r["value"])
+    impl, v = views.fastest(book.df, op, view, impls=impls, **kw)
+    return (impl, v) if impl else ("(not measured)", math.nan)
 
 
 def show_or_note(make, *args, **kw) -> None:

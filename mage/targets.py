@@ -1,145 +1,127 @@
-"""The speed targets of the Triton and Rust columns, computed from a data directory.
+"""The speed targets the specs state (``Op.targets``), evaluated against a data directory, and the
+harness's own precision.
 
-Every number comes from the recorded rows (kernel time, warm; at the large shapes one input set
-already overflows L2, so warm is cold there), and the ceilings of the same run. ``python -m mage
-targets data/h200`` prints the table that kernels/NOTES.md quotes.
+Every number comes from the recorded rows (by default kernel time, warm; at the large shapes one input
+set already overflows L2, so warm is cold there) at the target's own shape set, and from the ceilings
+of the run that recorded the row. A target the data cannot answer reads "not measured" and is not met.
+``python -m mage targets data/h200`` prints the table.
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
+from . import views as V
 from .data import load, load_ceilings
+from .ops import OPS, Target, shape_key
 
-FIELD = {"bias_gelu": "R=2048,C=512", "layernorm": "R=1024,C=1024"}
-LARGE = {"matmul": "M=4096,K=4096,N=4096", "bias_gelu": "R=16384,C=8192", "layernorm": "R=32768,C=4096",
-         "triangle": "N=384,C=128", "neighbor_agg": "n=1048576,F=64,deg=16,dist=uniform"}
-NEIGHBOR_FIELD = {"uniform": "n=8192,F=64,deg=16,dist=uniform", "skewed": "n=8192,F=64,deg=16,dist=skewed"}
-NEIGHBOR_LARGE_SKEWED = "n=1048576,F=64,deg=16,dist=skewed"
+WHAT = {"kernel_time": "kernel time", "event_span": "event span", "graph_span": "graph-replay span"}
 
 
-def _value(df, view, op, impl, shape, dtype="fp32"):
-    # a shape can sit in two shape sets (4096^3 is a large shape and a sweep size): the target's own set
-    shape_set = "large" if shape in LARGE.values() or shape == NEIGHBOR_LARGE_SKEWED else "field"
-    rows = df[(df["view"] == view) & (df["op"] == op) & (df["impl"] == impl) & (df["shape"] == shape)
-              & (df["shape_set"] == shape_set)
-              & (df["dtype"] == dtype) & (df["cache"] == "warm") & (df["stat"] == "mean") & (df["round"] == 0)]
-    return float(rows["value"].iloc[0]) if len(rows) else float("nan")
+def _ceiling(ceil: pd.DataFrame, run, name: str) -> float:
+    """The named ceiling of ``run``, or the newest reading when that run measured none."""
+    rows = ceil[ceil["name"] == name] if len(ceil) else ceil
+    own = rows[rows["run"] == run] if "run" in rows else rows
+    rows = own if len(own) else rows
+    return float(rows["value"].iloc[-1]) if len(rows) else math.nan
 
 
-def targets(path) -> pd.DataFrame:
-    df = load(path)
-    ceil = load_ceilings(path)
-    run = df[df["shape_set"] == "large"]["run"].iloc[0]
-    c = ceil[ceil["run"] == run].set_index("name")["value"]
-    copy, fp32 = c["copy_gbps"], c["fp32_tflops"]
-    k = lambda op, impl, shape, dtype="fp32": _value(df, "kernel_time", op, impl, shape, dtype)  # noqa: E731
-    span = lambda op, impl, shape: _value(df, "event_span", op, impl, shape)  # noqa: E731
+def _describe(op: str, t: Target, shape: str) -> tuple[str, str]:
+    """(what is measured, what is wanted), in words."""
+    where = f"{t.impl} {op} {t.shape_set} {shape}"
+    if t.dtype != "fp32":
+        where += f" {t.dtype}"
+    if t.measure == "speedup":
+        view = WHAT.get(t.view, t.view)
+        return f"{where}: {t.baseline} {view} / {t.impl} {view}", f">= {t.wanted:.2f}"
+    if t.measure == "share_of_copy":
+        return f"{where}: share of copy bandwidth", f">= {t.wanted:.2f}"
+    return f"{where}: share of the {t.dtype} dense-product rate", f">= {t.wanted:.2f}"
+
+
+def evaluate(df: pd.DataFrame, ceil: pd.DataFrame, op: str, t: Target) -> list[dict]:
+    """One row per shape the target covers (its ``shape``, or every listed shape of its set)."""
+    shapes = [shape_key(t.shape)] if t.shape else V.shapes_of(op, t.shape_set)
     rows = []
+    for shape in shapes:
+        where = dict(shape_set=t.shape_set, cache="warm", dtype=t.dtype, shape=shape)
+        ours = V.case(df, op, t.impl, t.view, **where)
+        measured = math.nan
+        if ours is not None and ours["value"] > 0:
+            seconds = float(ours["value"]) * 1e-6
+            if t.measure == "speedup":
+                measured = V.value(df, op, t.baseline, t.view, **where) / float(ours["value"])
+            elif t.measure == "share_of_copy":
+                measured = float(ours["bytes"]) / seconds / 1e9 / _ceiling(ceil, ours["run"], "copy_gbps")
+            elif t.measure == "share_of_rate":
+                measured = float(ours["flops"]) / seconds / 1e12 / _ceiling(ceil, ours["run"], f"{t.dtype}_tflops")
+            else:
+                raise ValueError(f"{op}: target measure {t.measure!r} is not one of speedup, share_of_copy, "
+                                 "share_of_rate")
+        what, wanted = _describe(op, t, shape)
+        rows.append(dict(target=what, op=op, impl=t.impl, shape_set=t.shape_set, shape=shape, measured=measured,
+                         unit="", wanted=wanted, met=bool(math.isfinite(measured) and measured >= t.wanted)))
+    return rows
 
-    def add(what, measured, wanted, met, unit=""):
-        rows.append(dict(target=what, measured=measured, unit=unit, wanted=wanted, met=bool(met)))
 
-    def share_of_copy(op, impl):
-        spec_bytes = df[(df["op"] == op) & (df["shape"] == LARGE[op]) & (df["shape_set"] == "large")]["bytes"].iloc[0]
-        return spec_bytes / (k(op, impl, LARGE[op]) * 1e-6) / 1e9 / copy
-
-    def share_of_fp32(op, impl):
-        flops = df[(df["op"] == op) & (df["shape"] == LARGE[op]) & (df["shape_set"] == "large")]["flops"].iloc[0]
-        return flops / (k(op, impl, LARGE[op]) * 1e-6) / 1e12 / fp32
-
-    mm, tri, na = LARGE["matmul"], LARGE["triangle"], LARGE["neighbor_agg"]
-    # Triton (issue 3)
-    for op in ("bias_gelu", "layernorm"):
-        s = share_of_copy(op, "triton")
-        add(f"Triton {op} large: share of copy bandwidth", s, ">= 0.90", s >= 0.90)
-    r = k("matmul", "pytorch", mm) / k("matmul", "triton", mm)
-    add("Triton matmul 4096^3 FP32: cuBLAS time / Triton time", r, ">= 0.90", r >= 0.90)
-    r = k("triangle", "pytorch", tri) / k("triangle", "triton", tri)
-    add("Triton triangle N=384: einsum time / Triton time", r, ">= 1.5", r >= 1.5)
-    s = share_of_fp32("triangle", "triton")
-    add("Triton triangle N=384: share of cuBLAS FP32 rate", s, ">= 0.85", s >= 0.85)
-    for dist, shape in (("uniform", na), ("skewed", NEIGHBOR_LARGE_SKEWED)):
-        t = k("neighbor_agg", "triton", shape)
-        e, cs, tc = (k("neighbor_agg", i, shape) / t for i in ("pytorch", "cusparse", "torch_compile"))
-        add(f"Triton neighbor_agg large {dist}: eager / Triton", e, ">= 10", e >= 10)
-        add(f"Triton neighbor_agg large {dist}: cuSPARSE / Triton, torch.compile / Triton",
-            f"{cs:.2f}, {tc:.2f}", "> 1, > 1", cs > 1 and tc > 1)
-    field = dict(FIELD, **{f"neighbor_agg {d}": s for d, s in NEIGHBOR_FIELD.items()})
-    for name, shape in field.items():
-        op = name.split()[0]
-        t = k(op, "triton", shape)
-        e, tc = k(op, "pytorch", shape) / t, k(op, "torch_compile", shape) / t
-        add(f"Triton {name} field kernel: eager / Triton, torch.compile / Triton", f"{e:.2f}, {tc:.2f}",
-            ">= 1, >= 0.91", e >= 1 and tc >= 1 / 1.1)
-    # Rust (issue 4)
-    r = k("matmul", "pytorch", mm) / k("matmul", "rust", mm)
-    add("Rust tiled matmul 4096^3: cuBLAS time / Rust time", r, ">= 0.70", r >= 0.70)
-    r = k("matmul", "pytorch", mm) / k("matmul", "rust_scalar", mm)
-    add("Rust scalar matmul 4096^3: cuBLAS time / Rust time (first version)", r, "(kept as the first version)", True)
-    for op in ("bias_gelu", "layernorm"):
-        s = share_of_copy(op, "rust")
-        add(f"Rust {op} large: share of copy bandwidth", s, ">= 0.85", s >= 0.85)
-    r = k("neighbor_agg", "rust", na) / k("neighbor_agg", "triton", na)
-    add("Rust neighbor_agg large uniform: Rust time / Triton time", r, "<= 1.15", r <= 1.15)
-    s = share_of_fp32("triangle", "rust")
-    add("Rust triangle N=384: share of cuBLAS FP32 rate", s, ">= 0.60", s >= 0.60)
-    for name, shape in field.items():
-        op = name.split()[0]
-        ours, eager = span(op, "rust", shape), span(op, "pytorch", shape)
-        add(f"Rust {name} field event span: rust vs eager", f"{ours:.1f} vs {eager:.1f}", "rust below eager",
-            ours < eager, "us")
-        gaps = [span(op, i, shape) - k(op, i, shape) for i in ("rust", "rust_ptx_py")]
-        native = _value(df, "event_span", op, "rust_native", shape) - k(op, "rust", shape)
-        add(f"  span minus kernel time: rust / rust_ptx_py / rust_native", f"{gaps[0]:.1f} / {gaps[1]:.1f} / "
-            f"{native:.1f}", "(reported)", True, "us")
-    return pd.DataFrame(rows)
+def targets(path, df: pd.DataFrame | None = None, ceilings: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every target of every spec, evaluated against the data in ``path`` (or the frames given)."""
+    df = load(path) if df is None else df
+    ceil = load_ceilings(path) if ceilings is None else ceilings
+    rows = [r for op, spec in OPS.items() for t in spec.targets for r in evaluate(df, ceil, op, t)]
+    cols = ["target", "op", "impl", "shape_set", "shape", "measured", "unit", "wanted", "met"]
+    out = pd.DataFrame(rows, columns=cols)
+    out["met"] = out["met"].astype(bool)
+    return out
 
 
 def markdown(t: pd.DataFrame) -> str:
     lines = ["| target | measured | wanted | met |", "|---|---|---|---|"]
     for r in t.itertuples():
-        m = f"{r.measured:.2f}" if isinstance(r.measured, float) else r.measured
+        m = f"{r.measured:.2f}" if isinstance(r.measured, float) and math.isfinite(r.measured) else "not measured"
         m += f" {r.unit}" if r.unit else ""
         lines.append(f"| {r.target} | {m} | {r.wanted} | {'yes' if r.met else 'no'} |")
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------ the harness's precision
 def precision(df: pd.DataFrame, shape_set: str = "large", cache: str = "warm") -> pd.DataFrame:
     """The harness's own precision: per (op, impl, dtype, shape), how far the round means of event_span
-    lie from their mean (the largest deviation, as a share of the mean), and the same for span minus
-    the host's time inside the call, which removes what the host's speed contributes. ``drift``: how
-    far the spans moved over the window in time order (range of the thirds' medians over the median)
-    where the run flagged it (over 3%); NaN where it did not, or computed none (``rust_native``, whose
-    binary reports rounds only, and windows too short to cut in thirds)."""
-    d = df[(df["shape_set"] == shape_set) & (df["cache"] == cache) & (df["stat"] == "mean")]
+    lie from their mean (the largest deviation, as a share of the mean: ``views.spread``), and the same
+    for span minus the host's time inside the call, which removes what the host's speed contributes.
+    ``drift``: how far the spans moved over the window in time order (range of the thirds' medians over
+    the median) where the run flagged it (over 3%); NaN where it did not, or computed none (an
+    implementation that reports rounds only, and windows too short to cut in thirds)."""
+    d = V.select(df, shape_set=shape_set, cache=cache, stat="mean")
     key = ["op", "impl", "dtype", "shape"]
-    span = d[(d["view"] == "event_span") & (d["round"] > 0)].set_index(key + ["round"])["value"]
-    host = d[(d["view"] == "host_time") & (d["round"] > 0)].set_index(key + ["round"])["value"]
-    overall = d[(d["view"] == "event_span") & (d["round"] == 0)].set_index(key)
+    rounds = d[d["round"] > 0]
+    span = V.select(rounds, view="event_span").set_index(key + ["round"])["value"]
+    host = V.select(rounds, view="host_time").set_index(key + ["round"])["value"]
+    overall = V.select(d, view="event_span", round=0).set_index(key)
     flags = overall["flags"].fillna("").astype(str) if "flags" in overall else pd.Series("", index=overall.index)
     drift = flags.str.extract(r"span_drift:([0-9.]+)%", expand=False).astype(float) / 100
     out = []
     for k, s in span.groupby(level=key):
-        dev = float((s - s.mean()).abs().max() / s.mean())
         h = host.reindex(s.index)
-        rest = s - h
-        out.append(dict(zip(key, k), rounds=len(s), span_dev=dev,
-                        host_dev=float((h.max() - h.min()) / s.mean()) if h.notna().all() else float("nan"),
-                        rest_dev=float((rest - rest.mean()).abs().max() / rest.mean()) if h.notna().all() else float("nan"),
-                        drift=float(drift.get(k, float("nan")))))
+        full = bool(h.notna().all())
+        out.append(dict(zip(key, k), rounds=len(s), span_dev=V.spread(s.values),
+                        host_dev=float((h.max() - h.min()) / s.mean()) if full else math.nan,
+                        rest_dev=V.spread((s - h).values) if full else math.nan,
+                        drift=float(drift.get(k, math.nan))))
     return pd.DataFrame(out, columns=key + ["rounds", "span_dev", "host_dev", "rest_dev", "drift"])
 
 
 def precision_all(df: pd.DataFrame) -> pd.DataFrame:
-    """``precision`` for the field, large and sweep shapes in both cache modes (not the tile sweep, whose
-    rows differ by config), with shape set and cache as columns."""
-    parts = [precision(df, ss, c).assign(shape_set=ss, cache=c)
-             for ss in ("field", "large", "sweep") for c in ("warm", "cold")]
+    """``precision`` for every shape set measured in rounds (not the tile sweep, whose rows differ by
+    config) in both cache modes, with shape set and cache as columns."""
+    sets = [s for s in ("field", "large", "sweep") if s in set(df["shape_set"])]
+    parts = [precision(df, ss, c).assign(shape_set=ss, cache=c) for ss in sets for c in ("warm", "cold")]
     parts = [p for p in parts if len(p)]
     return pd.concat(parts, ignore_index=True) if parts else precision(df).assign(shape_set=[], cache=[])
 
 
-def precision_summary(df: pd.DataFrame, tol: float = 0.03) -> str:
+def precision_summary(df: pd.DataFrame, tol: float = V.PRECISION) -> str:
     a = precision_all(df)
     p = a[(a["shape_set"] == "large") & (a["cache"] == "warm")]
     if p.empty:

@@ -1,6 +1,7 @@
 """A schema-valid, obviously fake data directory for developing and testing the book without a GPU.
 
-    python tests/synthetic.py _scratch/synthetic      # then MAGE_DATA=_scratch/synthetic make book
+    python tests/synthetic.py _scratch/synthetic          # then MAGE_DATA=_scratch/synthetic make book
+    python tests/synthetic.py _scratch/field-only field   # only some shape sets (what `make measure` writes)
 
 Numbers are drawn from a toy cost model (bytes over a bandwidth, FLOPs over a rate, a launch cost) plus
 noise; the environment says SYNTHETIC everywhere. Never copy its output into data/.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -24,21 +26,12 @@ RUN = "synthetic-0"
 CEIL = {"copy_gbps": 3900.0, "fp32_tflops": 51.0, "tf32_tflops": 380.0, "bf16_tflops": 700.0,
         "empty_kernel_us": 1.2, "empty_span_us": 22.0}
 RATE = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "bf16": "bf16_tflops"}
-# (impl, family, efficiency against the floor, launches per call, host cost of the launch path in us)
-IMPLS = {
-    "matmul": [("pytorch", "pytorch", 0.8, 1, 14), ("torch_compile", "pytorch", 0.8, 1, 30),
-               ("triton", "triton", 0.6, 1, 20), ("rust", "rust", 0.3, 1, 9), ("rust_scalar", "rust", 0.05, 1, 9),
-               ("rust_ptx_py", "rust", 0.3, 1, 24)],
-    "bias_gelu": [("pytorch", "pytorch", 0.5, 2, 18), ("torch_compile", "pytorch", 0.8, 1, 30),
-                  ("triton", "triton", 0.8, 1, 20), ("rust", "rust", 0.7, 1, 9), ("rust_ptx_py", "rust", 0.7, 1, 24)],
-    "layernorm": [("pytorch", "pytorch", 0.6, 1, 14), ("torch_compile", "pytorch", 0.8, 1, 30),
-                  ("triton", "triton", 0.85, 1, 20), ("rust", "rust", 0.5, 1, 9), ("rust_ptx_py", "rust", 0.5, 1, 24)],
-    "triangle": [("pytorch", "pytorch", 0.7, 3, 25), ("torch_compile", "pytorch", 0.7, 3, 35),
-                 ("triton", "triton", 0.3, 1, 20), ("rust", "rust", 0.25, 1, 9), ("rust_ptx_py", "rust", 0.25, 1, 24)],
-    "neighbor_agg": [("pytorch", "pytorch", 0.1, 4, 30), ("torch_compile", "pytorch", 0.3, 2, 35),
-                     ("cusparse", "pytorch", 0.5, 1, 16), ("triton", "triton", 0.6, 1, 20), ("rust", "rust", 0.5, 1, 9),
-                     ("rust_ptx_py", "rust", 0.5, 1, 24)],
-}
+
+
+def _profile(rng, impl) -> tuple:
+    """A made-up (efficiency against the floor, launches per call, host cost in us) for one column."""
+    eff = {"pytorch": 0.6, "triton": 0.7, "rust": 0.4}.get(impl.family, 0.5) * rng.uniform(0.5, 1.2)
+    return min(eff, 0.95), int(rng.integers(1, 4)) if impl.family == "pytorch" else 1, float(rng.uniform(4, 35))
 
 
 def _floor_us(op, shape, dtype):
@@ -46,7 +39,7 @@ def _floor_us(op, shape, dtype):
     return flops, nb, max(nb / (CEIL["copy_gbps"] * 1e3), flops / (CEIL[RATE[dtype]] * 1e6))
 
 
-def _rows_for(rng, op, impl, family, eff, launches, host, dtype, shape, shape_set, cache, config=""):
+def _rows_for(rng, op, impl, family, eff, launches, host, dtype, shape, shape_set, cache, config="", spans_only=False):
     flops, nb, floor = _floor_us(op, shape, dtype)
     kernel = floor / eff * (1.3 if cache == "cold" else 1.0) + launches * CEIL["empty_kernel_us"] * 1.5
     kernel *= rng.uniform(0.95, 1.05)
@@ -65,7 +58,7 @@ def _rows_for(rng, op, impl, family, eff, launches, host, dtype, shape, shape_se
         return r
 
     rows = []
-    if impl != "rust_native":
+    if not spans_only:
         rows += [row("kernel_time", kernel, "us", kernel_names=names), row("launches", launches, "count",
                                                                           kernel_names=names),
                  row("prepare_time", rng.uniform(0.001, 2.0), "s")]
@@ -84,50 +77,42 @@ def _rows_for(rng, op, impl, family, eff, launches, host, dtype, shape, shape_se
     return rows
 
 
-def make(out: Path, seed: int = 0) -> Path:
+def make(out: Path, seed: int = 0, sets=("field", "large", "sweep", "tiles"), caches=("warm", "cold")) -> Path:
+    """Every registered implementation of every spec, at the spec's shapes of ``sets``; the field shapes
+    in ``caches``, the others warm. An implementation that times itself gets span rows only."""
+    from mage import registry
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    tables = {k: [] for k in ("field", "large", "sweep", "tiles")}
-    for op, impls in IMPLS.items():
-        spec = ops.OPS[op]
-        for shape_set in ("field", "large", "sweep"):
-            for shape in spec.shapes[shape_set]:
-                for cache in (("warm", "cold") if shape_set == "field" else ("warm",)):
-                    for impl, fam, eff, la, host in impls:
-                        tables[shape_set] += _rows_for(rng, op, impl, fam, eff, la, host, "fp32", shape, shape_set,
-                                                       cache)
-                    if shape_set == "field" and cache == "warm":
-                        tables[shape_set] += _rows_for(rng, op, "rust_native", "rust", IMPLS[op][-1][2], 1, 4,
-                                                       "fp32", shape, shape_set, cache)
-                    if op == "matmul":
-                        for dt in ("tf32", "bf16"):
-                            for impl, fam, eff, la, host in impls[:3]:
-                                tables[shape_set] += _rows_for(rng, op, impl, fam, eff, la, host, dt, shape,
-                                                               shape_set, cache)
-    try:
-        from kernels import triton_ops
-        sweeps = {op: triton_ops.sweep_configs(op) for op in IMPLS}
-    except Exception:  # noqa: BLE001 - without Triton, a small hand-made sweep
-        sweeps = {"matmul": [dict(BLOCK_M=b, BLOCK_N=b, BLOCK_K=16, GROUP_M=8, num_warps=4, num_stages=3)
-                             for b in (32, 64, 128)]}
-    for op, configs in sweeps.items():
-        for shape_set in ("field", "large"):
-            for shape in ops.OPS[op].shapes[shape_set]:
-                for i, cfg in enumerate(configs):
-                    eff = 0.15 + 0.7 * rng.uniform() * (i + 1) / len(configs)
-                    rows = _rows_for(rng, op, "triton", "triton", eff, 1, 20, "fp32", shape, "tiles", "warm",
-                                     config=json.dumps(cfg, sort_keys=True))
-                    tables["tiles"] += [dict(r, tile_of=shape_set) for r in rows]
+    tables = {k: [] for k in sets}
+    for op, spec in ops.OPS.items():
+        for shape_set in [s for s in ("field", "large", "sweep") if s in sets]:
+            for shape in spec.shapes.get(shape_set, []):
+                for cache in (caches if shape_set == "field" else [c for c in caches if c == "warm"]):
+                    for impl in registry.impls(op):
+                        if shape_set == "sweep" and not impl.size_sweep:
+                            continue
+                        eff, la, host = _profile(np.random.default_rng(zlib.crc32(f"{op}/{impl.name}".encode())), impl)
+                        tables[shape_set] += _rows_for(rng, op, impl.name, impl.family, eff, la, host, impl.dtype,
+                                                       shape, shape_set, cache, spans_only=impl.own_spans is not None)
+    if "tiles" in sets:
+        for impl in registry.impls(dtype="fp32"):
+            for shape_set in ("field", "large"):
+                for shape in ops.OPS[impl.op].shapes.get(shape_set, []):
+                    for i, cfg in enumerate(impl.sweep):
+                        eff = 0.15 + 0.7 * rng.uniform() * (i + 1) / len(impl.sweep)
+                        rows = _rows_for(rng, impl.op, impl.name, impl.family, eff, 1, 20, "fp32", shape, "tiles",
+                                         "warm", config=json.dumps(cfg, sort_keys=True))
+                        tables["tiles"] += [dict(r, tile_of=shape_set) for r in rows]
     for name, rows in tables.items():
         save_csv(pd.DataFrame(rows), out / f"{name}.csv")
     save_csv(pd.DataFrame([dict(name=k, value=v, unit="us" if k.endswith("_us") else k.split("_")[-1],
                                 detail="synthetic", run=RUN) for k, v in CEIL.items()]), out / "ceilings.csv")
     checks = []
-    for op, impls in IMPLS.items():
-        for impl, *_ in impls:
+    for op in ops.OPS:
+        for impl in registry.impls(op, dtype="fp32"):
             for dist in ("normal", "heavy"):
-                checks.append(dict(op=op, impl=impl, dtype="fp32", shape=ops.shape_key(ops.OPS[op].shapes["field"][0]),
+                checks.append(dict(op=op, impl=impl.name, dtype="fp32", shape=ops.shape_key(ops.OPS[op].shapes["field"][0]),
                                    dist=dist, error=1e-7, tolerance=ops.TOLERANCE["fp32"], passed=True, trials=3,
                                    reason="", run=RUN))
     save_csv(pd.DataFrame(checks), out / "checks.csv")
@@ -142,4 +127,5 @@ def make(out: Path, seed: int = 0) -> Path:
 
 
 if __name__ == "__main__":
-    print(make(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "_scratch" / "synthetic")))
+    where = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "_scratch" / "synthetic")
+    print(make(where, sets=tuple(sys.argv[2:]) or ("field", "large", "sweep", "tiles")))

@@ -5,7 +5,9 @@ step per recorded config; the pages' data setting fails clearly when the data is
 from __future__ import annotations
 
 import json
+import math
 import sys
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -80,11 +82,21 @@ def test_reuse_count_of_a_16_tile():
     assert (r["loads"], r["fmas"], r["fmas_per_load"]) == (512, 4096, 8.0)
 
 
-def test_launch_overhead_is_span_minus_kernel(syn):
+def test_a_path_that_shares_kernels_is_charged_their_time(syn, monkeypatch):
+    """An implementation that launches another's kernels (Impl.kernels_of) and records spans only gets
+    its span minus the other one's kernel time, whatever it is called."""
+    from mage import figure_costs, views
     df, _, _ = syn
-    lo = F.launch_overhead(df)
-    assert ((lo["span_us"] - lo["kernel_us"] - lo["overhead_us"]).abs() < 1e-9).all()
-    assert "Rust PTX from Rust" in set(lo["path"])
+    b = views.bars(df)
+    own = views.select(b, view="event_span")
+    sharer = next(i for i in set(own["impl"]) if i not in set(views.select(b, view="kernel_time")["impl"]))
+    donor = views.select(b, view="kernel_time")["impl"].iloc[0]
+    monkeypatch.setattr(figure_costs, "impl_info", lambda name: SimpleNamespace(kernels_of=donor)
+                        if name == sharer else None)
+    lo = figure_costs.launch_overhead(df).set_index(["op", "impl", "view"])
+    op = views.select(own, impl=sharer)["op"].iloc[0]
+    want = views.value(df, op, sharer, "event_span") - views.value(df, op, donor, "kernel_time")
+    assert lo.loc[(op, sharer, "event_span"), "overhead_us"] == pytest.approx(want)
 
 
 def test_missing_data_fails_clearly(monkeypatch, tmp_path):
@@ -97,5 +109,71 @@ def test_no_plotly_in_measuring_code():
     import re
     root = Path(mage.__file__).parent
     for f in root.glob("*.py"):
-        if f.name != "figures.py":
+        if f.name != "figures.py" and not f.name.startswith("figure_"):
             assert not re.search(r"^\s*(import|from) plotly", f.read_text(), re.M), f"{f.name} imports plotly"
+
+
+# ---------------------------------------------------------------- a card that measured only some shape sets
+@pytest.fixture(scope="module")
+def field_only(tmp_path_factory):
+    """What the default `make measure` writes: field shapes, warm and cold, no sweep, large or tiles."""
+    d = make(tmp_path_factory.mktemp("field_only"), sets=("field",))
+    return mage.load(d), data.load_ceilings(d)
+
+
+@pytest.mark.parametrize("kind", ["main", "combined", "roofline", "cost_vs_size", "cards", "launch_paths",
+                                  "warm_cold", "op_views", "tile_explorer"])
+def test_every_figure_builds_from_field_shapes_only(field_only, kind):
+    df, ceil = field_only
+    pub = mage.load(book.PUBLISHED)
+    tiles = df[df["shape_set"] == "tiles"]
+    fig = {"main": lambda: F.main(df, "GPU X"), "combined": lambda: F.combined(df, "GPU X"),
+           "roofline": lambda: F.roofline(df, ceil, "GPU X"), "cost_vs_size": lambda: F.cost_vs_size(df, ceil, "GPU X"),
+           "cards": lambda: F.cards(df, pub, "GPU X"), "launch_paths": lambda: F.launch_paths(df, ceil, "GPU X"),
+           "warm_cold": lambda: F.warm_cold(df, "GPU X"), "op_views": lambda: F.op_views(df, "layernorm", "GPU X"),
+           "tile_explorer": lambda: F.tile_explorer(tiles, df, "matmul", "GPU X")}[kind]()
+    assert "GPU X" in fig.layout.meta["caption"]
+    if kind in ("cost_vs_size", "tile_explorer"):  # no sweep, no tile sweep: said, not drawn
+        assert F.NOT_MEASURED in fig.layout.annotations[0].text and F.NOT_MEASURED in fig.layout.meta["caption"]
+    else:
+        assert len(fig.data) > 0
+
+
+def test_figures_without_cold_cache_say_so(tmp_path):
+    df = mage.load(make(tmp_path, sets=("field",), caches=("warm",)))
+    assert F.NOT_MEASURED in F.warm_cold(df, "GPU X").layout.meta["caption"]
+
+
+# ------------------------------------------------------------------------------------------- data views
+def test_select_by_keyword_and_refuse_unknown(syn):
+    from mage import views
+    from mage.errors import MageInputError
+    df, _, _ = syn
+    d = views.select(df, op="layernorm", view=["kernel_time", "launches"], cache="warm", shape_set="field")
+    assert set(d["op"]) == {"layernorm"} and set(d["view"]) == {"kernel_time", "launches"}
+    assert set(d["cache"]) == {"warm"} and set(d["shape_set"]) == {"field"}
+    with pytest.raises(MageInputError, match="colour"):
+        views.select(df, colour="red")
+
+
+def test_headline_is_one_statistic_per_case(syn):
+    from mage import views
+    df, _, _ = syn
+    h = views.headline(df, shape_set="field")
+    assert not h.duplicated(["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "config"]).any()
+    r = h[(h["view"] == "event_span")].iloc[0]
+    rows = views.select(df, op=r["op"], impl=r["impl"], dtype=r["dtype"], shape=r["shape"], shape_set="field",
+                        cache=r["cache"], view="event_span", stat="mean")
+    assert r["value"] == rows.loc[rows["round"] == 0, "value"].iloc[0]  # the overall mean, not a mix of stats
+    means = rows.loc[rows["round"] > 0, "value"]
+    assert (r["lo"], r["hi"]) == (means.min(), means.max())
+    assert r["spread"] == pytest.approx(((means - means.mean()).abs().max()) / means.mean())
+
+
+def test_compare_ties_within_the_measured_precision():
+    from mage import views
+    assert views.judge(100.0, 102.0).verdict == "tie"  # within the harness's 3%
+    assert views.judge(100.0, 110.0).verdict == "faster"
+    assert views.judge(110.0, 100.0).verdict == "slower"
+    assert views.judge(100.0, 110.0, views.tie_tolerance(0.12)).verdict == "tie"  # rounds spread 12%
+    assert views.judge(math.nan, 1.0).verdict == "not measured"

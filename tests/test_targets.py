@@ -1,9 +1,12 @@
 """The speed-target table is computed from recorded data, not typed: it runs on the committed H200 data."""
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from mage.targets import markdown, targets
+from mage import views as V
+from mage.ops import OPS, Target
+from mage.targets import evaluate, markdown, targets
 
 H200 = Path(__file__).resolve().parents[1] / "data" / "h200"
 
@@ -11,10 +14,36 @@ H200 = Path(__file__).resolve().parents[1] / "data" / "h200"
 @pytest.mark.skipif(not (H200 / "large.csv").exists(), reason="no recorded H200 data")
 def test_targets_from_the_recorded_data():
     t = targets(H200)
-    assert len(t) >= 20 and t["met"].dtype == bool
-    assert not t["measured"].astype(str).str.contains("nan").any(), t[t["measured"].astype(str).str.contains("nan")]
+    want = sum(len(V.shapes_of(op, x.shape_set)) if x.shape is None else 1
+               for op, spec in OPS.items() for x in spec.targets)
+    assert len(t) == want and t["met"].dtype == bool
+    assert t["measured"].notna().all(), t[t["measured"].isna()]
     md = markdown(t)
-    assert md.startswith("| target |") and "Rust bias_gelu large" in md
+    assert md.startswith("| target |") and "rust bias_gelu large" in md
+
+
+def _target_data(kernel_us: float):
+    """One op's large shape: the baseline at 100 us, 'fast' at ``kernel_us``; a 1000 GB/s copy ceiling."""
+    spec = next(iter(OPS.values()))
+    shape = V.shapes_of(spec.name, "large")[0]
+    base = dict(op=spec.name, dtype="fp32", shape=shape, shape_set="large", cache="warm", view="kernel_time",
+                round=0, stat="mean", unit="us", bytes=1e8, flops=1e9, run="r1")
+    df = pd.DataFrame([dict(base, impl="base", value=100.0), dict(base, impl="fast", value=kernel_us)])
+    ceil = pd.DataFrame([dict(name="copy_gbps", value=1000.0, unit="GB/s", detail="", run="r1"),
+                         dict(name="copy_gbps", value=9999.0, unit="GB/s", detail="", run="r0")])
+    return spec.name, df, ceil
+
+
+def test_a_target_is_met_only_when_measured_and_reached():
+    op, df, ceil = _target_data(50.0)
+    speed = Target("fast", "speedup", 1.5, baseline="base")
+    assert evaluate(df, ceil, op, speed)[0]["met"]  # 100 / 50 = 2 >= 1.5
+    assert not evaluate(df, ceil, op, Target("fast", "speedup", 2.5, baseline="base"))[0]["met"]
+    missing = evaluate(df, ceil, op, Target("absent", "speedup", 0.1, baseline="base"))[0]
+    assert not missing["met"] and pd.isna(missing["measured"]) and "not measured" in markdown(pd.DataFrame([missing]))
+    # share of copy: 1e8 bytes in 50 us is 2000 GB/s over this run's (not another run's) 1000 GB/s
+    share = evaluate(df, ceil, op, Target("fast", "share_of_copy", 0.9))[0]
+    assert share["measured"] == pytest.approx(2.0) and share["met"]
 
 
 def test_precision_separates_the_host_from_the_span():

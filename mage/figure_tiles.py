@@ -1,0 +1,131 @@
+"""The recorded tile sweep: one row per config (``tile_table``) and a slider over the configs
+(``tile_explorer``). The reuse count of a tile comes from the op's spec (``Op.reuse``)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from . import views as V
+from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption
+from .ops import OPS
+
+BLOCK_ORDER = ["BLOCK_M", "BLOCK_N", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_R", "BLOCK_C", "MAX_BLOCK_C"]
+
+
+def reuse(op: str, config: dict) -> dict:
+    """Distinct inputs loaded and multiply-adds per step of one program, from the op's spec ({} for an
+    operation without reuse to count)."""
+    spec = OPS.get(op)
+    return spec.reuse(config) if spec is not None and spec.reuse else {}
+
+
+def config_label(config: dict) -> str:
+    """'128x64x16 w4 s3 g8': the block sizes in BLOCK_ORDER, then warps, stages, group."""
+    c = dict(config)
+    blocks = [k for k in BLOCK_ORDER if k in c] + sorted(k for k in c if "BLOCK" in k and k not in BLOCK_ORDER)
+    s = "x".join(str(c[k]) for k in blocks)
+    extra = [f"{k.replace('num_', '')[0]}{c[k]}" for k in ("num_warps", "num_stages") if k in c]
+    extra += [f"g{c['GROUP_M']}"] if "GROUP_M" in c else []
+    known = set(blocks) | {"num_warps", "num_stages", "GROUP_M"}
+    extra += [f"{k}={c[k]}" for k in sorted(c) if k not in known]  # anything else a sweep varies
+    return " ".join([s] + extra)
+
+
+def tile_table(tiles: pd.DataFrame, op: str, tile_of: str = "field") -> pd.DataFrame:
+    """One row per recorded config, in the order recorded: kernel time, event span, achieved rates and
+    the reuse count, at the first shape the config was recorded at."""
+    h = V.headline(tiles, op=op, shape_set="tiles", view=["kernel_time", "event_span"])
+    if "tile_of" in h:
+        h = h[h["tile_of"].replace("", tile_of) == tile_of]
+    rows = []
+    for cfg, g in h.groupby("config", sort=False):
+        k = g[g["view"] == "kernel_time"]
+        if k.empty or not cfg:
+            continue
+        k = k.iloc[0]
+        s = g[(g["view"] == "event_span") & (g["shape"] == k["shape"])]
+        c = json.loads(cfg)
+        r = dict(config=cfg, label=config_label(c), impl=k["impl"], shape=k["shape"], kernel_us=float(k["value"]),
+                 span_us=float(s["value"].iloc[0]) if len(s) else math.nan,
+                 gbps=float(k["achieved_gbps"]), tflops=float(k["achieved_tflops"]), **c)
+        r.update(reuse(op, c))
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def _reference(df: pd.DataFrame, op: str, shape: str, tile_impl: str, tile_of: str):
+    """The kernel time of the op's first column (another implementation) at the sweep's shape, for scale."""
+    h = V.headline(df, op=op, shape=shape, view="kernel_time", dtype="fp32", cache="warm")
+    h = h[(h["shape_set"] != "tiles") & (h["impl"] != tile_impl)]
+    if h.empty:
+        return None
+    h = h.assign(own=(h["shape_set"] != tile_of).astype(int)).sort_values("own", kind="stable")
+    first = impls_in(h["impl"], op)[0]
+    return first, float(h.loc[h["impl"] == first, "value"].iloc[0])
+
+
+def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, tile_of: str = "field"):
+    """A slider over the recorded tile sweep of one kernel: the chosen config is highlighted among all
+    configs, with its reuse count and times; the op's first column's kernel time at the same shape is
+    drawn for scale. Works in static HTML (no kernel runs)."""
+    t = tile_table(tiles, op, tile_of)
+    if t.empty:
+        return not_measured(f"Tile sweep of {op_label(op)}", machine, f"a tile sweep of {op_label(op)} "
+                            f"({tile_of} shapes)")
+    impl = t["impl"].iloc[0]
+    has_reuse = "fmas_per_load" in t
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.1,
+                        subplot_titles=["kernel time per config (us)",
+                                        "kernel time against reuse" if has_reuse else "kernel time against GB/s"])
+    base = "#c9c9c9"
+    hi = impl_color(impl)
+
+    def colors(i):
+        return [hi if j == i else base for j in range(len(t))]
+
+    fig.add_trace(go.Bar(x=t["label"], y=t["kernel_us"], marker_color=colors(0), showlegend=False,
+                         customdata=np.stack([t["span_us"], t["gbps"], t["tflops"]], axis=-1),
+                         hovertemplate="<b>%{x}</b><br>kernel %{y:.3g} us<br>span %{customdata[0]:.3g} us"
+                                       "<br>%{customdata[1]:.0f} GB/s, %{customdata[2]:.3g} TFLOP/s<extra></extra>"),
+                  row=1, col=1)
+    xs = t["fmas_per_load"] if has_reuse else t["gbps"]
+    fig.add_trace(go.Scatter(x=xs, y=t["kernel_us"], mode="markers", showlegend=False, text=t["label"],
+                             marker=dict(color=colors(0), size=12, line=dict(color="#555", width=1)),
+                             hovertemplate="<b>%{text}</b><br>%{x:.3g}<br>kernel %{y:.3g} us<extra></extra>"),
+                  row=1, col=2)
+    shape = t["shape"].iloc[0]
+    ref = _reference(df, op, shape, impl, tile_of)
+    if ref is not None:
+        fig.add_hline(y=ref[1], line=dict(color=impl_color(ref[0]), dash="dash"),
+                      annotation_text=impl_label(ref[0]), annotation_position="top left", row=1, col=1)
+
+    def note(i):
+        r = t.iloc[i]
+        txt = f"<b>{r['label']}</b>: kernel {r['kernel_us']:.3g} us, span {r['span_us']:.3g} us"
+        if has_reuse:
+            txt += f"; per K step {int(r['loads']):,} loads serve {int(r['fmas']):,} multiply-adds " \
+                   f"({r['fmas_per_load']:.3g} per load)"
+        else:
+            txt += f"; {r['gbps']:.0f} GB/s"
+        return txt
+
+    steps = [dict(label=t["label"].iloc[i], method="update",
+                  args=[{"marker.color": [colors(i), colors(i)]}, {"title.text": note(i)}, [0, 1]])
+             for i in range(len(t))]
+    fig.update_layout(
+        height=520, template="plotly_white", margin=dict(t=90, b=150),
+        title=dict(text=note(0), x=0, font=dict(size=13)),
+        sliders=[dict(active=0, steps=steps, x=0, y=-0.32, len=1.0, pad=dict(t=10),
+                      currentvalue=dict(prefix="config: ", font=dict(size=12)))])
+    fig.update_xaxes(tickangle=-45, tickfont=dict(size=9), row=1, col=1)
+    fig.update_xaxes(type="log" if has_reuse else "linear", title_text="multiply-adds per load" if has_reuse
+                     else "GB/s", row=1, col=2)
+    blocks = " x ".join(k for k in BLOCK_ORDER if k in t.columns)
+    return with_caption(fig, f"{machine}, recorded {impl_label(impl)} tile sweep of {op_label(op)} at {shape} "
+                             f"({tile_of} shape), warm cache, FP32. Labels: {blocks}, then warps (w), stages (s) and "
+                             "group (g). Move the slider to pick a config; the numbers are recorded, no kernel runs.")
