@@ -43,7 +43,12 @@ def _layernorm_kernel(
     # Range: squares of deviations past ~1.8e19 overflow fp32 (var = inf, y = 0). So the statistics
     # are taken of x * s, s = a power of two from the row's (chunk's) largest |x| that brings it
     # below 2, and only eps needs s: y = (xs - mean_s) / sqrt(var_s + eps s^2), since s cancels.
-    # The extra work stays in registers: one max reduction and one multiply an element.
+    # Rounding: sum(x) / C is off by up to an ulp or so of the mean, and in a row of equal values that
+    # error is all the deviation there is: y = beta + gamma * error * rstd with rstd ~ 1/sqrt(eps), far
+    # from the exact beta (a padded row, say). One corrective pass (the mean of the deviations,
+    # subtracted) makes such rows exact and every mean more accurate.
+    # The extra work stays in registers: two reductions (max |x|, the correction) and about two
+    # operations an element.
     row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = row < R
     x_row = X + row.to(tl.int64)[:, None] * stride_x
@@ -56,6 +61,8 @@ def _layernorm_kernel(
         x = x * s[:, None]
         mean = tl.sum(x, axis=1) / C
         dev = tl.where(mask, x - mean[:, None], 0.0)
+        fix = tl.sum(dev, axis=1) / C  # the rounding left in mean (see above)
+        dev = tl.where(mask, dev - fix[:, None], 0.0)
         rstd = 1.0 / tl.sqrt(tl.sum(dev * dev, axis=1) / C + eps * s * s)
         gamma = tl.load(Gamma + cols, mask=cols < C, other=0.0)
         beta = tl.load(Beta + cols, mask=cols < C, other=0.0)
@@ -79,6 +86,9 @@ def _layernorm_kernel(
             n_b = tl.minimum(C - c0, BLOCK_C) * 1.0  # columns in this chunk
             mean_b = tl.sum(x, axis=1) / n_b
             dev = tl.where(mask, x - mean_b[:, None], 0.0)
+            fix = tl.sum(dev, axis=1) / n_b  # the rounding left in mean_b (see above)
+            mean_b += fix
+            dev = tl.where(mask, dev - fix[:, None], 0.0)
             delta = mean_b - mean
             mean += delta * (n_b / (n_a + n_b))
             m2 += tl.sum(dev * dev, axis=1) + delta * delta * (n_a * n_b / (n_a + n_b))

@@ -1,0 +1,299 @@
+"""Bad input, at random, through the public entry points: ``mage.run``, the registered operators
+(torch.ops.mage.*) and ``CSRGraph.build``. Every call must either raise MageInputError naming the
+operation and one of its arguments, or return the float64 reference's answer. Nothing else: no other
+exception, no crash, no wrong answer. (One exception to the exception type: a non-tensor passed to a
+registered operator is refused by PyTorch's dispatcher, which checks the schema before our code runs;
+its error names the operator and the argument.)
+
+The calls run in a child process (this file run as a script), which names each case before making it:
+a segfault fails the test with the case that caused it. Seeded. On the CPU it covers what runs there
+(PyTorch eager; Triton under TRITON_INTERPRET=1); ``pytest -m gpu tests/test_fuzz.py`` runs every
+implementation on a CUDA GPU. Both print the counts (calls, refused, answered) per implementation.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+CALLS = 200  # malformed calls per implementation through mage.run (more through its operator)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---- the child process ---------------------------------------------------------------------------
+def _other_device(device):
+    return ["meta"] + (["cpu"] if device == "cuda" else [])
+
+
+def tensor_mutations(t, rnd, device):
+    """(description, replacement) for one tensor argument: wrong dtypes, ranks, sizes, strides,
+    devices, or not a tensor. Some are legal (a strided view), and must then be answered right."""
+    float_t = t.is_floating_point()
+    out = [("float64", t.double()), ("float16", t.half()), ("int64", t.long()),
+           ("int32" if float_t else "float32", t.int() if float_t else t.float()),
+           ("bfloat16", t.bfloat16()),
+           ("rank+1", t.unsqueeze(0)), ("not a tensor", t.tolist()), ("None", None)]
+    if t.dim() >= 1:
+        d = rnd.randrange(t.dim())
+        out.append(("rank-1", t.reshape(-1) if t.dim() > 1 else t.sum()))
+        out.append((f"size+1 dim {d}", torch.cat([t, t.narrow(d, 0, 1)], d) if t.shape[d] else t.new_zeros(
+            t.shape[:d] + (1,) + t.shape[d + 1:])))
+        if t.shape[d] > 1:
+            out.append((f"size-1 dim {d}", t.narrow(d, 0, t.shape[d] - 1)))
+        wide = torch.zeros(t.shape[:-1] + (2 * t.shape[-1],), dtype=t.dtype, device=t.device)
+        wide[..., ::2] = t
+        out.append(("every other column of a wider tensor", wide[..., ::2]))
+        if t.shape[-1]:
+            out.append(("stride 0 (expanded)", t[..., :1].expand(t.shape)))
+    if t.dim() >= 2:
+        out.append(("column-major layout", t.transpose(-1, -2).contiguous().transpose(-1, -2)))
+    for dev in _other_device(device):
+        out.append((f"on {dev}", t.to(dev)))
+    return out
+
+
+def out_mutations(ref_out, rnd, device):
+    shape, dt = tuple(ref_out.shape), ref_out.dtype
+    nan = float("nan")
+    out = [("no out", None), ("exact out", torch.full(shape, nan, dtype=dt, device=device)),
+           ("broadcast-shaped out", torch.full((2,) + shape, nan, dtype=dt, device=device)),
+           ("float64 out", torch.full(shape, nan, dtype=torch.float64, device=device)),
+           ("bfloat16 out" if dt != torch.bfloat16 else "float32 out",
+            torch.full(shape, nan, dtype=torch.bfloat16 if dt != torch.bfloat16 else torch.float32, device=device)),
+           ("out of one more row", torch.full((shape[0] + 1,) + shape[1:], nan, dtype=dt, device=device)),
+           ("out as a list", ref_out.tolist())]
+    if len(shape) >= 2:
+        out.append(("column-major out", torch.full(shape[::-1], nan, dtype=dt, device=device).transpose(-1, -2)
+                    if len(shape) == 2 else torch.full(shape, nan, dtype=dt, device=device).transpose(0, 1)))
+    if shape and shape[-1]:
+        out.append(("expanded out", torch.full(shape[-1:], nan, dtype=dt, device=device).expand(shape)))
+    for dev in _other_device(device):
+        out.append((f"out on {dev}", torch.full(shape, nan, dtype=dt, device=dev)))
+    return out
+
+
+def graph_mutations(g, rnd, device):
+    """(description, thunk): CSRGraph.build called with a malformed graph, or a graph made invalid."""
+    from kernels.neighbor_agg.graph import CSRGraph
+    rp, col, w, n_src = g.rowptr.clone(), g.col.clone(), g.w.clone(), g.n_src
+    cases = [("rowptr shifted by 1", lambda: CSRGraph.build(rp + 1, col, w, n_src)),
+             ("rowptr int64", lambda: CSRGraph.build(rp.long(), col, w, n_src)),
+             ("col int64", lambda: CSRGraph.build(rp, col.long(), w, n_src)),
+             ("w float64", lambda: CSRGraph.build(rp, col, w.double(), n_src)),
+             ("w one short", lambda: CSRGraph.build(rp, col, w[:-1] if len(w) else w.new_ones(1), n_src)),
+             ("rowptr 2-d", lambda: CSRGraph.build(rp[None], col, w, n_src)),
+             ("rowptr ends past E", lambda: CSRGraph.build(torch.cat([rp, rp[-1:] + 1]), col, w, n_src)),
+             ("negative n_src", lambda: CSRGraph.build(rp, col, w, -1)),
+             ("plain constructor", lambda: CSRGraph(rp, col, w))]
+    for dev in _other_device(device):
+        cases.append((f"col on {dev}", lambda dev=dev: CSRGraph.build(rp, col.to(dev), w, n_src)))
+    if len(col):
+        k = rnd.randrange(len(col))
+        bad = col.clone()
+        bad[k] = rnd.choice([n_src, n_src + 1000, -1])
+        cases.append((f"col[{k}] = {int(bad[k])}", lambda: CSRGraph.build(rp, bad, w, n_src)))
+        cases.append(("n_src below the largest column", lambda: CSRGraph.build(rp, col, w, int(col.max()))))
+    if len(rp) > 2 and int(rp[-1]) > 0:
+        i = rnd.randrange(1, len(rp) - 1)
+        down = rp.clone()
+        down[i] = int(rp[-1]) + 1 if rnd.random() < 0.5 else -1
+        cases.append((f"rowptr[{i}] out of order", lambda: CSRGraph.build(down, col, w, n_src)))
+    return cases
+
+
+def _expect(op, fn, ref_fn, allowed):
+    """Call fn; return ('refused'|'answered', problem or None)."""
+    from mage.errors import MageInputError
+    try:
+        got = fn()
+    except MageInputError as e:
+        if e.op != op or e.arg not in allowed:
+            return "refused", f"error names ({e.op!r}, {e.arg!r}), not {op!r} and one of {sorted(allowed)}: {e}"
+        return "refused", None
+    except RuntimeError as e:
+        # A registered operator's schema is checked by PyTorch's dispatcher before any of our code
+        # runs: a non-tensor argument is refused there, naming the operator and the argument.
+        if f"mage::triton_{op}() Expected a value of type" in str(e) and "for argument '" in str(e):
+            return "refused", None
+        return "other", f"{type(e).__name__}: {str(e)[:300]}"
+    except Exception as e:  # noqa: BLE001 - any other error is the finding
+        return "other", f"{type(e).__name__}: {str(e)[:300]}"
+    try:
+        return "answered", ref_fn(got)
+    except Exception as e:  # noqa: BLE001 - an answer the reference cannot even be compared with
+        return "answered", f"answer not comparable: {type(e).__name__}: {str(e)[:200]}"
+
+
+def _compare(spec, dtype, inputs, out):
+    def check(got):
+        if out is not None and isinstance(out, torch.Tensor) and got is not out:
+            return "returned a new tensor, not the out= buffer it accepted"
+        if not isinstance(got, torch.Tensor):
+            return f"returned {type(got).__name__}"
+        cpu_inputs = tuple(x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs())
+        ref = spec.reference(*cpu_inputs).cpu()
+        if tuple(got.shape) != tuple(ref.shape):
+            return f"returned shape {tuple(got.shape)}, reference {tuple(ref.shape)}"
+        g = got.detach().cpu().double()
+        if not torch.isfinite(g).all() and torch.isfinite(ref).all():
+            return "returned non-finite values"
+        err = float((g - ref).norm() / ref.norm()) if float(ref.norm()) > 0 else float((g - ref).norm())
+        return None if err < spec.tol(dtype) else f"relative error {err:.2e} > {spec.tol(dtype):.0e}"
+    return check
+
+
+def _base_shapes(spec, device):
+    # the op's small awkward shapes (cheap under the interpreter), empty ones included
+    limit = 7e4 if device == "cpu" else 4e6
+    return [s for s in spec.awkward if spec.cost(s)[1] < limit]
+
+
+def _cases(impl, device, rnd, calls):
+    """Yield (entry point, description, thunk, checker) for one implementation."""
+    from mage import ops, run
+    spec = ops.OPS[impl.op]
+    allowed = set(spec.args) | {"out", "rowptr", "col", "w", "n_src", "graph"}
+    shapes = _base_shapes(spec, device)
+    entry_points = ["run"] + (["operator"] if impl.family == "triton" else []) + \
+        (["build"] if impl.op == "neighbor_agg" else [])
+    for n in range(calls * len(entry_points)):
+        entry = entry_points[n % len(entry_points)]
+        inputs = spec.inputs(rnd.choice(shapes), seed=rnd.randrange(1 << 30), device=device, dtype=impl.dtype)
+        if entry == "build":
+            desc, thunk = rnd.choice(graph_mutations(inputs[0], rnd, device))
+            yield entry, desc, thunk, None, allowed
+            continue
+        args = list(_raw(impl.op, inputs) if entry == "operator" else inputs)
+        names = list(_raw_names(impl.op) if entry == "operator" else spec.args)
+        out = None
+        which = rnd.randrange(len(args) + (1 if entry == "run" else 0))
+        if which == len(args):
+            desc, out = rnd.choice(out_mutations(spec.empty_out(*inputs), rnd, device))
+        elif isinstance(args[which], torch.Tensor):
+            desc, args[which] = rnd.choice(tensor_mutations(args[which], rnd, device))
+            desc = f"{names[which]}: {desc}"
+        else:  # the graph: invalidated after build, or not a graph at all
+            g = args[which]
+            choice = rnd.randrange(3)
+            if choice == 0 and g.nnz:
+                g.col[0] = 0  # written through PyTorch: the graph is no longer intact
+                desc = "graph modified in place after build"
+            else:
+                args[which] = (g.rowptr, g.col, g.w) if choice == 1 else None
+                desc = "graph: a tuple of tensors" if choice == 1 else "graph: None"
+        if entry == "run":
+            call = (lambda a=tuple(args), o=out: run(impl.op, impl.name, *a, dtype=impl.dtype, out=o))
+            check = _compare(spec, impl.dtype, lambda a=tuple(args): a, out)
+        else:
+            call = (lambda a=tuple(args): _operator(impl)(*a))
+            check = _compare(spec, impl.dtype, lambda a=tuple(args): _unraw(impl.op, a), None)
+        yield entry, desc, call, check, allowed
+
+
+def _raw(op, inputs):
+    if op == "neighbor_agg":
+        g, x = inputs
+        return g.rowptr, g.col, g.w, x
+    return inputs
+
+
+def _raw_names(op):
+    from mage import ops
+    return ("rowptr", "col", "w", "x") if op == "neighbor_agg" else ops.OPS[op].args
+
+
+def _unraw(op, args):
+    """The reference's inputs for an operator call that was answered (so its raw tensors were valid)."""
+    if op != "neighbor_agg":
+        return tuple(args)
+    from kernels.neighbor_agg.graph import CSRGraph
+    rowptr, col, w, x = args
+    return CSRGraph.build(rowptr, col, w, x.shape[0]), x
+
+
+def _operator(impl):
+    fn = getattr(torch.ops.mage, f"triton_{impl.op}")
+    if impl.op == "matmul":
+        return lambda A, B: fn(A, B, impl.dtype)
+    return fn
+
+
+def worker(device: str, seed: int, calls: int) -> dict:
+    from mage.registry import impls
+    counts, problems = {}, []
+    for impl in impls():
+        if not impl.callable or impl.runs_on(device) is not None:
+            continue
+        if device == "cpu" and impl.family == "pytorch" and impl.name != "pytorch":
+            continue  # torch.compile on the CPU: minutes of compilation for no kernel CI ships
+        key = f"{impl.op}/{impl.name}/{impl.dtype}"
+        c = counts.setdefault(key, {"calls": 0, "refused": 0, "answered": 0})
+        rnd = random.Random(f"{seed}-{key}")
+        t0 = time.perf_counter()
+        for entry, desc, call, check, allowed in _cases(impl, device, rnd, calls):
+            print(f"CASE {key} {entry}: {desc}", file=sys.stderr, flush=True)
+            outcome, problem = _expect(impl.op, call, check or (lambda got: "build accepted a malformed graph"),
+                                       allowed)
+            if device == "cuda":
+                torch.cuda.synchronize()  # an illegal address surfaces here, at its case
+            c["calls"] += 1
+            c[outcome] = c.get(outcome, 0) + 1
+            if problem:
+                problems.append(f"{key} {entry}: {desc}: {problem}")
+        c["seconds"] = round(time.perf_counter() - t0, 1)
+    return {"counts": counts, "problems": problems}
+
+
+# ---- the tests -----------------------------------------------------------------------------------
+def _run_child(device, seed=0, calls=CALLS, timeout=600):
+    env = dict(os.environ)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    p = subprocess.run([sys.executable, __file__, device, str(seed), str(calls)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    last = [ln for ln in p.stderr.splitlines() if ln.startswith("CASE ")][-1:]
+    assert p.returncode == 0, f"the fuzz child died (exit {p.returncode}) at {last}:\n{p.stderr[-3000:]}"
+    result = json.loads(p.stdout.strip().splitlines()[-1])
+    counts = result["counts"]
+    total = {k: sum(c[k] for c in counts.values()) for k in ("calls", "refused", "answered")}
+    print(f"\nfuzz on {device}, seed {seed}: {total['calls']} calls, {total['refused']} refused, "
+          f"{total['answered']} answered")
+    for key, c in counts.items():
+        print(f"  {key:32s} {c['calls']:5d} calls {c['refused']:5d} refused {c['answered']:5d} answered "
+              f"({c['seconds']} s)")
+    return counts, result["problems"]
+
+
+def _assert_clean(counts, problems):
+    assert not problems, f"{len(problems)} bad outcomes, first ones:\n" + "\n".join(problems[:15])
+    for key, c in counts.items():
+        assert c["calls"] >= CALLS, (key, c)
+        assert c["refused"] + c["answered"] == c["calls"], (key, c)
+
+
+def test_fuzz_cpu():
+    counts, problems = _run_child("cpu")
+    ops_seen = {k.split("/")[0] for k in counts}
+    assert {k.split("/")[1] for k in counts} >= {"pytorch", "triton"}
+    assert len(ops_seen) >= 5, ops_seen
+    _assert_clean(counts, problems)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_fuzz_gpu():
+    counts, problems = _run_child("cuda")
+    _assert_clean(counts, problems)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    dev, seed_arg, calls_arg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    print(json.dumps(worker(dev, seed_arg, calls_arg)))
