@@ -64,7 +64,7 @@ class Book:
 
     @property
     def tiles(self) -> pd.DataFrame:
-        return self.df[self.df["shape_set"] == "tiles"]
+        return views.select(self.df, shape_set="tiles")
 
     def value(self, op, impl, view="kernel_time", shape_set="field", cache="warm", dtype="fp32", shape=None) -> float:
         """One case's headline value (NaN when absent), at the op's first listed shape of the set by default."""
@@ -145,8 +145,7 @@ def ratio(a: float, b: float) -> float:
 
 def ceiling(book: Book, name: str) -> float:
     """The newest reading of one of the card's ceilings ('copy_gbps', 'empty_span_us'), NaN if unmeasured."""
-    rows = book.ceilings[book.ceilings["name"] == name] if len(book.ceilings) else book.ceilings
-    return float(rows["value"].iloc[-1]) if len(rows) else math.nan
+    return views.ceiling(book.ceilings, name)
 
 
 # ---------------------------------------------------------------------------------------- live widget

@@ -18,8 +18,8 @@ from .ops import OPS
 
 def ceiling_or_none(ceilings: pd.DataFrame, name: str):
     """The newest reading of one ceiling, or None when the run did not measure it."""
-    rows = ceilings[ceilings["name"] == name] if len(ceilings) else ceilings
-    return float(rows["value"].iloc[-1]) if len(rows) else None
+    v = V.ceiling(ceilings, name)
+    return v if math.isfinite(v) else None
 
 
 def roofline(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, shape_sets=("field", "large"), cache="warm"):
@@ -42,7 +42,7 @@ def roofline(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, shape_sets=
                              hovertemplate="AI %{x:.3g} FLOP/B<br>roof %{y:.4g} GFLOP/s<extra></extra>"))
     marker = {o: spec.marker for o, spec in OPS.items()}
     for impl in impls_in(d["impl"]):
-        g = d[d["impl"] == impl]
+        g = V.select(d, impl=impl)
         fig.add_trace(go.Scatter(
             x=g["ai"], y=g["gflops"], mode="markers", name=impl_label(impl),
             marker=dict(color=impl_color(impl), size=[9 if s == "field" else 13 for s in g["shape_set"]],
@@ -84,11 +84,11 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
     seen = set()
     for n, op in enumerate(op_list):
         rc = dict(row=n // ncols + 1, col=n % ncols + 1)
-        g = d[d["op"] == op]
+        g = V.select(d, op=op)
         xcol = "flops" if getattr(OPS.get(op), "work", "bytes") == "flops" else "bytes"
         for v in views:
             for impl in impls_in(g["impl"], op):
-                s = g[(g["impl"] == impl) & (g["view"] == v)].sort_values(xcol)
+                s = V.select(g, impl=impl, view=v).sort_values(xcol)
                 if s.empty:
                     continue
                 fig.add_trace(go.Scatter(
@@ -101,7 +101,7 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
                     **rc)
                 seen.add(impl)
                 owner.append(v)
-            floor = g[g["view"] == v].drop_duplicates("shape").sort_values(xcol)
+            floor = V.select(g, view=v).drop_duplicates("shape").sort_values(xcol)
             fig.add_trace(go.Scatter(x=floor[xcol], y=floor["floor_us"], mode="lines", name="floor",
                                      legendgroup="floor", showlegend="floor" not in seen, visible=v == views[0],
                                      line=dict(color="black", dash="dash", width=1.5),
@@ -145,8 +145,8 @@ def launch_overhead(df: pd.DataFrame, cache="warm") -> pd.DataFrame:
     b = V.bars(df, cache=cache)
     rows = []
     for op in V.ops_in(b["op"]):
-        s = b[b["op"] == op].set_index(["impl", "view"])["value"]
-        impls = impls_in(b.loc[b["op"] == op, "impl"], op)
+        s = V.select(b, op=op).set_index(["impl", "view"])["value"]
+        impls = impls_in(s.index.get_level_values("impl"), op)
         for view in PATH_VIEWS:
             for impl in impls:
                 if (impl, view) not in s.index:
@@ -174,7 +174,7 @@ def launch_paths(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
     if es is not None and ek is not None:
         empty = es - ek
     for r, op in enumerate(op_list, start=1):
-        g = lo[lo["op"] == op]
+        g = V.select(lo, op=op)
         colors = [impl_color(i) if v == "event_span" else "#5b8c5a" for i, v in zip(g["impl"], g["view"])]
         fig.add_trace(go.Bar(
             y=g["path"], x=g["overhead_us"], orientation="h", marker_color=colors, showlegend=False,

@@ -44,11 +44,11 @@ def tile_table(tiles: pd.DataFrame, op: str, tile_of: str = "field") -> pd.DataF
         h = h[h["tile_of"].replace("", tile_of) == tile_of]
     rows = []
     for cfg, g in h.groupby("config", sort=False):
-        k = g[g["view"] == "kernel_time"]
+        k = V.select(g, view="kernel_time")
         if k.empty or not cfg:
             continue
         k = k.iloc[0]
-        s = g[(g["view"] == "event_span") & (g["shape"] == k["shape"])]
+        s = V.select(g, view="event_span", shape=k["shape"])
         c = json.loads(cfg)
         r = dict(config=cfg, label=config_label(c), impl=k["impl"], shape=k["shape"], kernel_us=float(k["value"]),
                  span_us=float(s["value"].iloc[0]) if len(s) else math.nan,

@@ -184,7 +184,7 @@ def warm_cold(df: pd.DataFrame, machine: str, view="kernel_time"):
     fig = make_subplots(rows=1, cols=len(op_list), subplot_titles=[op_short(o) for o in op_list], shared_yaxes=True,
                         horizontal_spacing=0.03)
     for i, op in enumerate(op_list, start=1):
-        g = m[m["op"] == op].set_index("impl")
+        g = V.select(m, op=op).set_index("impl")
         g = g.reindex(impls_in(g.index, op))
         fig.add_trace(go.Bar(
             x=[impl_label(x) for x in g.index], y=g["ratio"], showlegend=False,

@@ -19,14 +19,6 @@ from .ops import OPS, Target, shape_key
 WHAT = {"kernel_time": "kernel time", "event_span": "event span", "graph_span": "graph-replay span"}
 
 
-def _ceiling(ceil: pd.DataFrame, run, name: str) -> float:
-    """The named ceiling of ``run``, or the newest reading when that run measured none."""
-    rows = ceil[ceil["name"] == name] if len(ceil) else ceil
-    own = rows[rows["run"] == run] if "run" in rows else rows
-    rows = own if len(own) else rows
-    return float(rows["value"].iloc[-1]) if len(rows) else math.nan
-
-
 def _describe(op: str, t: Target, shape: str) -> tuple[str, str]:
     """(what is measured, what is wanted), in words."""
     where = f"{t.impl} {op} {t.shape_set} {shape}"
@@ -53,9 +45,9 @@ def evaluate(df: pd.DataFrame, ceil: pd.DataFrame, op: str, t: Target) -> list[d
             if t.measure == "speedup":
                 measured = V.value(df, op, t.baseline, t.view, **where) / float(ours["value"])
             elif t.measure == "share_of_copy":
-                measured = float(ours["bytes"]) / seconds / 1e9 / _ceiling(ceil, ours["run"], "copy_gbps")
+                measured = float(ours["bytes"]) / seconds / 1e9 / V.ceiling(ceil, "copy_gbps", ours["run"])
             elif t.measure == "share_of_rate":
-                measured = float(ours["flops"]) / seconds / 1e12 / _ceiling(ceil, ours["run"], f"{t.dtype}_tflops")
+                measured = float(ours["flops"]) / seconds / 1e12 / V.ceiling(ceil, f"{t.dtype}_tflops", ours["run"])
             else:
                 raise ValueError(f"{op}: target measure {t.measure!r} is not one of speedup, share_of_copy, "
                                  "share_of_rate")
@@ -123,7 +115,7 @@ def precision_all(df: pd.DataFrame) -> pd.DataFrame:
 
 def precision_summary(df: pd.DataFrame, tol: float = V.PRECISION) -> str:
     a = precision_all(df)
-    p = a[(a["shape_set"] == "large") & (a["cache"] == "warm")]
+    p = V.select(a, shape_set="large", cache="warm")
     if p.empty:
         return "no large-shape event spans with rounds"
     within = int((p["span_dev"] <= tol).sum())

@@ -114,6 +114,15 @@ def bars(df: pd.DataFrame, shape_set: str = "field", cache: str = "warm", dtype:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=HEADLINE)
 
 
+def ceiling(ceilings: pd.DataFrame, name: str, run=None) -> float:
+    """One of the card's ceilings ('copy_gbps', 'empty_span_us'): the reading of ``run`` when it took
+    one, else the newest; NaN when none was measured."""
+    rows = ceilings[ceilings["name"] == name] if len(ceilings) else ceilings
+    own = rows[rows["run"] == run] if run is not None and "run" in rows else rows.iloc[:0]
+    rows = own if len(own) else rows
+    return float(rows["value"].iloc[-1]) if len(rows) else math.nan
+
+
 def ops_in(values) -> list[str]:
     """The operations among ``values`` in the specs' order, unknown ones after them, sorted."""
     have = list(dict.fromkeys(values))
