@@ -68,13 +68,15 @@ if [ ! -f "$lib/.done" ]; then
   "$RUSTC" --edition "${core_edition:-2021}" --crate-type rlib --crate-name core --target "$target" "${cg[@]}" \
     "$src/core/src/lib.rs" -o "$lib/libcore.rlib"
   cb="$src/compiler-builtins/compiler-builtins/src/lib.rs"
+  # each crate in the edition its own Cargo.toml names (1.96's compiler_builtins is 2024, 1.85's core 2021)
+  cb_edition="$(sed -n 's/^edition *= *"\(.*\)"/\1/p' "$src/compiler-builtins/compiler-builtins/Cargo.toml" 2>/dev/null | head -1)"
   if [ ! -f "$cb" ]; then
     # older library trees take compiler_builtins from crates.io; the kernels call none of its
     # functions (a call would be an .extern, refused below), so an empty crate stands in
     cb="$out/compiler_builtins_stub.rs"
     printf '#![no_std]\n#![feature(compiler_builtins)]\n#![compiler_builtins]\n' > "$cb"
   fi
-  "$RUSTC" --edition 2021 --crate-type rlib --crate-name compiler_builtins --target "$target" "${cg[@]}" \
+  "$RUSTC" --edition "${cb_edition:-2021}" --crate-type rlib --crate-name compiler_builtins --target "$target" "${cg[@]}" \
     --cfg 'feature="mem"' --cfg 'feature="compiler-builtins"' -L "$lib" "$cb" -o "$lib/libcompiler_builtins.rlib"
   touch "$lib/.done"
 fi
