@@ -25,6 +25,16 @@ def _down_scale(amax):
 
 
 @triton.jit
+def _max_and_sum(a_max, a_sum, b_max, b_sum):
+    return tl.maximum(a_max, b_max), a_sum + b_sum
+
+
+@triton.jit
+def _sum_and_sum(a1, a2, b1, b2):
+    return a1 + b1, a2 + b2
+
+
+@triton.jit
 def _layernorm_kernel(
     X, Gamma, Beta, Y,  # pointers to x [R, C], gamma [C], beta [C] and the output y [R, C]
     R, C,  # rows and columns
@@ -45,10 +55,10 @@ def _layernorm_kernel(
     # below 2, and only eps needs s: y = (xs - mean_s) / sqrt(var_s + eps s^2), since s cancels.
     # Rounding: sum(x) / C is off by up to an ulp or so of the mean, and in a row of equal values that
     # error is all the deviation there is: y = beta + gamma * error * rstd with rstd ~ 1/sqrt(eps), far
-    # from the exact beta (a padded row, say). One corrective pass (the mean of the deviations,
-    # subtracted) makes such rows exact and every mean more accurate.
-    # The extra work stays in registers: two reductions (max |x|, the correction) and about two
-    # operations an element.
+    # from the exact beta (a padded row, say). A correction (the mean of the deviations, added to the
+    # mean) makes such rows exact and every mean more accurate.
+    # Cost: the extra work stays in registers, a few operations an element. The one-block path keeps
+    # two cross-warp reductions, each of two values; the chunked path adds two per chunk.
     row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = row < R
     x_row = X + row.to(tl.int64)[:, None] * stride_x
@@ -57,16 +67,22 @@ def _layernorm_kernel(
     if ONE_BLOCK:
         mask = rmask[:, None] & (cols < C)[None, :]
         x = tl.load(x_row + cols[None, :], mask=mask, other=0.0)
-        s = _down_scale(tl.max(tl.abs(x), axis=1))
+        # Two reductions, as without scaling, each carrying two values: (max |x|, a first sum), then
+        # (sum of deviations: the correction, sum of squared deviations). The first sum is taken of
+        # x 2^-32 so it cannot overflow; it only has to be near the mean, the correction does the rest.
+        amax, sum0 = tl.reduce((tl.abs(x), x * 2.3283064365386963e-10), 1, _max_and_sum)
+        s = _down_scale(amax)
         x = x * s[:, None]
-        mean = tl.sum(x, axis=1) / C
+        mean = sum0 * (4294967296.0 * s) / C
         dev = tl.where(mask, x - mean[:, None], 0.0)
-        fix = tl.sum(dev, axis=1) / C  # the rounding left in mean (see above)
-        dev = tl.where(mask, dev - fix[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(dev * dev, axis=1) / C + eps * s * s)
+        sum1, sum2 = tl.reduce((dev, dev * dev), 1, _sum_and_sum)
+        fix = sum1 / C
+        mean += fix
+        rstd = 1.0 / tl.sqrt(tl.maximum(sum2 / C - fix * fix, 0.0) + eps * s * s)
         gamma = tl.load(Gamma + cols, mask=cols < C, other=0.0)
         beta = tl.load(Beta + cols, mask=cols < C, other=0.0)
-        tl.store(y_row + cols[None, :], dev * rstd[:, None] * gamma[None, :] + beta[None, :], mask=mask)
+        y = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
+        tl.store(y_row + cols[None, :], y, mask=mask)
     else:
         # mean and m2 are kept in units of the row's scale so far, s (a power of two that only
         # shrinks as larger chunks arrive: both are rescaled exactly when it does)
