@@ -4,6 +4,7 @@ choosing the config a call runs with.
 from __future__ import annotations
 
 import os
+import weakref
 
 import triton
 
@@ -91,3 +92,28 @@ def offsets_64(*tensors) -> bool:
     sizes; Triton keeps their products in int32, which wraps past 2**31 - 1 and would read the wrong
     memory. Tensors below the limit keep the 32-bit instructions (the measured kernels are unchanged)."""
     return any(max_offset(t) >= INT32_LIMIT for t in tensors)
+
+
+class TensorMemo:
+    """Results found again by the identity and version counter of tensors (plus any hashable
+    ``extra``): an in-place write through PyTorch moves the version and misses. Weak references: a
+    memo keeps no tensor alive, and a new tensor that reuses a dead one's id does not match it."""
+
+    def __init__(self, size: int = 64):
+        self.size, self.items = size, {}
+
+    @staticmethod
+    def _key(tensors, extra):
+        return tuple((id(t), t._version) for t in tensors) + (extra,)
+
+    def get(self, tensors, extra=None):
+        hit = self.items.get(self._key(tensors, extra))
+        if hit is not None and all(r() is t for r, t in zip(hit[0], tensors)):
+            return hit[1]
+        return None
+
+    def put(self, tensors, extra, value):
+        if len(self.items) >= self.size:
+            self.items.pop(next(iter(self.items)))
+        self.items[self._key(tensors, extra)] = (tuple(weakref.ref(t) for t in tensors), value)
+        return value

@@ -4,8 +4,6 @@ than SPLIT edges (hubs) are cut into chunks of SPLIT edges so one hub cannot hol
 """
 from __future__ import annotations
 
-import weakref
-
 import torch
 import triton
 import triton.language as tl
@@ -195,16 +193,15 @@ DEFAULTS = {"field": SWEEP[2], "large": SWEEP[2], "sweep": SWEEP[2]}
 BLOCK_P, BLOCK_W = 32, 1024
 
 # Split plans per graph structure, found again by the identity (and version) of its rowptr tensor.
-_PLANS: dict = {}
+_PLANS = common.TensorMemo(32)
 
 
 def _plan(rowptr, max_degree, split, F, fblocks):
     """The hub plan for one graph: built on the host once (it reads rowptr back, a synchronisation),
     then reused by every call with the same rowptr. Holds the partial-sum and flag buffers."""
-    key = (id(rowptr), rowptr._version, split, F, fblocks)
-    hit = _PLANS.get(key)
-    if hit is not None and hit[0]() is rowptr:
-        return hit[1]
+    hit = _PLANS.get((rowptr,), (split, F, fblocks))
+    if hit is not None:
+        return hit
     dev = rowptr.device
     hubs = None
     if split > 0 and (max_degree is None or max_degree > split):
@@ -225,10 +222,7 @@ def _plan(rowptr, max_degree, split, F, fblocks):
                     part=torch.empty((n_chunks, F), dtype=torch.float32, device=dev),
                     flag=torch.zeros(n_chunks * fblocks, dtype=torch.int32, device=dev),
                     n_chunks=n_chunks, split=split)
-    if len(_PLANS) > 32:
-        _PLANS.pop(next(iter(_PLANS)))
-    _PLANS[key] = (weakref.ref(rowptr), plan)
-    return plan
+    return _PLANS.put((rowptr,), (split, F, fblocks), plan)
 
 
 # The device-side bounds guard: off by default (the kernels trust a built graph, and the guard's error
@@ -266,10 +260,6 @@ def _launch(rowptr, col, w, x, out, max_degree, config, guard=None, lower_flags=
     return out
 
 
-def _graph_tensors(graph, x):
-    return {"rowptr": graph.rowptr, "col": graph.col, "w": graph.w, "x": x}
-
-
 def neighbor_agg(graph, x, out=None, guard=None, _lower_flags=True, **config):
     """y_i = sum_{j in N(i)} w_ij x_j. The first call on a graph with hubs builds its split plan.
     ``guard``: check every column index on the device (default BOUNDS_GUARD); ``_lower_flags`` is a
@@ -277,7 +267,7 @@ def neighbor_agg(graph, x, out=None, guard=None, _lower_flags=True, **config):
     SPEC.validate(graph, x)  # the cheap facts, every call: a built, intact graph; x's dtype, rank, rows
     n, F = graph.n, x.shape[1]
     ops.check_out("neighbor_agg", out, (n, F), x.dtype, x.device)
-    common.on_device("neighbor_agg", _graph_tensors(graph, x))
+    common.on_device("neighbor_agg", {"rowptr": graph.rowptr, "col": graph.col, "w": graph.w, "x": x})
     out = torch.empty((n, F), dtype=x.dtype, device=x.device) if out is None else out
     if n == 0 or F == 0:
         return out
@@ -296,10 +286,9 @@ def prepare(graph, x, **config):
 
 register_kernel("neighbor_agg", neighbor_agg, DEFAULTS, SWEEP, prepare=prepare)
 
-# Tensor sets the operator below has validated, found again by the identity and version counter of
-# each tensor (and the x rows they were checked against): a repeated call pays the structure check
-# once. Weak references: the cache keeps no graph alive.
-_VALIDATED: dict = {}
+# Tensor sets the operator below has validated (and the x rows they were checked against): a repeated
+# call with the same, unmodified tensors pays the structure check once.
+_VALIDATED = common.TensorMemo(64)
 
 
 def _cheap_checks(rowptr, col, w, x) -> None:
@@ -322,15 +311,10 @@ def _validated(rowptr, col, w, x) -> int:
     [0, x.shape[0])) reads device memory, so CSRGraph.build checks it once per tensor set and version."""
     _cheap_checks(rowptr, col, w, x)
     common.on_device("neighbor_agg", {"rowptr": rowptr, "col": col, "w": w, "x": x})
-    key = tuple((id(t), t._version, t.numel()) for t in (rowptr, col, w)) + (x.shape[0],)
-    hit = _VALIDATED.get(key)
-    if hit is not None and hit[0]() is rowptr and hit[1]() is col and hit[2]() is w:
-        return hit[3]
-    max_degree = CSRGraph.build(rowptr, col, w, x.shape[0]).max_degree
-    if len(_VALIDATED) > 64:
-        _VALIDATED.pop(next(iter(_VALIDATED)))
-    _VALIDATED[key] = (weakref.ref(rowptr), weakref.ref(col), weakref.ref(w), max_degree)
-    return max_degree
+    seen = _VALIDATED.get((rowptr, col, w), x.shape[0])
+    if seen is not None:
+        return seen
+    return _VALIDATED.put((rowptr, col, w), x.shape[0], CSRGraph.build(rowptr, col, w, x.shape[0]).max_degree)
 
 
 @torch.library.custom_op("mage::triton_neighbor_agg", mutates_args=())
