@@ -44,15 +44,19 @@ rust-lint:
 	kernels/_rust/build.sh --lint
 
 # ---- the book -------------------------------------------------------------------------------------
-# The front-end files the book serves itself (offline): require.js, the widget manager, MathJax, from npm
-# into _assets/_static/offline/ (ignored). JB1 adds every file under the source _static/ to every page, so
-# they live in an extra path that Sphinx copies into the output's _static/ instead.
+# The front-end files the book serves itself (offline), once for the whole site so the browser caches them:
+# plotly.js (from the pinned plotly package), require.js, the widget manager and MathJax (from npm), and the
+# book's own loader and styles (notes/js/), into _assets/_static/offline/ (ignored). JB1 adds every file
+# under the source _static/ to every page, so they live in an extra path that Sphinx copies into the
+# output's _static/ instead.
 ASSETS := _assets/_static/offline
+PLOTLY_JS = $(shell $(PY) -c "import plotly, pathlib; print(pathlib.Path(plotly.__file__).parent / 'package_data' / 'plotly.min.js')")
 book-assets: $(ASSETS)/.stamp
-$(ASSETS)/.stamp: package.json package-lock.json notes/js/widgets-offline.js
+$(ASSETS)/.stamp: package.json package-lock.json notes/js/widgets-offline.js notes/js/mage-book.js notes/js/mage-book.css .venv/.stamp
 	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	rm -rf _assets && mkdir -p $(ASSETS)/html-manager $(ASSETS)/mathjax
-	cp node_modules/requirejs/require.js notes/js/widgets-offline.js $(ASSETS)/
+	cp node_modules/requirejs/require.js notes/js/widgets-offline.js notes/js/mage-book.js notes/js/mage-book.css $(ASSETS)/
+	cp "$(PLOTLY_JS)" $(ASSETS)/plotly.min.js
 	cp node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js \
 	   node_modules/@jupyter-widgets/html-manager/dist/*.woff* node_modules/@jupyter-widgets/html-manager/dist/*.ttf \
 	   node_modules/@jupyter-widgets/html-manager/dist/*.eot node_modules/@jupyter-widgets/html-manager/dist/*.svg \
@@ -62,9 +66,11 @@ $(ASSETS)/.stamp: package.json package-lock.json notes/js/widgets-offline.js
 	touch $@
 
 # The book from the recorded data (MAGE_DATA, default $(DATA)); strict: a warning or a cell error fails it.
+# Ends with each page's weight.
 book: venv book-assets
 	@MAGE_DATA="$${MAGE_DATA:-$(DATA)}" $(PY) -m mage.book
 	MAGE_DATA="$${MAGE_DATA:-$(DATA)}" PYTHONPATH="$(CURDIR)" .venv/bin/jupyter-book build . -W --keep-going --all
+	@$(PY) -m mage.figure_site _build/html
 	@echo "The book is in $(CURDIR)/_build/html/ (open $(CURDIR)/_build/html/index.html)"
 
 # The browser test of the built book (builds it first if _build/html is missing).

@@ -1,8 +1,8 @@
 """What the book's pages share: which dataset a build shows (one setting, MAGE_DATA), loading it once,
 gluing numbers and words into the prose, showing a figure with its caption, and the live tile widget.
 
-Pages call ``setup()`` first. Nothing here needs a GPU (the widget uses one when there is one), and
-plotly is used only through ``mage.figures``.
+Pages call ``setup()`` first. Nothing here needs a GPU (the tile widget uses one when there is one),
+and plotly is used only through ``mage.figures`` and ``mage.figure_page``.
 """
 from __future__ import annotations
 
@@ -121,22 +121,17 @@ def glue_environment(book: Book) -> None:
 
 
 def setup() -> Book:
-    """First cell of every page: plotly's notebook renderer (plotly.js inline, so the HTML works offline),
-    the data, the provenance words."""
-    from .figure_style import use_notebook_renderer
-    use_notebook_renderer()
+    """First cell of every page: the data and the provenance words. Figures go through ``show``, which
+    writes them for the book's shared plotly.js (notes/js/mage-book.js) and for a running Jupyter."""
     book = load()
     glue_environment(book)
     return book
 
 
 def show(fig) -> None:
-    """The figure, then its caption (cache mode, shape, machine) as a line of text under it."""
-    from IPython.display import Markdown, display
-    fig.show()
-    cap = (fig.layout.meta or {}).get("caption") if isinstance(fig.layout.meta, dict) else None
-    if cap:
-        display(Markdown(f"*{cap}*"))
+    """The figure, its caption (cache mode, shape, machine) and a collapsed table of its plotted values."""
+    from .figure_page import show as show_figure
+    show_figure(fig)
 
 
 def ratio(a: float, b: float) -> float:
@@ -160,25 +155,36 @@ def _recorded(book: Book, op: str, config: dict, tile_of="field"):
 
 
 def tile_widget(book: Book, op: str, tile_of: str = "field"):
-    """Sliders over the recorded sweep's values of each tile parameter. On a GPU each change builds the
-    swept implementation's variant (``Impl.variant``), checks it and times it; without one it shows the
-    recorded measurement for that config (and says so). The reuse count follows the chosen tile."""
-    import ipywidgets as w
-    from IPython.display import Markdown, display
-    from .figure_tiles import BLOCK_ORDER, reuse, tile_table
+    """Sliders over the recorded sweep's values of each tile parameter, and what the chosen tile means.
+    In a running kernel on a GPU (ipywidgets) each change builds the swept implementation's variant
+    (``Impl.variant``), checks it and times it. Anywhere else, the published page included, the
+    sliders run in the page: each move shows the tile's reuse count (from the op's spec) and the
+    recorded measurement for it, and says that no kernel ran."""
+    from IPython.display import HTML, Markdown, display
+    from .figure_tiles import tile_explorer_html, tile_table
     t = tile_table(book.tiles, op, tile_of)
     if t.empty:
         display(Markdown(f"*The data in {book.path.name} records no tile sweep for {op}, so there is nothing to "
                          "explore here.*"))
         return
     impl = str(t["impl"].iloc[0])
-    first = json.loads(t["config"].iloc[0])
-    keys = [k for k in BLOCK_ORDER if k in first] + [k for k in first if k not in BLOCK_ORDER]
-    shape = ops.parse_shape(t["shape"].iloc[0])
     live = _live_reason(op, impl)
+    if live is not None:
+        display(HTML(tile_explorer_html(book.tiles, op, book.machine, live, tile_of)))
+        return
+    _live_widget(book, op, impl, t, tile_of)
+
+
+def _live_widget(book: Book, op: str, impl: str, t, tile_of: str):
+    """The GPU path: ipywidgets sliders whose changes run, check and time the chosen variant."""
+    import ipywidgets as w
+    from IPython.display import display
+    from .figure_tiles import reuse, slider_keys
+    keys = slider_keys(t)
+    shape = ops.parse_shape(t["shape"].iloc[0])
     sliders = {k: w.SelectionSlider(options=sorted(set(int(v) for v in t[k].dropna())), value=int(t[k].iloc[0]),
                                     description=k, continuous_update=False,
-                                    style={"description_width": "110px"}, layout=w.Layout(width="420px"))
+                                    style={"description_width": "110px"}, layout=w.Layout(width="100%"))
                for k in keys}
     out = w.HTML()
 
@@ -189,25 +195,19 @@ def tile_widget(book: Book, op: str, tile_of: str = "field"):
         if ru:
             lines.append(f"Per K step one program loads {ru['loads']:,} values for {ru['fmas']:,} multiply-adds: "
                          f"<b>{ru['fmas_per_load']:.3g}</b> multiply-adds per loaded value.")
-        if live is None:
-            try:
-                from . import registry
-                from .measure import quick
-                r = quick(registry.get(op, impl).variant(**cfg), shape)
-                status = "passed" if r["passed"] else f"FAILED ({r.get('reason', '')})"
-                lines.append(f"<b>Live on this GPU</b>: check {status}, error {r['error']:.2g}; kernel "
-                             f"{r['kernel_us']:.3g} us, span {r['span_us']:.3g} us.")
-            except Exception as e:  # noqa: BLE001 - a config that fails to compile is a result to show
-                lines.append(f"<b>Live run failed</b>: {type(e).__name__}: {str(e)[:300]}")
+        try:
+            from . import registry
+            from .measure import quick
+            r = quick(registry.get(op, impl).variant(**cfg), shape)
+            status = "passed" if r["passed"] else f"FAILED ({r.get('reason', '')})"
+            lines.append(f"<b>Live on this GPU</b>: check {status}, error {r['error']:.2g}; kernel "
+                         f"{r['kernel_us']:.3g} µs, span {r['span_us']:.3g} µs.")
+        except Exception as e:  # noqa: BLE001 - a config that fails to compile is a result to show
+            lines.append(f"<b>Live run failed</b>: {type(e).__name__}: {str(e)[:300]}")
         rec = _recorded(book, op, cfg, tile_of)
         if rec is not None:
-            lines.append(f"<b>Recorded</b> on {book.machine} (no kernel ran here): kernel {rec['kernel_us']:.3g} us, "
-                         f"span {rec['span_us']:.3g} us, {rec['gbps']:.0f} GB/s.")
-        else:
-            lines.append("This combination is not in the recorded sweep" +
-                         (" (move another slider)." if live else "."))
-        if live:
-            lines.append(f"<i>Showing recorded measurements: {live}.</i>")
+            lines.append(f"<b>Recorded</b> on {book.machine}: kernel {rec['kernel_us']:.3g} µs, "
+                         f"span {rec['span_us']:.3g} µs, {rec['gbps']:.0f} GB/s.")
         out.value = "<br>".join(lines)
 
     for s in sliders.values():

@@ -38,7 +38,7 @@ def roofline(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, shape_sets=
     hi = max(d["ai"].max(), peak / bw) * 4
     x = np.logspace(math.log10(lo), math.log10(hi), 200)
     fig.add_trace(go.Scatter(x=x, y=np.minimum(bw * x, peak), mode="lines", line=dict(color="#444", width=2),
-                             name=f"roof: {bw:.0f} GB/s copy, {peak / 1e3:.1f} TFLOP/s FP32",
+                             name=f"roof: {bw:.0f} GB/s copy, {peak / 1e3:.1f} TFLOP/s FP32", meta={"table": False},
                              hovertemplate="AI %{x:.3g} FLOP/B<br>roof %{y:.4g} GFLOP/s<extra></extra>"))
     marker = {o: spec.marker for o, spec in OPS.items()}
     for impl in impls_in(d["impl"]):
@@ -50,12 +50,14 @@ def roofline(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, shape_sets=
             customdata=np.stack([g["op"].map(op_label), g["shape"], g["value"],
                                  100 * g["gflops"] / np.minimum(bw * g["ai"], peak)], axis=-1),
             hovertemplate="<b>%{customdata[0]}</b> " + impl_label(impl) +
-                          "<br>shape %{customdata[1]}<br>%{customdata[2]:.3g} us, %{y:.4g} GFLOP/s"
+                          "<br>shape %{customdata[1]}<br>%{customdata[2]:.3g} µs, %{y:.4g} GFLOP/s"
                           "<br>%{customdata[3]:.0f}% of the roof<extra></extra>"))
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOPs per compulsory byte)")
     fig.update_yaxes(type="log", title="achieved GFLOP/s (kernel time)")
     fig.update_layout(height=560, template="plotly_white", title=dict(text="Roofline", x=0),
                       legend=dict(font=dict(size=11)))
+    fig.layout.meta = {"narrow": {"legend.orientation": "h", "legend.y": -0.25, "legend.yanchor": "top",
+                                  "margin.l": 45, "margin.r": 8}, "narrow_height": 620}
     shown = V.ops_in(d["op"])
     legend = ", ".join(f"{marker.get(o, 'circle').split('-')[0]} {op_label(o)}" for o in shown)
     return with_caption(fig, caption(" and ".join(shape_sets), cache, machine,
@@ -97,7 +99,7 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
                     line=dict(color=impl_color(impl)), marker=dict(size=6),
                     customdata=np.stack([s["shape"], s["floor_us"]], axis=-1),
                     hovertemplate=f"<b>{impl_label(impl)}</b><br>shape %{{customdata[0]}}"
-                                  f"<br>{VIEW_LABEL[v]} %{{y:.3g}} us<br>floor %{{customdata[1]:.3g}} us<extra></extra>"),
+                                  f"<br>{VIEW_LABEL[v]} %{{y:.3g}} µs<br>floor %{{customdata[1]:.3g}} µs<extra></extra>"),
                     **rc)
                 seen.add(impl)
                 owner.append(v)
@@ -105,23 +107,24 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
             fig.add_trace(go.Scatter(x=floor[xcol], y=floor["floor_us"], mode="lines", name="floor",
                                      legendgroup="floor", showlegend="floor" not in seen, visible=v == views[0],
                                      line=dict(color="black", dash="dash", width=1.5),
-                                     hovertemplate="floor %{y:.3g} us<extra></extra>"), **rc)
+                                     hovertemplate="floor %{y:.3g} µs<extra></extra>"), **rc)
             seen.add("floor")
             owner.append(v)
             if empty.get(v) and len(floor):
                 fig.add_trace(go.Scatter(x=[floor[xcol].min(), floor[xcol].max()], y=[empty[v]] * 2, mode="lines",
                                          name="empty kernel", legendgroup="empty", showlegend="empty" not in seen,
                                          visible=v == views[0], line=dict(color="#999", dash="dot", width=1.5),
-                                         hovertemplate=f"empty kernel, {VIEW_LABEL[v]}: %{{y:.3g}} us<extra></extra>"),
+                                         hovertemplate=f"empty kernel, {VIEW_LABEL[v]}: %{{y:.3g}} µs<extra></extra>"),
                               **rc)
                 seen.add("empty")
                 owner.append(v)
         fig.update_xaxes(type="log", title_text="FLOPs" if xcol == "flops" else "bytes", **rc)
-        fig.update_yaxes(type="log", title_text="us" if rc["col"] == 1 else None, **rc)
+        fig.update_yaxes(type="log", title_text="µs" if rc["col"] == 1 else None, **rc)
     fig.update_layout(
         height=330 * nrows + 220, template="plotly_white", margin=dict(t=130),
         title=dict(text=f"Cost against size, {VIEW_LABEL[views[0]]}", x=0, y=0.99, yanchor="top"),
         legend=dict(orientation="h", y=-0.1, yanchor="top"),
+        meta={"narrow": {"margin.l": 45, "margin.r": 8}, "narrow_height": 700, "narrow_font": 10},
         updatemenus=[dict(type="buttons", direction="right", active=0, x=0, y=1.07, xanchor="left", yanchor="bottom",
                           buttons=[dict(label=VIEW_LABEL[v], method="update",
                                         args=[{"visible": [o == v for o in owner]},
@@ -180,16 +183,18 @@ def launch_paths(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
             y=g["path"], x=g["overhead_us"], orientation="h", marker_color=colors, showlegend=False,
             text=[f"{v:.3g}" for v in g["overhead_us"]], textposition="outside", cliponaxis=False,
             customdata=np.stack([g["span_us"], g["kernel_us"], g["launches"]], axis=-1),
-            hovertemplate="<b>%{y}</b><br>span - kernel: %{x:.3g} us<br>span %{customdata[0]:.3g} us, kernel "
-                          "%{customdata[1]:.3g} us<br>launches per call %{customdata[2]:.3g}<extra></extra>"),
+            hovertemplate="<b>%{y}</b><br>span - kernel: %{x:.3g} µs<br>span %{customdata[0]:.3g} µs, kernel "
+                          "%{customdata[1]:.3g} µs<br>launches per call %{customdata[2]:.3g}<extra></extra>"),
             row=r, col=1)
         if empty is not None:
             fig.add_vline(x=empty, line=dict(color="#999", dash="dot"), row=r, col=1)
         fig.update_yaxes(autorange="reversed", row=r, col=1)
-        fig.update_xaxes(title_text="us" if r == len(op_list) else None, row=r, col=1)
+        fig.update_xaxes(title_text="µs" if r == len(op_list) else None, row=r, col=1)
+    fig.layout.meta = {"narrow": {"margin.l": 120, "margin.r": 30}, "narrow_height": 180 * len(op_list),
+                       "narrow_font": 10}
     fig.update_layout(height=300 * len(op_list), template="plotly_white", margin=dict(t=60, l=170),
                       title=dict(text="What the launch path costs: span minus kernel time", x=0))
     extra = "Green: CUDA-graph replay (the same kernels, launched as one graph)."
     if empty is not None:
-        extra += f" Dotted: an empty kernel's span minus its kernel time ({empty:.3g} us)."
+        extra += f" Dotted: an empty kernel's span minus its kernel time ({empty:.3g} µs)."
     return with_caption(fig, caption("field", cache, machine, {o: V.first_shape(df, o) for o in op_list}, extra))

@@ -7,7 +7,9 @@ data, the published figures) are drawn under their own name, in grey, after the 
 from __future__ import annotations
 
 import functools
+import math
 import re
+import textwrap
 
 import plotly.graph_objects as go
 
@@ -16,7 +18,15 @@ from .ops import OPS
 GREY = "#888888"
 VIEW_LABEL = {"kernel_time": "GPU kernel time", "event_span": "event span", "launches": "launches per call",
               "graph_span": "CUDA-graph replay span", "host_time": "host time per call"}
-VIEW_UNIT = {"kernel_time": "us", "event_span": "us", "launches": "launches", "graph_span": "us", "host_time": "us"}
+US = "µs"
+VIEW_UNIT = {"kernel_time": US, "event_span": US, "launches": "launches", "graph_span": US, "host_time": US}
+# Okabe and Ito's colour-blind-safe palette, handed out per family in the registry's order, so one
+# implementation has one colour in every figure. A family with more members than colours, or an
+# unregistered name, falls back to the registry's colour, then grey.
+OKABE_ITO = {"pytorch": ["#0072B2", "#56B4E9", "#009E73"], "triton": ["#E69F00"],
+             "rust": ["#D55E00", "#CC79A7", "#000000", "#F0E442"]}
+# A log axis is offered where the largest bar of a panel is this many times its smallest.
+LOG_TOGGLE_RATIO = 20.0
 PUBLISHED_LABEL = "RTX 4090 (published)"
 NOT_MEASURED = "not measured on this card"
 
@@ -37,6 +47,7 @@ def _registered() -> dict:
 def forget_registry() -> None:
     """Drop the cached names (after a test registers another implementation)."""
     _registered.cache_clear()
+    _palette.cache_clear()
 
 
 def impl_info(name: str):
@@ -48,9 +59,64 @@ def impl_label(name: str) -> str:
     return (i.label or i.name) if i is not None else str(name)
 
 
+@functools.lru_cache(maxsize=1)
+def _palette() -> dict:
+    out, seen = {}, {}
+    for name, i in _registered().items():
+        n = seen.get(i.family, 0)
+        seen[i.family] = n + 1
+        fam = OKABE_ITO.get(i.family, [])
+        out[name] = fam[n] if n < len(fam) else (i.color or GREY)
+    return out
+
+
 def impl_color(name: str) -> str:
-    i = impl_info(name)
-    return i.color if i is not None and i.color else GREY
+    return _palette().get(name, GREY)
+
+
+def short_label(name: str, width: int = 12) -> str:
+    """An implementation's label broken into lines of about ``width`` characters (horizontal tick labels)."""
+    return "<br>".join(textwrap.wrap(impl_label(name), width)) or str(name)
+
+
+def impl_bars(fig, b, impls: list, view: str, row: int, col: int, seen: set, visible=True, text=True):
+    """One bar trace per implementation (its colour, one legend entry per name in ``seen``), so a phone
+    can name the bars by a legend instead of tick labels. ``b``: rows with impl, value, lo, hi, shape."""
+    b = b.set_index("impl")
+    unit = VIEW_UNIT.get(view, "")
+    for impl in impls:
+        if impl not in b.index or not math.isfinite(float(b.loc[impl, "value"])):
+            continue
+        r = b.loc[impl]
+        err = None
+        if "lo" in r and math.isfinite(float(r.get("lo", math.nan))):
+            err = dict(type="data", symmetric=False, array=[max(float(r["hi"]) - float(r["value"]), 0)],
+                       arrayminus=[max(float(r["value"]) - float(r["lo"]), 0)], thickness=1.2, width=4, color="#333")
+        fig.add_trace(go.Bar(
+            x=[impl], y=[float(r["value"])], error_y=err, name=impl_label(impl), legendgroup=impl,
+            showlegend=impl not in seen, visible=visible, marker_color=impl_color(impl),
+            marker_line=dict(color="#333", width=0.6), text=[fmt(float(r["value"]), unit)] if text else None,
+            textposition="outside" if text else "none", cliponaxis=False,
+            meta={"series": VIEW_LABEL.get(view, view)},
+            customdata=[[str(r.get("shape", "")), kernel_list(r.get("kernel_names", "")), impl_label(impl)]],
+            hovertemplate=f"<b>%{{customdata[2]}}</b><br>{VIEW_LABEL.get(view, view)}: %{{y:.3g}} {unit}"
+                          "<br>shape %{customdata[0]}<br>kernels:<br>%{customdata[1]}<extra></extra>"),
+            row=row, col=col)
+        seen.add(impl)
+
+
+def log_toggle(fig, values, y_axes, x: float = 1.0):
+    """Add a linear / log scale menu for ``y_axes`` (layout keys) when one value dwarfs another."""
+    v = [float(x) for x in values if x is not None and float(x) > 0]
+    if len(v) < 2 or max(v) / min(v) < LOG_TOGGLE_RATIO:
+        return fig
+    menus = list(fig.layout.updatemenus or [])
+    menus.append(dict(type="buttons", direction="right", active=0, x=x, y=1.0, xanchor="right", yanchor="bottom",
+                      showactive=True, buttons=[
+                          dict(label="linear scale", method="relayout", args=[{f"{a}.type": "linear" for a in y_axes}]),
+                          dict(label="log scale", method="relayout", args=[{f"{a}.type": "log" for a in y_axes}])]))
+    fig.update_layout(updatemenus=menus)
+    return fig
 
 
 def impls_in(values, op: str | None = None) -> list[str]:
@@ -78,6 +144,8 @@ def op_short(op: str) -> str:
 
 def fmt(v: float, unit: str) -> str:
     """A bar's label: three significant digits, whole microseconds from 100 up."""
+    if v is None or not math.isfinite(float(v)):
+        return ""
     if unit == "launches":
         return f"{v:.3g}"
     return f"{v:.3g}" if v < 100 else f"{v:.0f}"
@@ -98,7 +166,9 @@ def caption(shape_set: str, cache: str, machine: str, shapes: dict | None = None
 
 
 def with_caption(fig, text: str):
-    fig.layout.meta = {"caption": text}
+    meta = dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}
+    meta["caption"] = text
+    fig.layout.meta = meta
     return fig
 
 

@@ -2,8 +2,10 @@
 (``tile_explorer``). The reuse count of a tile comes from the op's spec (``Op.reuse``)."""
 from __future__ import annotations
 
+import itertools
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -79,9 +81,13 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
                             f"({tile_of} shapes)")
     impl = t["impl"].iloc[0]
     has_reuse = "fmas_per_load" in t
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.1,
-                        subplot_titles=["kernel time per config (us)",
-                                        "kernel time against reuse" if has_reuse else "kernel time against GB/s"])
+    # The second panel shows time against reuse; an operation without reuse to count gets one panel
+    # (GB/s against time would be bytes over time again).
+    if has_reuse:
+        fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.1,
+                            subplot_titles=["kernel time per config (µs)", "kernel time against reuse"])
+    else:
+        fig = make_subplots(rows=1, cols=1, subplot_titles=["kernel time per config (µs)"])
     base = "#c9c9c9"
     hi = impl_color(impl)
 
@@ -89,15 +95,18 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
         return [hi if j == i else base for j in range(len(t))]
 
     fig.add_trace(go.Bar(x=t["label"], y=t["kernel_us"], marker_color=colors(0), showlegend=False,
+                         name="kernel time", meta={"series": "kernel time (µs)"},
                          customdata=np.stack([t["span_us"], t["gbps"], t["tflops"]], axis=-1),
-                         hovertemplate="<b>%{x}</b><br>kernel %{y:.3g} us<br>span %{customdata[0]:.3g} us"
+                         hovertemplate="<b>%{x}</b><br>kernel %{y:.3g} µs<br>span %{customdata[0]:.3g} µs"
                                        "<br>%{customdata[1]:.0f} GB/s, %{customdata[2]:.3g} TFLOP/s<extra></extra>"),
                   row=1, col=1)
-    xs = t["fmas_per_load"] if has_reuse else t["gbps"]
-    fig.add_trace(go.Scatter(x=xs, y=t["kernel_us"], mode="markers", showlegend=False, text=t["label"],
-                             marker=dict(color=colors(0), size=12, line=dict(color="#555", width=1)),
-                             hovertemplate="<b>%{text}</b><br>%{x:.3g}<br>kernel %{y:.3g} us<extra></extra>"),
-                  row=1, col=2)
+    if has_reuse:
+        fig.add_trace(go.Scatter(x=t["fmas_per_load"], y=t["kernel_us"], mode="markers", showlegend=False,
+                                 text=t["label"], name="kernel time against reuse", meta={"table": False},
+                                 marker=dict(color=colors(0), size=12, line=dict(color="#555", width=1)),
+                                 hovertemplate="<b>%{text}</b><br>%{x:.3g} multiply-adds per load"
+                                               "<br>kernel %{y:.3g} µs<extra></extra>"),
+                      row=1, col=2)
     shape = t["shape"].iloc[0]
     ref = _reference(df, op, shape, impl, tile_of)
     if ref is not None:
@@ -106,7 +115,7 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
 
     def note(i):
         r = t.iloc[i]
-        txt = f"<b>{r['label']}</b>: kernel {r['kernel_us']:.3g} us, span {r['span_us']:.3g} us"
+        txt = f"<b>{r['label']}</b>: kernel {r['kernel_us']:.3g} µs, span {r['span_us']:.3g} µs"
         if has_reuse:
             txt += f"; per K step {int(r['loads']):,} loads serve {int(r['fmas']):,} multiply-adds " \
                    f"({r['fmas_per_load']:.3g} per load)"
@@ -114,18 +123,70 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
             txt += f"; {r['gbps']:.0f} GB/s"
         return txt
 
+    traces = [0, 1] if has_reuse else [0]
     steps = [dict(label=t["label"].iloc[i], method="update",
-                  args=[{"marker.color": [colors(i), colors(i)]}, {"title.text": note(i)}, [0, 1]])
+                  args=[{"marker.color": [colors(i)] * len(traces)}, {"title.text": note(i)}, traces])
              for i in range(len(t))]
     fig.update_layout(
-        height=520, template="plotly_white", margin=dict(t=90, b=150),
+        height=480, template="plotly_white", margin=dict(t=90, b=150),
         title=dict(text=note(0), x=0, font=dict(size=13)),
         sliders=[dict(active=0, steps=steps, x=0, y=-0.32, len=1.0, pad=dict(t=10),
                       currentvalue=dict(prefix="config: ", font=dict(size=12)))])
-    fig.update_xaxes(tickangle=-45, tickfont=dict(size=9), row=1, col=1)
-    fig.update_xaxes(type="log" if has_reuse else "linear", title_text="multiply-adds per load" if has_reuse
-                     else "GB/s", row=1, col=2)
+    # Config labels are long: no tick labels (the slider and the table name each config).
+    fig.update_xaxes(showticklabels=False, title_text="configs, in the order recorded", row=1, col=1)
+    fig.update_yaxes(title_text="µs", rangemode="tozero", row=1, col=1)
+    if has_reuse:
+        fig.update_xaxes(type="log", title_text="multiply-adds per load", row=1, col=2)
+    fig.layout.meta = {"top": 30, "bottom": 50, "narrow": {"margin.l": 40, "margin.r": 10}, "narrow_height": 380}
     blocks = " x ".join(k for k in BLOCK_ORDER if k in t.columns)
     return with_caption(fig, f"{machine}, recorded {impl_label(impl)} tile sweep of {op_label(op)} at {shape} "
                              f"({tile_of} shape), warm cache, FP32. Labels: {blocks}, then warps (w), stages (s) and "
                              "group (g). Move the slider to pick a config; the numbers are recorded, no kernel runs.")
+
+
+# ------------------------------------------------------------------------ the explorer without a kernel
+EXPLORER_JS = Path(__file__).resolve().parents[1] / "notes" / "js" / "tile-explorer.js"
+MAX_COMBOS = 20000
+
+
+def slider_keys(t: pd.DataFrame) -> list[str]:
+    """The tile parameters of a recorded sweep, block sizes first."""
+    first = json.loads(t["config"].iloc[0])
+    return [k for k in BLOCK_ORDER if k in first] + [k for k in first if k not in BLOCK_ORDER]
+
+
+def explorer_table(t: pd.DataFrame, op: str) -> tuple[list[str], dict, dict]:
+    """(keys, options per key, {"v1|v2|...": {reuse, rec}}) over every combination of the recorded values
+    of each parameter: the reuse count from the op's spec, the recorded times where the sweep ran it."""
+    keys = slider_keys(t)
+    options = {k: sorted({int(v) for v in t[k].dropna()}) for k in keys}
+    recorded = {}
+    for r in t.itertuples(index=False):
+        c = json.loads(r.config)
+        recorded["|".join(str(int(c[k])) for k in keys if k in c)] = dict(
+            kernel_us=float(r.kernel_us), span_us=float(r.span_us), gbps=float(r.gbps))
+    combos = {}
+    for values in itertools.islice(itertools.product(*(options[k] for k in keys)), MAX_COMBOS):
+        key = "|".join(str(v) for v in values)
+        ru = reuse(op, dict(zip(keys, values)))
+        combos[key] = dict(reuse={k: (int(v) if k != "fmas_per_load" else float(v)) for k, v in ru.items()}
+                           if ru else None, rec=recorded.get(key))
+    return keys, options, combos
+
+
+def tile_explorer_html(tiles: pd.DataFrame, op: str, machine: str, why: str, tile_of: str = "field") -> str:
+    """One slider per tile parameter over a recorded sweep, computed in the page: each move shows the
+    reuse count of the chosen tile and its recorded measurement (no kernel runs). '' without a sweep."""
+    t = tile_table(tiles, op, tile_of)
+    if t.empty:
+        return ""
+    keys, options, combos = explorer_table(t, op)
+    first = json.loads(t["config"].iloc[0])
+    spec = dict(label=f"{op_label(op)}, {impl_label(t['impl'].iloc[0])}", shape=str(t["shape"].iloc[0]),
+                machine=machine, why=why, keys=keys, options=options,
+                start={k: int(first[k]) for k in keys}, combos=combos)
+    data = json.dumps(spec, separators=(",", ":")).replace("</", "<\\/")
+    return (f"<div class=\"mage-tiles\" data-op=\"{op}\">"
+            f"<script type=\"application/json\" class=\"mage-tiles-json\">{data}</script>"
+            f"<div class=\"mage-tiles-out\"></div>"
+            f"<script>{EXPLORER_JS.read_text()}</script></div>")

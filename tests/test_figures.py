@@ -32,11 +32,88 @@ def test_main_buttons_switch_views(syn):
     menu = fig.layout.updatemenus[0]
     labels = [b.label for b in menu.buttons]
     assert labels[:3] == ["GPU kernel time", "event span", "launches per call"]
-    n_ops = df["op"].nunique()
-    assert len(fig.data) == n_ops * len(labels)
     masks = [tuple(b.args[0]["visible"]) for b in menu.buttons]
-    assert len(set(masks)) == len(masks) and all(sum(m) == n_ops for m in masks)
+    assert all(len(m) == len(fig.data) for m in masks)
+    # every bar belongs to exactly one view, and each view shows a bar for every operation it measured
+    assert all(sum(m[i] for m in masks) == 1 for i in range(len(fig.data)))
+    assert len(set(masks)) == len(masks)
+    for m in masks:
+        shown = {t.xaxis for t, on in zip(fig.data, m) if on}
+        assert len(shown) == df["op"].nunique()
     assert "GPU X" in fig.layout.meta["caption"] and "warm" in fig.layout.meta["caption"]
+
+
+def test_units_are_microseconds_and_one_colour_per_implementation(syn):
+    df, ceil, _ = syn
+    figs = [F.main(df, "GPU X"), F.combined(df, "GPU X"), F.op_views(df, "matmul", "GPU X"), F.warm_cold(df, "GPU X"),
+            F.cost_vs_size(df, ceil, "GPU X"), F.launch_paths(df, ceil, "GPU X")]
+    colour = {}
+    for fig in figs:
+        text = fig.to_json()
+        assert " us" not in text and '"us"' not in text, "a unit written us"
+        for t in fig.data:
+            if t.type == "bar" and t.legendgroup and isinstance(t.marker.color, str):
+                assert colour.setdefault(t.legendgroup, t.marker.color) == t.marker.color, t.legendgroup
+    assert len(set(colour.values())) == len(colour)  # distinct implementations, distinct colours
+
+
+def test_log_toggle_where_one_bar_dwarfs_the_rest(syn):
+    from mage.figure_style import log_toggle
+    import plotly.graph_objects as go
+    df, _, _ = syn
+    slow = df.copy()
+    one = (slow["op"] == "matmul") & (slow["impl"] == "pytorch") & (slow["view"] != "launches")
+    slow.loc[one, "value"] *= 200  # one bar far above the rest of its row
+    fig = F.main(slow, "GPU X")
+    scale = [m for m in fig.layout.updatemenus if any("log" in b.label for b in m.buttons)]
+    assert scale and scale[0].buttons[1].args[0]["yaxis.type"] == "log"
+    assert not log_toggle(go.Figure(), [1.0, 2.0], ["yaxis"]).layout.updatemenus  # comparable bars: none
+
+
+def test_no_rotated_tick_labels(syn):
+    df, ceil, _ = syn
+    for fig in (F.main(df, "GPU X"), F.combined(df, "GPU X"), F.op_views(df, "matmul", "GPU X"),
+                F.warm_cold(df, "GPU X"), F.cards(df, mage.load(book.PUBLISHED), "GPU X")):
+        for k in fig.layout:
+            if k.startswith("xaxis") and fig.layout[k].showticklabels is not False:
+                assert fig.layout[k].tickangle in (None, 0), (fig.layout.title.text, k)
+
+
+def test_every_figure_has_a_values_table(syn):
+    from mage.figure_page import to_html, values_table
+    df, ceil, _ = syn
+    fig = F.main(df, "GPU X")
+    table = values_table(fig)
+    assert table.startswith("<details") and "<table>" in table and "GPU kernel time" in table
+    n_rows = table.count("<tr>") - 1
+    assert n_rows == sum(len(t.y) for t in fig.data)  # one row per plotted value
+    html = to_html(fig)
+    assert 'class="mage-figure"' in html and "plotly.min.js" not in html and len(html) < 400_000
+    assert "</script>" not in html.split('class="mage-figure-json">', 1)[1].split("</script>", 1)[0]
+
+
+def test_tile_explorer_in_the_page(syn):
+    """The static tile explorer carries every combination of the sweep's values: the reuse count from
+    the spec, and the recorded times exactly where the sweep ran that combination."""
+    from mage.figure_tiles import explorer_table, tile_explorer_html
+    df, _, _ = syn
+    tiles = df[df["shape_set"] == "tiles"]
+    t = F.tile_table(tiles, "matmul")
+    keys, options, combos = explorer_table(t, "matmul")
+    n = 1
+    for k in keys:
+        n *= len(options[k])
+    assert len(combos) == n
+    recorded = [c for c in combos.values() if c["rec"]]
+    assert len(recorded) == t["config"].nunique()
+    for r in t.itertuples(index=False):
+        c = json.loads(r.config)
+        hit = combos["|".join(str(c[k]) for k in keys)]
+        assert hit["rec"]["kernel_us"] == pytest.approx(r.kernel_us)
+        assert hit["reuse"]["fmas_per_load"] == pytest.approx(F.reuse("matmul", c)["fmas_per_load"])
+    html = tile_explorer_html(tiles, "matmul", "GPU X", "no GPU here")
+    assert 'class="mage-tiles"' in html and "<script>" in html
+    assert tile_explorer_html(tiles.iloc[0:0], "matmul", "GPU X", "no GPU here") == ""
 
 
 def test_main_whiskers_are_round_ranges(syn):
@@ -75,6 +152,15 @@ def test_tile_explorer_slider(syn):
     assert len(steps) == F.tile_table(tiles, "matmul")["config"].nunique()
     colors = [json.dumps(s.args[0]["marker.color"]) for s in steps]
     assert len(set(colors)) == len(steps)
+    titles = [s.args[1]["title.text"] for s in steps]
+    assert len(set(titles)) == len(steps) and all("µs" in x and "per load" in x for x in titles)
+
+
+def test_tile_explorer_without_reuse_has_no_bandwidth_scatter(syn):
+    df, _, _ = syn
+    tiles = df[df["shape_set"] == "tiles"]
+    fig = F.tile_explorer(tiles, df, "layernorm", "GPU X")
+    assert [t.type for t in fig.data] == ["bar"]
 
 
 def test_reuse_count_of_a_16_tile():
