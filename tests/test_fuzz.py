@@ -8,7 +8,8 @@ its error names the operator and the argument.)
 The calls run in a child process (this file run as a script), which names each case before making it:
 a segfault fails the test with the case that caused it. Seeded. On the CPU it covers what runs there
 (PyTorch eager; Triton under TRITON_INTERPRET=1); ``pytest -m gpu tests/test_fuzz.py`` runs every
-implementation on a CUDA GPU. Both print the counts (calls, refused, answered) per implementation.
+implementation on a CUDA GPU. Both print the counts (calls, refused, answered) per implementation
+(shown with ``-rP`` or ``-s``).
 """
 from __future__ import annotations
 

@@ -66,6 +66,8 @@ def on_device(op: str, named: dict) -> None:
     """Refuse, before any launch, a tensor the kernel cannot read: a compiled kernel reads only CUDA
     memory, the interpreter only host memory it can address (CPU, or CUDA it copies); a 'meta' tensor
     has no memory at all. Without this Triton's own error names neither the operation nor the argument."""
+    if all(t.is_cuda for t in named.values()):  # the launch path: no more than this on every call
+        return
     interp = interpreting()
     for name, t in named.items():
         kind = t.device.type
@@ -91,7 +93,9 @@ def offsets_64(*tensors) -> bool:
     times row stride, say) does not fit in int32. Offsets are computed from int32 program ids and
     sizes; Triton keeps their products in int32, which wraps past 2**31 - 1 and would read the wrong
     memory. Tensors below the limit keep the 32-bit instructions (the measured kernels are unchanged)."""
-    return any(max_offset(t) >= INT32_LIMIT for t in tensors)
+    # a contiguous tensor of fewer than 2**31 elements is the common case, decided without the sum
+    return any((t.numel() >= INT32_LIMIT or not t.is_contiguous()) and max_offset(t) >= INT32_LIMIT
+               for t in tensors)
 
 
 class TensorMemo:
