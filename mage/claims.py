@@ -148,8 +148,8 @@ def disagreement(df: pd.DataFrame, **where) -> str:
             f"In none of the {n} operations measured in both views")
     tail = (f" ({join(op_name(o) for o in diff)})" if diff and len(diff) < n else "")
     return (f"{head}{tail}, the implementation with the least time inside the GPU is not the one with the "
-            f"shortest span around the call (only implementations measured both ways are compared; a tie "
-            f"within {pct(V.PRECISION)} or the rounds' own spread counts as agreement).")
+            f"shortest span around the call (comparing only implementations measured both ways; a tie within "
+            f"{pct(V.PRECISION)} counts as agreement).")
 
 
 def library_or_kernel(df: pd.DataFrame, library: str = "pytorch", **where) -> str:
@@ -189,8 +189,9 @@ def launch_path(df: pd.DataFrame, **where) -> str:
             if c.verdict == "not measured":
                 continue
             n += 1
-            shorter += c.verdict == "faster"
-            ratios.append(c.b / c.a)
+            if c.verdict == "faster":
+                shorter += 1
+                ratios.append(c.b / c.a)
         if n:
             out.append(f"{impl_name(own)} has a shorter event span than {impl_name(of)}, which launches the same "
                        f"PTX, in {shorter} of {n} operations"
