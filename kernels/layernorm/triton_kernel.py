@@ -57,8 +57,8 @@ def _layernorm_kernel(
     # error is all the deviation there is: y = beta + gamma * error * rstd with rstd ~ 1/sqrt(eps), far
     # from the exact beta (a padded row, say). A correction (the mean of the deviations, added to the
     # mean) makes such rows exact and every mean more accurate.
-    # Cost: the extra work stays in registers, a few operations an element. The one-block path keeps
-    # two cross-warp reductions, each of two values; the chunked path adds two per chunk.
+    # Cost: the extra work stays in registers, a few operations an element; both paths keep two
+    # cross-warp reductions (per chunk), as before, each now of two values.
     row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = row < R
     x_row = X + row.to(tl.int64)[:, None] * stride_x
@@ -92,7 +92,8 @@ def _layernorm_kernel(
         for c0 in range(0, C, BLOCK_C):
             mask = rmask[:, None] & (c0 + cols < C)[None, :]
             x = tl.load(x_row + c0 + cols[None, :], mask=mask, other=0.0)
-            s_new = tl.minimum(s, _down_scale(tl.max(tl.abs(x), axis=1)))
+            amax, sum0 = tl.reduce((tl.abs(x), x * 2.3283064365386963e-10), 1, _max_and_sum)  # as above
+            s_new = tl.minimum(s, _down_scale(amax))
             r = s_new / s  # a power of two <= 1: the running pair in the new units
             mean = mean * r
             m2 = m2 * (r * r)
@@ -100,14 +101,14 @@ def _layernorm_kernel(
             x = x * s[:, None]
             n_a = c0 * 1.0  # columns merged so far, as a float
             n_b = tl.minimum(C - c0, BLOCK_C) * 1.0  # columns in this chunk
-            mean_b = tl.sum(x, axis=1) / n_b
+            mean_b = sum0 * (4294967296.0 * s) / n_b
             dev = tl.where(mask, x - mean_b[:, None], 0.0)
-            fix = tl.sum(dev, axis=1) / n_b  # the rounding left in mean_b (see above)
+            sum1, sum2 = tl.reduce((dev, dev * dev), 1, _sum_and_sum)
+            fix = sum1 / n_b  # the rounding left in mean_b (see above)
             mean_b += fix
-            dev = tl.where(mask, dev - fix[:, None], 0.0)
             delta = mean_b - mean
             mean += delta * (n_b / (n_a + n_b))
-            m2 += tl.sum(dev * dev, axis=1) + delta * delta * (n_a * n_b / (n_a + n_b))
+            m2 += tl.maximum(sum2 - fix * sum1, 0.0) + delta * delta * (n_a * n_b / (n_a + n_b))
         rstd = 1.0 / tl.sqrt(m2 / C + eps * s * s)
         for c0 in range(0, C, BLOCK_C):  # second read of x: from L2 while the rows are recent
             cmask = c0 + cols < C
