@@ -45,18 +45,18 @@ rust-lint:
 
 # ---- the book -------------------------------------------------------------------------------------
 # The front-end files the book serves itself (offline), once for the whole site so the browser caches them:
-# plotly.js (from the pinned plotly package), require.js, the widget manager and MathJax (from npm), and the
-# book's own loader and styles (notes/js/), into _assets/_static/offline/ (ignored). JB1 adds every file
+# plotly.js (the basic bundle: bar and scatter traces, which is all the figures draw; the version the pinned
+# plotly package bundles), require.js, the widget manager and MathJax (from npm), and the book's own loader
+# and styles (notes/js/), into _assets/_static/offline/ (ignored). JB1 adds every file
 # under the source _static/ to every page, so they live in an extra path that Sphinx copies into the
 # output's _static/ instead.
 ASSETS := _assets/_static/offline
-PLOTLY_JS = $(shell $(PY) -c "import plotly, pathlib; print(pathlib.Path(plotly.__file__).parent / 'package_data' / 'plotly.min.js')")
 book-assets: $(ASSETS)/.stamp
-$(ASSETS)/.stamp: package.json package-lock.json notes/js/widgets-offline.js notes/js/mage-book.js notes/js/mage-book.css .venv/.stamp
+$(ASSETS)/.stamp: package.json package-lock.json notes/js/widgets-offline.js notes/js/mage-book.js notes/js/mage-book.css
 	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	rm -rf _assets && mkdir -p $(ASSETS)/html-manager $(ASSETS)/mathjax
 	cp node_modules/requirejs/require.js notes/js/widgets-offline.js notes/js/mage-book.js notes/js/mage-book.css $(ASSETS)/
-	cp "$(PLOTLY_JS)" $(ASSETS)/plotly.min.js
+	cp node_modules/plotly.js-basic-dist-min/plotly-basic.min.js $(ASSETS)/plotly.min.js
 	cp node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js \
 	   node_modules/@jupyter-widgets/html-manager/dist/*.woff* node_modules/@jupyter-widgets/html-manager/dist/*.ttf \
 	   node_modules/@jupyter-widgets/html-manager/dist/*.eot node_modules/@jupyter-widgets/html-manager/dist/*.svg \

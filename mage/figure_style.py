@@ -76,7 +76,7 @@ def impl_color(name: str) -> str:
 
 def short_label(name: str, width: int = 12) -> str:
     """An implementation's label broken into lines of about ``width`` characters (horizontal tick labels)."""
-    return "<br>".join(textwrap.wrap(impl_label(name), width)) or str(name)
+    return "<br>".join(textwrap.wrap(impl_label(name), width, break_long_words=False)) or str(name)
 
 
 def impl_bars(fig, b, impls: list, view: str, row: int, col: int, seen: set, visible=True, text=True):

@@ -81,8 +81,10 @@ def main(df: pd.DataFrame, machine: str, cache="warm", views=("kernel_time", "ev
     if ratios:
         log_toggle(fig, [1.0, max(ratios)], [_axis("y", r) for r in range(1, n_ops + 1)])
     narrow = {f"{_axis('x', r)}.showticklabels": False for r in range(1, n_ops + 1)}
-    narrow.update({"showlegend": True, "margin.l": 45, "margin.r": 8, "margin.b": 20})
-    fig.layout.meta = {"narrow": narrow, "narrow_height": 150 * n_ops + 160, "narrow_top": 110, "top": 40,
+    # On a phone the legend names the bars; it sits at the top of the figure, above the first row's title.
+    narrow.update({"showlegend": True, "margin.l": 45, "margin.r": 8, "margin.b": 20, "legend.yref": "container",
+                   "legend.y": 1.0, "legend.yanchor": "top", "legend.font.size": 10})
+    fig.layout.meta = {"narrow": narrow, "narrow_height": 150 * n_ops + 160, "narrow_top": 130, "top": 40,
                        "narrow_font": 10}
     shapes = {o: V.first_shape(df, o) for o in op_list}
     return with_caption(fig, caption("field", cache, machine, shapes,

@@ -1,16 +1,28 @@
-"""The built book in a real browser (Debian's chromium driven by playwright): every page loads offline,
-every plotly figure renders, view buttons and the tile slider change what is plotted, widgets and math
-render, and no page logs a console error. Builds the book first when _build/html is missing.
+"""The built book in a real browser (Debian's chromium driven by playwright), at a desktop size (1400x900)
+and a phone size (390x844). For every page, at both sizes:
+- it loads from a local server with no console error, no page error, no response of 400 or more and no
+  request leaving the machine (the browser resolves no other host);
+- every figure draws; every figure button changes what is plotted and shows itself pressed; every
+  figure slider and every tile-explorer slider changes what the page says;
+- the page never scrolls sideways, every control lies inside the screen, and on the phone every figure
+  fits the screen's height;
+- every figure has its table of plotted values, math renders, the page offers its notebook (.ipynb, which
+  the server has) and links the repository;
+- a screenshot of the top of the page is saved under _build/html/_screens/ (plus the main figure).
+And the weight: each page's HTML at most 1.5 MB, the first page's whole first load at most 8 MB, and each
+further page at most 1.5 MB of new transfer, counted by the server with the browser's cache on.
+Builds the book first when _build/html is missing.
 """
 from __future__ import annotations
 
 import functools
 import http.server
+import json
 import shutil
 import subprocess
 import threading
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import pytest
 import yaml
@@ -19,8 +31,10 @@ pytestmark = pytest.mark.book
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
-# Every Jupyter Book 1 page logs this (the theme and sphinx-thebe both declare it); harmless.
-KNOWN = ("Identifier 'THEBE_JS_URL' has already been declared",)
+SCREENS = HTML / "_screens"
+SIZES = {"desktop": dict(width=1400, height=900), "phone": dict(width=390, height=844)}
+MB = 1_000_000
+LIMITS = dict(page_html=1.5 * MB, first_load=8 * MB, next_page=1.5 * MB)
 
 
 def _pages() -> list[str]:
@@ -28,26 +42,43 @@ def _pages() -> list[str]:
     files = [toc["root"]]
     for part in toc.get("parts", []):
         files += [c["file"] for c in part.get("chapters", [])]
+        files += [s["file"] for c in part.get("chapters", []) for s in c.get("sections", [])]
     return [f + ".html" for f in files]
 
 
 PAGES = _pages()
 
 
+class _Counting(http.server.SimpleHTTPRequestHandler):
+    """Serves the book like a static host (files cached for ten minutes) and counts the body bytes sent."""
+    sent: list = []
+    lock = threading.Lock()
+
+    def end_headers(self):
+        self.send_header("Cache-Control", "max-age=600")
+        super().end_headers()
+
+    def copyfile(self, source, outputfile):
+        n = 0
+        while chunk := source.read(64 * 1024):
+            outputfile.write(chunk)
+            n += len(chunk)
+        with self.lock:
+            self.sent.append((unquote(urlparse(self.path).path), n))
+
+    def log_message(self, *args):
+        pass
+
+
 @pytest.fixture(scope="module")
 def site():
     if not (HTML / PAGES[0]).exists():
         subprocess.run(["make", "book"], cwd=ROOT, check=True)
-    handler = functools.partial(_Quiet, directory=str(HTML))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Counting, directory=str(HTML)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    SCREENS.mkdir(exist_ok=True)
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -57,110 +88,164 @@ def browser():
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+        # No other host resolves: a request that would leave the machine fails, and is reported below.
+        b = p.chromium.launch(executable_path=exe, args=[
+            "--no-sandbox", "--disable-gpu", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"])
         yield b
         b.close()
 
 
-def _open(browser, url):
-    """A page with console errors, page errors and any request leaving 127.0.0.1 recorded (and refused)."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    problems = []
-    page.on("console", lambda m: m.type == "error" and not any(k in m.text for k in KNOWN)
-            and problems.append(f"console: {m.text}"))
-    page.on("pageerror", lambda e: not any(k in str(e) for k in KNOWN) and problems.append(f"page error: {e}"))
-
-    def route(r):
-        host = urlparse(r.request.url).hostname
-        if r.request.url.startswith("data:") or host in ("127.0.0.1", None):
-            return r.continue_()
-        problems.append(f"external request: {r.request.url}")
-        return r.abort()
-
-    page.route("**/*", route)
+def _watch(page, problems):
+    page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("request", lambda r: urlparse(r.url).hostname not in ("127.0.0.1", None)
+            and not r.url.startswith(("data:", "blob:")) and problems.append(f"external request: {r.url}"))
     page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
-    page.goto(url, wait_until="load")
-    return page, problems
 
 
-RENDERED = """() => {
-  const gds = [...document.querySelectorAll('.js-plotly-plot')];
-  return gds.length > 0 && gds.every(gd => gd._fullLayout && gd.querySelector('.main-svg'));
-}"""
+DRAWN = """() => [...document.querySelectorAll('.mage-figure')].every(
+  f => f.querySelector('.js-plotly-plot .main-svg') && f.querySelector('.js-plotly-plot')._fullLayout)"""
+
+STATE = """f => { const gd = f.querySelector('.js-plotly-plot'); const L = gd._fullLayout;
+  const axes = Object.keys(L).filter(k => /^[xy]axis\\d*$/.test(k)).map(k => k + ':' + L[k].type);
+  return JSON.stringify([gd._fullData.map(t => [t.visible, JSON.stringify(t.marker && t.marker.color)]), axes,
+                         f.querySelector('.mage-title').textContent]); }"""
 
 
-def _figures(page):
-    page.wait_for_function(RENDERED, timeout=30000)
-    return page.locator(".js-plotly-plot")
+def _check_layout(page, path, size):
+    w, h = SIZES[size]["width"], SIZES[size]["height"]
+    over = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert over[0] <= over[1] + 1, f"{path} at {size}: the page is {over[0]} px wide in a {over[1]} px window"
+    boxes = page.evaluate("""() => [...document.querySelectorAll('.mage-button, .mage-figure input, .mage-tiles input')]
+        .map(e => { const r = e.getBoundingClientRect(); return [e.textContent || e.name || e.type, r.left, r.right]; })""")
+    for name, left, right in boxes:
+        assert left >= -1 and right <= w + 1, f"{path} at {size}: control {name!r} lies outside the screen"
+    for height, width in page.evaluate("() => [...document.querySelectorAll('.mage-figure .js-plotly-plot')]"
+                                       ".map(g => [g.getBoundingClientRect().height, g.getBoundingClientRect().width])"):
+        assert width <= w, f"{path} at {size}: a figure is {width} px wide"
+        if size == "phone":
+            assert height <= h, f"{path} at {size}: a figure is {height} px tall on a {h} px screen"
 
 
-def _visible(page, i):
-    return page.evaluate("i => [...document.querySelectorAll('.js-plotly-plot')][i]._fullData"
-                         ".map(t => t.visible === true || t.visible === undefined)", i)
+def _check_controls(page, path, size):
+    figs = page.locator(".mage-figure")
+    for i in range(figs.count()):
+        fig = figs.nth(i)
+        for g in range(fig.locator(".mage-buttons").count()):
+            buttons = fig.locator(".mage-buttons").nth(g).locator("button")
+            order = list(range(1, buttons.count())) + [0]
+            for b in order if buttons.count() > 1 else []:
+                before = fig.evaluate(STATE)
+                buttons.nth(b).click()
+                page.wait_for_timeout(120)
+                assert buttons.nth(b).get_attribute("aria-pressed") == "true", f"{path} {size}: figure {i} button {b}"
+                assert fig.evaluate(STATE) != before, \
+                    f"{path} at {size}: figure {i} button {buttons.nth(b).inner_text()!r} changed nothing"
+        for s in range(fig.locator("input[type=range]").count()):
+            rng = fig.locator("input[type=range]").nth(s)
+            before = fig.evaluate(STATE)
+            rng.focus()
+            page.keyboard.press("End")
+            page.wait_for_timeout(200)
+            assert fig.evaluate(STATE) != before, f"{path} at {size}: figure {i} slider changed nothing"
+    tiles = page.locator(".mage-tiles")
+    for i in range(tiles.count()):
+        out = tiles.nth(i).locator(".mage-tiles-out")
+        assert "recorded" in out.inner_text().lower()
+        ranges = tiles.nth(i).locator("input[type=range]")
+        moved = 0
+        for s in range(ranges.count()):
+            rng = ranges.nth(s)
+            if rng.get_attribute("max") == "0":
+                continue
+            before = out.inner_text()
+            rng.focus()
+            page.keyboard.press("End" if rng.input_value() == "0" else "Home")
+            assert out.inner_text() != before, f"{path} at {size}: tile slider {rng.get_attribute('name')} " \
+                                               "changed nothing"
+            moved += 1
+        assert moved, f"{path}: a tile explorer with no slider to move"
 
 
+def _check_content(page, path, size, site):
+    figs = page.locator(".mage-figure")
+    tables = page.evaluate("""() => [...document.querySelectorAll('.mage-figure')].map(f => {
+        let e = f.nextElementSibling; while (e && !e.matches('details.mage-values') && !e.matches('.mage-figure'))
+          e = e.nextElementSibling;
+        return e && e.matches('details.mage-values') ? e.querySelectorAll('tbody tr').length : 0; })""")
+    assert len(tables) == figs.count() and all(n > 0 for n in tables), \
+        f"{path}: a figure without its table of plotted values ({tables})"
+    if page.locator(".math, script[type='math/tex']").count():
+        page.wait_for_selector("mjx-container", timeout=20000)
+    if page.locator("div.cell").count():  # a page with code is a notebook: it offers itself for download
+        nb = page.locator("a[href$='.ipynb']")
+        assert nb.count() >= 1, f"{path}: no notebook download"
+        href = nb.first.get_attribute("href")
+        url = urlparse(page.url)._replace(path=str(Path(urlparse(page.url).path).parent / href)).geturl()
+        r = page.request.get(url)
+        assert r.ok and json.loads(r.body())["cells"], f"{path}: the notebook download {href} is not a notebook"
+    assert page.locator("a[href*='github.com'], a[href*='://'][data-bs-title*='epository'],"
+                        " a[title*='epository'], a[aria-label*='epository']").count() >= 1, f"{path}: no repository link"
+
+
+@pytest.mark.parametrize("size", list(SIZES))
 @pytest.mark.parametrize("path", PAGES)
-def test_page(site, browser, path):
-    page, problems = _open(browser, site + path)
-    figs = _figures(page)
-    n = figs.count()
-    assert n >= 1, f"{path}: no plotly figure"
-    if path == PAGES[0]:  # the main figure as the reader first sees it, before any button is clicked
-        (HTML / "_screens").mkdir(exist_ok=True)
-        figs.first.scroll_into_view_if_needed()
-        figs.first.screenshot(path=str(HTML / "_screens" / "main.png"))
-    for i in range(n):
-        traces = page.evaluate("i => { const gd = [...document.querySelectorAll('.js-plotly-plot')][i];"
-                               " return [gd.data.length, gd.querySelectorAll('.trace').length]; }", i)
-        assert traces[0] > 0 and traces[1] > 0, f"{path}: figure {i} has no drawn traces ({traces})"
-        buttons = figs.nth(i).locator("g.updatemenu-button")
-        for b in range(buttons.count()):
-            before = _visible(page, i)
-            buttons.nth(b).click()
-            page.wait_for_timeout(150)
-            active = page.evaluate("i => [...document.querySelectorAll('.js-plotly-plot')][i]"
-                                   ".layout.updatemenus[0].active", i)
-            assert active == b, f"{path}: figure {i} button {b} did not become active ({active})"
-            if b > 0:
-                assert _visible(page, i) != before, f"{path}: figure {i} button {b} changed no trace"
-        rail = figs.nth(i).locator(".slider-rail-rect")
-        if rail.count():
-            _move_slider(page, i, rail.first, path)
-    if page.locator("script[type='math/tex'], .math").count():
-        page.wait_for_selector("mjx-container", timeout=15000)
+def test_page(site, browser, path, size):
+    ctx = browser.new_context(viewport=SIZES[size])
+    page = ctx.new_page()
+    problems = []
+    _watch(page, problems)
+    assert (HTML / path).is_file(), f"{path} is in _toc.yml but was not built (make book)"
+    page.goto(site + path, wait_until="load")
+    page.wait_for_function(DRAWN, timeout=60000)
     page.wait_for_timeout(300)
-    assert not problems, f"{path}: " + "; ".join(problems[:5])
-    page.close()
+    _check_layout(page, path, size)
+    stem = path.replace("/", "_").removesuffix(".html")
+    page.screenshot(path=str(SCREENS / f"{size}-{stem}.png"))
+    if path == PAGES[0]:  # the main figure as the reader first sees it, before any control is used
+        assert page.locator(".mage-figure").count() >= 1, f"{path}: the opening page has no figure"
+        page.locator(".mage-figure").first.screenshot(path=str(SCREENS / f"{size}-main.png"))
+    _check_content(page, path, size, site)
+    _check_controls(page, path, size)
+    _check_layout(page, path, size)  # the controls did not widen the page either
+    page.wait_for_timeout(200)
+    assert not problems, f"{path} at {size}: " + "; ".join(problems[:6])
+    ctx.close()
 
 
-def _move_slider(page, i, rail, path):
-    get = ("i => { const gd = [...document.querySelectorAll('.js-plotly-plot')][i];"
-           " return [gd.layout.sliders[0].active, JSON.stringify(gd._fullData[0].marker.color)]; }")
-    before = page.evaluate(get, i)
-    rail.scroll_into_view_if_needed()
-    box = rail.bounding_box()
-    page.mouse.click(box["x"] + box["width"] * 0.8, box["y"] + box["height"] / 2)
-    page.wait_for_timeout(300)
-    after = page.evaluate(get, i)
-    assert after[0] != before[0], f"{path}: figure {i} slider did not move ({before[0]} -> {after[0]})"
-    assert after[1] != before[1], f"{path}: figure {i} slider moved but the highlighted config did not change"
+def test_weights(site, browser):
+    """Per-page HTML, the first page's whole first load and each further page's new transfer, with the
+    browser's cache on (one browsing session, pages in reading order)."""
+    too_big = {p: (HTML / p).stat().st_size for p in PAGES
+               if (HTML / p).is_file() and (HTML / p).stat().st_size > LIMITS["page_html"]}
+    assert not too_big, f"pages over {LIMITS['page_html'] / MB} MB of HTML: {too_big}"
+    ctx = browser.new_context(viewport=SIZES["desktop"])
+    page = ctx.new_page()
+    problems = []
+    _watch(page, problems)
+    rows = []
+    for n, path in enumerate(PAGES):
+        assert (HTML / path).is_file(), f"{path} is in _toc.yml but was not built (make book)"
+        with _Counting.lock:
+            _Counting.sent.clear()
+        page.goto(site + path, wait_until="load")
+        page.wait_for_function(DRAWN, timeout=60000)
+        page.wait_for_load_state("networkidle")
+        with _Counting.lock:
+            sent = sum(b for _, b in _Counting.sent)
+        rows.append(dict(page=path, html=(HTML / path).stat().st_size, transfer=sent))
+        print(f"{path:<24} HTML {rows[-1]['html'] / MB:5.2f} MB  transferred {sent / MB:5.2f} MB")
+        limit = LIMITS["first_load"] if n == 0 else LIMITS["next_page"]
+        assert sent <= limit, f"{path}: {sent / MB:.2f} MB transferred ({'first' if n == 0 else 'next'} page, " \
+                              f"limit {limit / MB} MB)"
+    (SCREENS / "weights.json").write_text(json.dumps(rows, indent=1))
+    assert not problems, "; ".join(problems[:6])
+    ctx.close()
 
 
-def test_widgets_render(site, browser):
-    """The static tile widget (saved ipywidgets state) renders through the book's own widget manager."""
-    path = next(p for p in PAGES if p.endswith("matmul.html"))
-    if "application/vnd.jupyter.widget-state+json" not in (HTML / path).read_text():
-        pytest.skip("the data this book was built from records no tile sweep, so the page has no widget")
-    page, problems = _open(browser, site + path)
-    page.wait_for_selector(".widget-slider", timeout=30000)
-    assert page.locator(".widget-slider").count() >= 3
-    assert "recorded" in page.locator(".widget-html-content").first.inner_text().lower()
-    assert not problems, "; ".join(problems[:5])
-    page.close()
-
-
-def test_screenshot_saved(site, browser):
-    shot = HTML / "_screens" / "main.png"
-    if not shot.exists():
-        test_page(site, browser, PAGES[0])
-    assert shot.stat().st_size > 10_000
+def test_screenshots_saved(site, browser):
+    for size in SIZES:
+        shot = SCREENS / f"{size}-main.png"
+        if not shot.exists():
+            test_page(site, browser, PAGES[0], size)
+        assert shot.stat().st_size > 10_000
