@@ -85,9 +85,9 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
     # (GB/s against time would be bytes over time again).
     if has_reuse:
         fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.1,
-                            subplot_titles=["kernel time per config (µs)", "kernel time against reuse"])
+                            subplot_titles=["time per config", "time against reuse"])
     else:
-        fig = make_subplots(rows=1, cols=1, subplot_titles=["kernel time per config (µs)"])
+        fig = make_subplots(rows=1, cols=1, subplot_titles=["time per config"])
     base = "#c9c9c9"
     hi = impl_color(impl)
 
@@ -134,10 +134,12 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
                       currentvalue=dict(prefix="config: ", font=dict(size=12)))])
     # Config labels are long: no tick labels (the slider and the table name each config).
     fig.update_xaxes(showticklabels=False, title_text="configs, in the order recorded", row=1, col=1)
-    fig.update_yaxes(title_text="µs", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
     if has_reuse:
         fig.update_xaxes(type="log", title_text="multiply-adds per load", row=1, col=2)
-    fig.layout.meta = {"top": 30, "bottom": 50, "narrow": {"margin.l": 40, "margin.r": 10}, "narrow_height": 380}
+    fig.update_yaxes(title_text="kernel time (µs)", row=1, col=1)
+    fig.layout.meta = {"top": 30, "bottom": 50, "narrow": {"margin.l": 40, "margin.r": 10}, "narrow_height": 380,
+                       "narrow_font": 10}
     blocks = " x ".join(k for k in BLOCK_ORDER if k in t.columns)
     return with_caption(fig, f"{machine}, recorded {impl_label(impl)} tile sweep of {op_label(op)} at {shape} "
                              f"({tile_of} shape), warm cache, FP32. Labels: {blocks}, then warps (w), stages (s) and "

@@ -153,6 +153,21 @@
     });
   }
 
+  // Display math wider than the column is scaled down to fit, to 70% at least; anything wider still
+  // scrolls inside itself (mage-book.css) rather than being cut off.
+  function fitMath() {
+    document.querySelectorAll('mjx-container[display="true"]').forEach(function (m) {
+      m.style.fontSize = "";
+      var ratio = m.clientWidth / m.scrollWidth;
+      if (ratio < 1) m.style.fontSize = Math.max(0.7, Math.floor(ratio * 100) / 100) * 100 + "%";
+    });
+  }
+  window.addEventListener("load", function () {
+    var mj = window.MathJax;
+    if (mj && mj.startup && mj.startup.promise) mj.startup.promise.then(fitMath);
+  });
+  window.addEventListener("resize", fitMath);
+
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();
