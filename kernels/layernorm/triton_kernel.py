@@ -57,8 +57,9 @@ def _layernorm_kernel(
     # error is all the deviation there is: y = beta + gamma * error * rstd with rstd ~ 1/sqrt(eps), far
     # from the exact beta (a padded row, say). A correction (the mean of the deviations, added to the
     # mean) makes such rows exact and every mean more accurate.
-    # Cost: the extra work stays in registers, a few operations an element; both paths keep two
-    # cross-warp reductions (per chunk), as before, each now of two values.
+    # Cost: the extra work stays in registers. One block: the two reductions as before (the second
+    # of two values) and the scaled statistics only for rows that overflowed; chunked: two
+    # reductions of two values per chunk, and a few operations an element.
     row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = row < R
     x_row = X + row.to(tl.int64)[:, None] * stride_x
@@ -67,15 +68,20 @@ def _layernorm_kernel(
     if ONE_BLOCK:
         mask = rmask[:, None] & (cols < C)[None, :]
         x = tl.load(x_row + cols[None, :], mask=mask, other=0.0)
-        # Two reductions, as without scaling, each carrying two values: (max |x|, a first sum), then
-        # (sum of deviations: the correction, sum of squared deviations). The first sum is taken of
-        # x 2^-32 so it cannot overflow; it only has to be near the mean, the correction does the rest.
-        amax, sum0 = tl.reduce((tl.abs(x), x * 2.3283064365386963e-10), 1, _max_and_sum)
-        s = _down_scale(amax)
-        x = x * s[:, None]
-        mean = sum0 * (4294967296.0 * s) / C
+        # The plain statistics first (the second reduction also carries the correction); only a row
+        # whose sums overflowed takes them again, scaled, from the registers (a branch never taken
+        # by ordinary rows, so their instructions are those of the unscaled kernel plus one test).
+        s = tl.full((BLOCK_R,), 1.0, dtype=tl.float32)
+        mean = tl.sum(x, axis=1) / C
         dev = tl.where(mask, x - mean[:, None], 0.0)
         sum1, sum2 = tl.reduce((dev, dev * dev), 1, _sum_and_sum)
+        overflow = (tl.abs(sum2) == float("inf")) | (tl.abs(mean) == float("inf"))
+        if tl.max(overflow.to(tl.int32), axis=0) > 0:
+            s = _down_scale(tl.max(tl.abs(x), axis=1))
+            x = x * s[:, None]
+            mean = tl.sum(x, axis=1) / C
+            dev = tl.where(mask, x - mean[:, None], 0.0)
+            sum1, sum2 = tl.reduce((dev, dev * dev), 1, _sum_and_sum)
         fix = sum1 / C
         mean += fix
         rstd = 1.0 / tl.sqrt(tl.maximum(sum2 / C - fix * fix, 0.0) + eps * s * s)
