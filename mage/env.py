@@ -6,10 +6,12 @@ whether clocks moved or the card throttled while the spans were taken.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
@@ -26,6 +28,18 @@ def _git_commit() -> str:
                               cwd=os.path.dirname(__file__)).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def source_digest() -> str:
+    """A digest of the code that measures and is measured (mage/ and kernels/: Python, Rust, shell), so a
+    record names the code it ran even where the tree travelled with a stale or no .git: the same files
+    give the same digest on any machine."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted(p for d in ("mage", "kernels") for p in (root / d).rglob("*")
+                       if p.suffix in (".py", ".rs", ".sh") and "build" not in p.parts and p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def _version(module: str) -> str:
@@ -83,7 +97,7 @@ def environment(command: str | None = None) -> dict:
         "python": platform.python_version(), "platform": platform.platform(),
         "torch": torch.__version__, "triton": _version("triton"), "numpy": _version("numpy"),
         "pandas": _version("pandas"), "cuda": torch.version.cuda or "none",
-        "git_commit": _git_commit(), "command": command or " ".join(sys.argv),
+        "git_commit": _git_commit(), "source_digest": source_digest(), "command": command or " ".join(sys.argv),
     }
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(torch.cuda.current_device())
