@@ -66,7 +66,7 @@ def _palette() -> dict:
         n = seen.get(i.family, 0)
         seen[i.family] = n + 1
         fam = OKABE_ITO.get(i.family, [])
-        out[name] = fam[n] if n < len(fam) else (i.color or GREY)
+        out[name] = fam[n] if n < len(fam) else GREY
     return out
 
 

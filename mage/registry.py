@@ -32,7 +32,6 @@ class Impl:
     dtype: str = "fp32"
     family: str = ""  # 'pytorch', 'triton' or 'rust': the column group in figures
     label: str = ""  # how figures and prose name it ('PyTorch eager')
-    color: str = "#888888"
     order: int = 50  # column position within the op (lower first)
     needs_cuda: bool = True  # False: also runs on CPU tensors
     interpret: bool = False  # runs on CPU under TRITON_INTERPRET=1

@@ -12,7 +12,6 @@ import torch
 from mage.registry import register
 
 LABEL = {"pytorch": "PyTorch eager", "torch_compile": "torch.compile"}
-COLOR = {"pytorch": "#1f5fa8", "torch_compile": "#6d9fd8"}  # blues for the PyTorch family
 
 
 def into(out, y):
@@ -65,8 +64,8 @@ def register_expression(op: str, expr, dtypes=("fp32",), uses_matmul=False) -> N
     """The two PyTorch columns of ``op``: eager (also on the CPU) and torch.compile (default mode)."""
     for dtype in dtypes:
         register(op, "pytorch", dtype=dtype, family="pytorch", order=0, label=LABEL["pytorch"],
-                 color=COLOR["pytorch"], needs_cuda=False)(eager(op, expr, dtype, uses_matmul))
+                 needs_cuda=False)(eager(op, expr, dtype, uses_matmul))
         c = Compiled(op, expr, dtype)
         register(op, "torch_compile", dtype=dtype, family="pytorch", order=1, label=LABEL["torch_compile"],
-                 color=COLOR["torch_compile"], prepare=c.prepare, size_sweep=False,
+                 prepare=c.prepare, size_sweep=False,
                  config={"mode": "default", "dynamic": False})(c)

@@ -12,12 +12,9 @@ import functools
 import os
 import struct
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
-
-from mage import ops
-from mage.errors import MageInputError
 
 from . import table
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from mage.errors import MageInputError
-from mage.registry import Impl, add, register
+from mage.registry import Impl, add
 
 from . import available, launch, native, pymodule
 
 # How figures and prose name each implementation, its colour and its column within the Rust family.
-LOOK = {"rust": ("Rust", "#b8322a", 0), "rust_scalar": ("Rust (scalar)", "#e8867f", 1),
-        "rust_ptx_py": ("Rust PTX from Python", "#7a1f1a", 2),
-        "rust_native": ("Rust PTX from a Rust binary", "#d65a31", 3)}
+LOOK = {"rust": ("Rust", 0), "rust_scalar": ("Rust (scalar)", 1), "rust_ptx_py": ("Rust PTX from Python", 2),
+        "rust_native": ("Rust PTX from a Rust binary", 3)}
 _OPS: dict = {}  # op -> what register_op was given, for ``variant``
 
 
@@ -34,8 +33,8 @@ def _c_abi(kernel, dev, values):
 
 
 def _impl(op, name, fn, **kw) -> Impl:
-    label, color, order = LOOK[name]
-    return Impl(op=op, name=name, fn=fn, family="rust", label=label, color=color, order=order, needs_cuda=True, **kw)
+    label, order = LOOK[name]
+    return Impl(op=op, name=name, fn=fn, family="rust", label=label, order=order, needs_cuda=True, **kw)
 
 
 def register_op(op: str, kernel: str, args: Callable, prologue: Callable, config: dict,

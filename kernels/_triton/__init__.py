@@ -10,7 +10,7 @@ from mage.registry import Impl, register
 
 from . import common
 
-LABEL, COLOR = "Triton", "#e08a1e"
+LABEL = "Triton"
 
 
 def register_kernel(op: str, launcher, defaults: dict, sweep, precision: str = "fp32", prepare=None,
@@ -25,7 +25,7 @@ def register_kernel(op: str, launcher, defaults: dict, sweep, precision: str = "
         return launcher(*inputs, out=out, **fixed)
 
     fn.__name__ = f"{op}_triton_{precision}"
-    register(op, "triton", dtype=precision, family="triton", order=0, label=LABEL, color=COLOR,
+    register(op, "triton", dtype=precision, family="triton", order=0, label=LABEL,
              interpret=interpret, needs_cuda=True, prepare=prepare,
              config_for=lambda shape: common.choose(op, defaults, shape, {}),
              sweep=tuple(dict(c) for c in sweep),
@@ -38,7 +38,7 @@ def _variant(op, launcher, defaults, precision, prepare, interpret, fixed, **con
     full = common.choose(op, {"sweep": defaults["sweep"]}, {}, config)
     fn = functools.partial(launcher, **fixed, **full)
     prep = functools.partial(prepare, **full) if prepare else None
-    return Impl(op=op, name="triton", fn=fn, dtype=precision, family="triton", label=LABEL, color=COLOR,
+    return Impl(op=op, name="triton", fn=fn, dtype=precision, family="triton", label=LABEL,
                 needs_cuda=True, interpret=interpret, prepare=prep, config=dict(full))
 
 

@@ -31,7 +31,7 @@ def _csr_prepare(graph, x):
     return S, x
 
 
-@register("neighbor_agg", "cusparse", family="pytorch", order=2, label="cuSPARSE (torch.sparse)", color="#9ec3ea",
+@register("neighbor_agg", "cusparse", family="pytorch", order=2, label="cuSPARSE (torch.sparse)",
           prepare=_csr_prepare, config={"call": "torch.sparse.mm", "matrix": "CSR, built in prepare"})
 def cusparse(S, x, out=None):
     return into(out, torch.sparse.mm(S, x))
