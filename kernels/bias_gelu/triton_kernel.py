@@ -54,9 +54,9 @@ SWEEP = [
     dict(BLOCK_R=1, BLOCK_C=512, num_warps=2),
     dict(BLOCK_R=4, BLOCK_C=512, num_warps=8),
 ]
-# The best kernel time of the recorded sweep (data/h200/tiles.csv): large, the plain first config;
-# field, one row of 512 columns with 4 warps (chosen from a development run, 2.82 us against 3.25 us
-# for the 8 x 512 tile that was best before the small tiles were in the sweep).
+# The best kernel time of the recorded sweep (data/h200/tiles.csv; times in kernels/NOTES.md): large,
+# the plain first config; field, one row of 512 columns with 4 warps (faster than the 8 x 512 tile that
+# was best before the small tiles were in the sweep).
 DEFAULTS = {"field": SWEEP[8], "large": SWEEP[0], "sweep": SWEEP[2]}
 
 

@@ -139,9 +139,9 @@ SWEEP = [
     dict(BLOCK_R=4, MAX_BLOCK_C=4096, num_warps=16),
     dict(BLOCK_R=8, MAX_BLOCK_C=2048, num_warps=8),
 ]
-# The best kernel time of the recorded sweep (data/h200/tiles.csv, run 20261202T164844Z-h200): large,
-# one row a program in registers with 16 warps (254.8 us); field (C = 1024), the plain first config,
-# one row of 1024 columns with 4 warps (2.77 us).
+# The best kernel time of the recorded sweep (data/h200/tiles.csv; times in kernels/NOTES.md): large,
+# one row a program in registers with 16 warps; field (C = 1024), the plain first config, one row of
+# 1024 columns with 4 warps.
 DEFAULTS = {"field": SWEEP[0], "large": SWEEP[3], "sweep": SWEEP[0]}
 
 

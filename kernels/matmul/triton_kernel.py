@@ -93,8 +93,8 @@ SWEEP_TF32 = [
 SWEEP_BF16 = SWEEP_TF32 + [dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)]
 # Chosen config per precision and shape set, from the development run of 2026-12-02 on the H200
 # (kernels/NOTES.md): the best measured at 1024^3 (field) and 4096^3 (large, and TF32/bf16).
-_FIELD = SWEEP[2]  # 128x64x16, 4 warps: 61.7 us at 1024^3, and within 4% of the best at 4096^3
-_LARGE = SWEEP[6]  # 128x128x32, 8 warps, 3 stages: 3163 us at 4096^3 (43.4 TFLOP/s)
+_FIELD = SWEEP[2]  # 128x64x16, 4 warps: the best at 1024^3, and close to the best at 4096^3
+_LARGE = SWEEP[6]  # 128x128x32, 8 warps, 3 stages: the best at 4096^3
 DEFAULTS = {
     "fp32": {"field": _FIELD, "large": _LARGE, "sweep": _FIELD},
     "tf32": {"field": SWEEP_TF32[1], "large": SWEEP_TF32[1], "sweep": SWEEP_TF32[1]},

@@ -180,9 +180,9 @@ SWEEP = [
     dict(BLOCK_R=8, BLOCK_D=8, BLOCK_E=128, SPLIT=512, MAX_BLOCK_F=64, num_warps=4),
     dict(BLOCK_R=4, BLOCK_D=32, BLOCK_E=64, SPLIT=128, MAX_BLOCK_F=64, num_warps=4),
 ]
-# The recorded sweep (data/h200/tiles.csv, run 20261202T164844Z-h200): 8 rows x 16 edges, 4 warps, hubs
-# cut at 256 edges was best at n=2^20 (960 us uniform, 1349 us skewed) and within 5% of the best on
-# both field-note graphs (5.50 us uniform, 15.5 us skewed), where the best config differed by graph.
+# The recorded tile sweep (data/h200/tiles.csv; its times in kernels/NOTES.md): 8 rows x 16 edges, 4
+# warps, hubs cut at 256 edges was best on both large graphs and close to the best on both field-note
+# graphs, where the best config differed by graph.
 DEFAULTS = {"field": SWEEP[2], "large": SWEEP[2], "sweep": SWEEP[2]}
 
 # The combining step, not a tile parameter of the lesson: a hub's last chunk waits for its flags

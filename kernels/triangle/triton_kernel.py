@@ -126,10 +126,10 @@ SWEEP = [
     dict(BLOCK_I=128, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, PER_CHANNEL=True, num_warps=8, num_stages=3),
     dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, PER_CHANNEL=True, num_warps=4, num_stages=3),
 ]
-# The best kernel time of the recorded sweep (data/h200/tiles.csv, run 20261202T164844Z-h200): large,
-# one channel a program with 128 x 128 tiles (1614 us at N=384, C=128; every batched config was slower,
-# since Triton 3.6 lowers the FP32 3-d dot to FMAs with narrow shared-memory loads); field (N = 128,
-# only 16 programs of 128 x 128), 32 x 32 tiles of 8 channels (59.2 us), which fill more SMs.
+# The best kernel time of the recorded sweep (data/h200/tiles.csv; times in kernels/NOTES.md): large,
+# one channel a program with 128 x 128 tiles (every batched config was slower, since Triton 3.6 lowers
+# the FP32 3-d dot to FMAs with narrow shared-memory loads); field (N = 128, only 16 programs of
+# 128 x 128), 32 x 32 tiles of 8 channels, which fill more SMs.
 DEFAULTS = {"field": SWEEP[1], "large": SWEEP[8], "sweep": SWEEP[8]}
 
 
