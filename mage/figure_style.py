@@ -20,11 +20,9 @@ VIEW_LABEL = {"kernel_time": "GPU kernel time", "event_span": "event span", "lau
               "graph_span": "CUDA-graph replay span", "host_time": "host time per call"}
 US = "µs"
 VIEW_UNIT = {"kernel_time": US, "event_span": US, "launches": "launches", "graph_span": US, "host_time": US}
-# Okabe and Ito's colour-blind-safe palette, handed out per family in the registry's order, so one
-# implementation has one colour in every figure. A family with more members than colours, or an
-# unregistered name, falls back to the registry's colour, then grey.
-OKABE_ITO = {"pytorch": ["#0072B2", "#56B4E9", "#009E73"], "triton": ["#E69F00"],
-             "rust": ["#D55E00", "#CC79A7", "#000000", "#F0E442"]}
+# Colours come from the registry (each implementation registers one, from Okabe and Ito's
+# colour-blind-safe palette), so one implementation has one colour in every figure; an unregistered
+# name is grey.
 # A log axis is offered where the largest bar of a panel is this many times its smallest.
 LOG_TOGGLE_RATIO = 20.0
 PUBLISHED_LABEL = "RTX 4090 (published)"
@@ -33,14 +31,12 @@ NOT_MEASURED = "not measured on this card"
 
 @functools.lru_cache(maxsize=1)
 def _registered() -> dict:
-    """name -> the first registered Impl of that name, in column order (family, then order)."""
+    """name -> the first registered Impl of that name, in column order."""
     from . import registry
-    from .registry import FAMILIES
     found = {}
     for i in registry.impls():
         found.setdefault(i.name, i)
-    fam = {f: n for n, f in enumerate(FAMILIES)}
-    ordered = sorted(found.values(), key=lambda i: (fam.get(i.family, len(fam)), i.order, i.name))
+    ordered = sorted(found.values(), key=lambda i: (i.order, i.name))
     return {i.name: i for i in ordered}
 
 
@@ -61,13 +57,7 @@ def impl_label(name: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _palette() -> dict:
-    out, seen = {}, {}
-    for name, i in _registered().items():
-        n = seen.get(i.family, 0)
-        seen[i.family] = n + 1
-        fam = OKABE_ITO.get(i.family, [])
-        out[name] = fam[n] if n < len(fam) else GREY
-    return out
+    return {name: i.color or GREY for name, i in _registered().items()}
 
 
 def impl_color(name: str) -> str:

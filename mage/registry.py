@@ -19,8 +19,6 @@ from .ops import OPS, Op
 
 ROOTS = [Path(__file__).resolve().parent.parent / "kernels"]  # more with ``add_root`` (tests do)
 
-# Families in the order their columns appear; their members are ordered by registration ``order``.
-FAMILIES = ("pytorch", "triton", "rust")
 DTYPES = ("fp32", "tf32", "bf16")
 
 
@@ -32,7 +30,8 @@ class Impl:
     dtype: str = "fp32"
     family: str = ""  # 'pytorch', 'triton' or 'rust': the column group in figures
     label: str = ""  # how figures and prose name it ('PyTorch eager')
-    order: int = 50  # column position within the op (lower first)
+    color: str = ""  # its colour in every figure
+    order: int = 50  # column position among the op's implementations (lower first)
     needs_cuda: bool = True  # False: also runs on CPU tensors
     interpret: bool = False  # runs on CPU under TRITON_INTERPRET=1
     # prepare(*inputs) -> inputs, done once per input set and never timed (building a sparse matrix,
@@ -157,9 +156,8 @@ def add_root(path) -> None:
 
 
 def _sort_key(i: Impl):
-    fam = FAMILIES.index(i.family) if i.family in FAMILIES else len(FAMILIES)
     dt = DTYPES.index(i.dtype) if i.dtype in DTYPES else len(DTYPES)
-    return (list(OPS).index(i.op) if i.op in OPS else 99, fam, i.order, i.name, dt)
+    return (list(OPS).index(i.op) if i.op in OPS else 99, i.order, i.name, dt)
 
 
 def impls(op: Optional[str] = None, names=None, dtype: Optional[str] = None) -> list[Impl]:

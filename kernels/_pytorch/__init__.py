@@ -12,6 +12,9 @@ import torch
 from mage.registry import register
 
 LABEL = {"pytorch": "PyTorch eager", "torch_compile": "torch.compile"}
+# Column order and colour (Okabe-Ito, blues): the library columns come first.
+ORDER = {"pytorch": 0, "torch_compile": 1, "cusparse": 2}
+COLOR = {"pytorch": "#0072B2", "torch_compile": "#56B4E9", "cusparse": "#009E73"}
 
 
 def into(out, y):
@@ -63,9 +66,9 @@ class Compiled:
 def register_expression(op: str, expr, dtypes=("fp32",), uses_matmul=False) -> None:
     """The two PyTorch columns of ``op``: eager (also on the CPU) and torch.compile (default mode)."""
     for dtype in dtypes:
-        register(op, "pytorch", dtype=dtype, family="pytorch", order=0, label=LABEL["pytorch"],
-                 needs_cuda=False)(eager(op, expr, dtype, uses_matmul))
+        register(op, "pytorch", dtype=dtype, family="pytorch", order=ORDER["pytorch"], label=LABEL["pytorch"],
+                 color=COLOR["pytorch"], needs_cuda=False)(eager(op, expr, dtype, uses_matmul))
         c = Compiled(op, expr, dtype)
-        register(op, "torch_compile", dtype=dtype, family="pytorch", order=1, label=LABEL["torch_compile"],
-                 prepare=c.prepare, size_sweep=False,
+        register(op, "torch_compile", dtype=dtype, family="pytorch", order=ORDER["torch_compile"],
+                 label=LABEL["torch_compile"], color=COLOR["torch_compile"], prepare=c.prepare, size_sweep=False,
                  config={"mode": "default", "dynamic": False})(c)

@@ -12,8 +12,10 @@ from mage.registry import Impl, add
 from . import available, launch, native, pymodule
 
 # How figures and prose name each implementation, its colour and its column within the Rust family.
-LOOK = {"rust": ("Rust", 0), "rust_scalar": ("Rust (scalar)", 1), "rust_ptx_py": ("Rust PTX from Python", 2),
-        "rust_native": ("Rust PTX from a Rust binary", 3)}
+# label, column order (after PyTorch and Triton), colour (Okabe-Ito: vermillion, purple, black, yellow)
+LOOK = {"rust": ("Rust", 20, "#D55E00"), "rust_scalar": ("Rust (scalar)", 21, "#CC79A7"),
+        "rust_ptx_py": ("Rust PTX from Python", 22, "#000000"),
+        "rust_native": ("Rust PTX from a Rust binary", 23, "#F0E442")}
 _OPS: dict = {}  # op -> what register_op was given, for ``variant``
 
 
@@ -33,8 +35,8 @@ def _c_abi(kernel, dev, values):
 
 
 def _impl(op, name, fn, **kw) -> Impl:
-    label, order = LOOK[name]
-    return Impl(op=op, name=name, fn=fn, family="rust", label=label, order=order, needs_cuda=True, **kw)
+    label, order, color = LOOK[name]
+    return Impl(op=op, name=name, fn=fn, family="rust", label=label, order=order, color=color, needs_cuda=True, **kw)
 
 
 def register_op(op: str, kernel: str, args: Callable, prologue: Callable, config: dict,

@@ -10,7 +10,7 @@ from mage.registry import Impl, register
 
 from . import common
 
-LABEL = "Triton"
+LABEL, ORDER, COLOR = "Triton", 10, "#E69F00"  # after the library columns; Okabe-Ito orange
 
 
 def register_kernel(op: str, launcher, defaults: dict, sweep, precision: str = "fp32", prepare=None,
@@ -25,7 +25,7 @@ def register_kernel(op: str, launcher, defaults: dict, sweep, precision: str = "
         return launcher(*inputs, out=out, **fixed)
 
     fn.__name__ = f"{op}_triton_{precision}"
-    register(op, "triton", dtype=precision, family="triton", order=0, label=LABEL,
+    register(op, "triton", dtype=precision, family="triton", order=ORDER, label=LABEL, color=COLOR,
              interpret=interpret, needs_cuda=True, prepare=prepare,
              config_for=lambda shape: common.choose(op, defaults, shape, {}),
              sweep=tuple(dict(c) for c in sweep),
@@ -38,7 +38,7 @@ def _variant(op, launcher, defaults, precision, prepare, interpret, fixed, **con
     full = common.choose(op, {"sweep": defaults["sweep"]}, {}, config)
     fn = functools.partial(launcher, **fixed, **full)
     prep = functools.partial(prepare, **full) if prepare else None
-    return Impl(op=op, name="triton", fn=fn, dtype=precision, family="triton", label=LABEL,
+    return Impl(op=op, name="triton", fn=fn, dtype=precision, family="triton", order=ORDER, label=LABEL, color=COLOR,
                 needs_cuda=True, interpret=interpret, prepare=prep, config=dict(full))
 
 

@@ -3,7 +3,7 @@ passing, eager and compiled, and cuSPARSE (torch.sparse.mm on a CSR tensor), the
 would pick for a sparse-dense product."""
 import torch
 
-from kernels._pytorch import into, register_expression
+from kernels._pytorch import COLOR, ORDER, into, register_expression
 from mage.registry import register
 
 
@@ -31,7 +31,8 @@ def _csr_prepare(graph, x):
     return S, x
 
 
-@register("neighbor_agg", "cusparse", family="pytorch", order=2, label="cuSPARSE (torch.sparse)",
+@register("neighbor_agg", "cusparse", family="pytorch", order=ORDER["cusparse"], label="cuSPARSE (torch.sparse)",
+          color=COLOR["cusparse"],
           prepare=_csr_prepare, config={"call": "torch.sparse.mm", "matrix": "CSR, built in prepare"})
 def cusparse(S, x, out=None):
     return into(out, torch.sparse.mm(S, x))
