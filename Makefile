@@ -39,8 +39,10 @@ rust:
 	kernels/_rust/build/host_tests -q
 	kernels/_rust/build/device_tests -q
 
-# rustfmt --check and clippy (warnings denied) over the Rust host and device code.
+# rustfmt --check and clippy (warnings denied) over the Rust host and device code. The host crate
+# embeds the PTX, so the kernels are built first (cached after the first build).
 rust-lint:
+	kernels/_rust/build.sh
 	kernels/_rust/build.sh --lint
 
 # ---- the book -------------------------------------------------------------------------------------
