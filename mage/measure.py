@@ -3,24 +3,21 @@ replay) side by side, and write tidy rows with the floors and flags derived from
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
-import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 
 import pandas as pd
 import torch
 
 from . import ops, registry
 from .check import check
-from .ceilings import measure_all as measure_ceilings
-from .data import add_environment, merge_csv
-from .env import clock_warnings, clocks, environment, machine_name
+from .data import merge_csv
+from .env import clock_warnings, clocks
 from .profile import ProfileError, profile
+from .session import TILE_SETTINGS, Settings, new_run_id, prepare_run, steady_process  # noqa: F401 - the loop's API
 from .timing import SpanPlan, SpanRounds, graph_span, spans, summarize
 
 # One value of one run: a later run adds its rows beside the earlier runs' (mage.data.load picks a run)
@@ -28,31 +25,6 @@ KEY = ["op", "impl", "dtype", "shape", "cache", "view", "round", "stat", "run"]
 RATE = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "bf16": "bf16_tflops"}
 COLD_FACTOR = 2.5  # input sets cover this many L2 sizes, so each call finds its inputs evicted
 COLD_MAX_SETS, COLD_MAX_BYTES = 64, 8 * 2**30
-
-
-@dataclass
-class Settings:
-    iters: int = 100  # profiled calls
-    spans: int = 300  # event spans per implementation, over all rounds
-    rounds: int = 3
-    block: int = 10  # passes per block; the rounds' blocks alternate over the window (timing.schedule)
-    warmup: int = 10
-    warm_s: float = 0.05  # and at least this long, each implementation, before the spans
-    graph: bool = True
-    seed: int = 1234
-    run: str = ""
-    ceilings: dict = field(default_factory=dict)
-    l2_bytes: int = 60 * 2**20
-
-
-# The tile sweep's protocol: many configs, so fewer calls each; no CUDA graph, no timed warm-up.
-TILE_SETTINGS = dict(iters=20, spans=60, rounds=3, block=10, warmup=3, warm_s=0.0, graph=False)
-
-
-def _protocol(iters, spans, rounds, block, warmup, warm_s, graph, **_) -> dict:
-    """How a run measured, as written to its environment."""
-    return dict(profiled_calls=iters, spans=spans, rounds=rounds, passes_per_block=block,
-                rounds_interleaved=True, warmup_calls=warmup, warmup_s=warm_s, cuda_graph=graph)
 
 
 nbytes = ops.input_bytes
@@ -240,59 +212,6 @@ def plan(op_names, impl_names, shape_sets, caches, dtypes=None):
                         if group:
                             cases.append((spec, shape, shape_set, cache, group))
     return cases
-
-
-def steady_process(pin: bool = True) -> dict:
-    """Pin this process to one core and raise its priority where allowed, so that the host's side of
-    the spans (Python, validation, the launch API) is not moved between cores or delayed by other work
-    on a shared machine. Returns what was done, for the run's environment."""
-    done = {"pinned_core": None, "nice": None, "priority_raised": False}
-    if not pin:
-        return done
-    try:
-        cores = sorted(os.sched_getaffinity(0))
-        core = cores[len(cores) // 2]  # away from core 0, where interrupts tend to land
-        os.sched_setaffinity(0, {core})
-        done["pinned_core"] = core
-    except (AttributeError, OSError) as e:
-        done["pin_error"] = f"{type(e).__name__}: {e}"
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, -10)
-        done["priority_raised"] = True
-    except (AttributeError, OSError) as e:  # not root: the priority stays as it was
-        done["priority_error"] = f"{type(e).__name__}: {e}"
-    try:
-        done["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
-    except (AttributeError, OSError):
-        pass
-    return done
-
-
-def new_run_id() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + machine_name()
-
-
-def prepare_run(out_dir, st: Settings, command: str, log=print, pin: bool = True, force_machine: bool = False):
-    """Environment and ceilings for this run, written before any kernel is timed. A folder that holds
-    another machine's record is refused unless ``force_machine``."""
-    from .data import ensure_same_machine
-    st.run = st.run or new_run_id()
-    process = steady_process(pin)
-    env = environment(command)
-    ensure_same_machine(out_dir, env, force=force_machine)
-    env["process"] = process
-    env["protocol"] = dict(_protocol(**vars(st)), seed=st.seed, tile_sweep=_protocol(**TILE_SETTINGS))
-    st.l2_bytes = env.get("l2_bytes") or st.l2_bytes
-    add_environment(out_dir, st.run, env)
-    log(f"run {st.run} on {env.get('gpu')}: measuring ceilings")
-    t0 = time.perf_counter()
-    crow = [dict(r, run=st.run) for r in measure_ceilings()]
-    log(f"  ceilings took {time.perf_counter() - t0:.1f} s")
-    merge_csv(pd.DataFrame(crow), out_dir / "ceilings.csv", ["name", "run"])
-    st.ceilings = {r["name"]: r["value"] for r in crow}
-    for r in crow:
-        log(f"  {r['name']:>16} {r['value']:10.2f} {r['unit']}")
-    return env
 
 
 def _streams_anyway(spec, shape, dtype, st) -> bool:
