@@ -21,7 +21,7 @@ if [ "${1:-}" = "--lint" ]; then
   FMT="${RUSTFMT:-$(command -v rustfmt || true)}"; CLIPPY="${CLIPPY_DRIVER:-$(command -v clippy-driver || true)}"
   [ -n "$FMT" ] || missing "rustfmt" "Install Debian's rustfmt-web (or rustfmt)."
   [ -n "$CLIPPY" ] || missing "clippy-driver" "Install Debian's rust-web-clippy."
-  files=("$here"/device/*.rs "$here"/host/src/*.rs "$here"/host/src/bin/*.rs "$kernels"/*/rust.rs)
+  files=("$here"/device/*.rs "$here"/device/gpu/*.rs "$here"/host/src/*.rs "$here"/host/src/bin/*.rs "$kernels"/*/rust.rs)
   "$FMT" --check --edition 2024 --config-path "$here/rustfmt.toml" "${files[@]}"
   lint="$out/lint"; mkdir -p "$lint"
   "$CLIPPY" --edition 2021 --crate-type rlib --crate-name mage_rust "$here/host/src/lib.rs" --out-dir "$lint" -D warnings
