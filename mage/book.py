@@ -248,21 +248,9 @@ def gnum(name: str, value: float, spec: str = ".3g", unit: str = "") -> None:
     glue(name, fmt(value, spec, unit))
 
 
-def versus(book: Book, op: str, a: str, b: str, view: str = "kernel_time", **kw) -> str:
-    """'faster than', 'slower than' or 'about as fast as': ``a`` against ``b`` within the harness's
-    precision (``mage.views.compare``)."""
-    return views.compare(book.df, op, a, b, view, **kw).words()
-
-
 def label(impl: str) -> str:
     from .figure_style import impl_label
     return impl_label(impl)
-
-
-def fastest(book: Book, op: str, view: str = "kernel_time", impls=None, **kw) -> tuple[str, float]:
-    """(implementation, value) with the lowest value of ``view`` for ``op`` at its field shape."""
-    impl, v = views.fastest(book.df, op, view, impls=impls, **kw)
-    return (impl, v) if impl else ("(not measured)", math.nan)
 
 
 def show_or_note(make, *args, **kw) -> None:

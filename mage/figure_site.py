@@ -6,7 +6,10 @@ The extension
   off), and that extension's handler runs twice per build, declaring ``const THEBE_JS_URL`` twice,
   which logs a console error on every page;
 - offers each page's executed notebook (.ipynb) for download: the theme only copies it when a launch
-  service is configured, and this book has none.
+  service is configured, and this book has none;
+- links the source from every page's header: the public repository when _config.yml's ``repository.url``
+  is set, otherwise an archive of the committed source (``git archive HEAD``, data included) packed into
+  the built site, so the link works wherever the HTML is served; no link when neither exists.
 
     python -m mage.figure_site _build/html     # each page's HTML and first-load weight
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -38,10 +42,49 @@ def _offer_notebook(app, pagename, templatename, context, doctree):
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 
+SOURCE_ARCHIVE = "_static/source/mage-field-notes.tar.gz"
+
+
+def _pack_source(app):
+    """Where the header's source link points: the configured repository, else the packed archive."""
+    url = str((app.config.html_theme_options or {}).get("repository_url") or "").strip()
+    app.mage_source = None
+    if url:
+        app.mage_source = ("url", url)
+        return
+    root = Path(app.srcdir)
+    dst = Path(app.outdir) / SOURCE_ARCHIVE
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, check=True,
+                                capture_output=True, text=True).stdout.strip()
+        subprocess.run(["git", "archive", "--format=tar.gz", "--prefix=mage-field-notes/", "-o", str(dst), "HEAD"],
+                       cwd=root, check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return  # not a git checkout (an unpacked archive, say): no link rather than a dead one
+    app.mage_source = ("archive", commit)
+
+
+def _source_link(app, pagename, templatename, context, doctree):
+    found = getattr(app, "mage_source", None)
+    if not found or "header_buttons" not in context:
+        return
+    kind, what = found
+    if kind == "url":
+        url, tip, icon = what, "The source: the repository", "fab fa-github" if "github.com" in what else "fas fa-code"
+    else:
+        url = context["pathto"](SOURCE_ARCHIVE, 1)
+        tip, icon = f"The source: the repository at commit {what} (.tar.gz)", "fas fa-file-zipper"
+    context["header_buttons"].append(dict(type="link", url=url, tooltip=tip, icon=icon, label="mage-source"))
+
+
 def setup(app):
     # Before the theme builds its header buttons (default priority 500) and writes the script tags.
     app.connect("html-page-context", _offer_notebook, priority=400)
     app.connect("html-page-context", _drop_thebe, priority=900)
+    # After the theme's own header buttons, so the source link sits at the end of the row.
+    app.connect("builder-inited", _pack_source)
+    app.connect("html-page-context", _source_link, priority=600)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 

@@ -127,8 +127,14 @@ def combined(df: pd.DataFrame, machine: str, cache="warm"):
             by_col[op] = vals.max() / vals.min()
     if by_col:
         log_toggle(fig, [1.0, max(by_col.values())], [_axis("y", i) for i in range(1, 2 * n + 1)])
-    fig.layout.meta = {"narrow": {"margin.l": 30, "margin.r": 18, "legend.y": -0.06}, "narrow_height": 560,
-                       "narrow_font": 9}
+    # On a phone a column's tick labels need more room than its neighbour leaves: wider gaps, narrower columns.
+    narrow = {"margin.l": 30, "margin.r": 18, "legend.y": -0.06}
+    gap = 0.075 if n > 3 else 0.1
+    width = (1 - gap * (n - 1)) / n
+    for c in range(n):
+        for r in range(2):
+            narrow[f"{_axis('x', r * n + c + 1)}.domain"] = [c * (width + gap), c * (width + gap) + width]
+    fig.layout.meta = {"narrow": narrow, "narrow_height": 560, "narrow_font": 9}
     return with_caption(fig, caption("field", cache, machine, {o: V.first_shape(df, o) for o in op_list},
                                      "FP32. Each column has its own scale, shared by its two rows."))
 
@@ -248,7 +254,8 @@ def cards(df: pd.DataFrame, published: pd.DataFrame, machine: str, cache="warm")
         return not_measured(f"{PUBLISHED_LABEL} against {machine}", machine, "the published figures")
     fig = make_subplots(rows=len(views), cols=len(op_list), vertical_spacing=0.09, horizontal_spacing=0.05,
                         subplot_titles=[op_short(o) for o in op_list] + [""] * (len(views) - 1) * len(op_list),
-                        row_titles=[f"{VIEW_LABEL[v]} ({VIEW_UNIT[v]})" for v in views])
+                        row_titles=[VIEW_LABEL[v] if VIEW_UNIT[v] in VIEW_LABEL[v] else f"{VIEW_LABEL[v]} ({VIEW_UNIT[v]})"
+                                    for v in views])
     for r, v in enumerate(views, start=1):
         for c, op in enumerate(op_list, start=1):
             for label, src, color in ((PUBLISHED_LABEL, pub, "#9a9a9a"), (machine, ours, "#2a7f62")):
@@ -263,11 +270,30 @@ def cards(df: pd.DataFrame, published: pd.DataFrame, machine: str, cache="warm")
                                   "<extra></extra>"), row=r, col=c)
             fig.update_yaxes(rangemode="tozero", row=r, col=c)
             fig.update_xaxes(tickangle=0, tickfont=dict(size=9), showticklabels=r == len(views), row=r, col=c)
-    fig.layout.meta = {"narrow": {"margin.l": 35, "margin.r": 30}, "narrow_height": 700, "narrow_font": 9}
+    # On a phone a column is about 60 px for three bar pairs: the names would overprint, so the bottom row's
+    # ticks become the labels' initials, spelled out in the caption.
+    initials = _initials(impls)
+    narrow = {"margin.l": 35, "margin.r": 30}
+    for c in range(1, len(op_list) + 1):
+        ax = _axis("x", (len(views) - 1) * len(op_list) + c)
+        narrow.update({f"{ax}.tickmode": "array", f"{ax}.tickvals": [short_label(i) for i in impls],
+                       f"{ax}.ticktext": [initials[i] for i in impls]})
+    fig.layout.meta = {"narrow": narrow, "narrow_height": 700, "narrow_font": 9}
     fig.update_layout(barmode="group", height=800, template="plotly_white", margin=dict(t=120),
                       title=dict(text=f"{PUBLISHED_LABEL} against {machine}", x=0, y=0.99, yanchor="top"),
                       legend=dict(orientation="h", y=1.07, x=0, xanchor="left", yanchor="bottom"))
+    order = ", ".join(f"{impl_label(i)} ({initials[i]})" for i in impls)
     return with_caption(fig, f"Hatched grey: the original note's published RTX 4090 figures (WSL, FP32; shapes not "
                              f"published; not measured by this project). Green: {machine}, field shapes, {cache} "
-                             "cache. The shapes differ, so compare the pattern across implementations, not the "
-                             "heights.")
+                             f"cache. Bars left to right: {order}. The shapes differ, so compare the pattern across "
+                             "implementations, not the heights.")
+
+
+def _initials(impls) -> dict:
+    """A short tick label per implementation: its label's first letter, or more letters where two share one."""
+    labels = {i: impl_label(i) for i in impls}
+    for n in (1, 2, 3, 4):
+        short = {i: lab[:n] for i, lab in labels.items()}
+        if len(set(short.values())) == len(short):
+            return short
+    return labels

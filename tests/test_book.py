@@ -7,7 +7,7 @@ and a phone size (390x844). For every page, at both sizes:
 - the page never scrolls sideways, every control lies inside the screen, and on the phone every figure
   fits the screen's height;
 - every figure has its table of plotted values, math renders, the page offers its notebook (.ipynb, which
-  the server has) and links the repository;
+  the server has) and links the source (the packed archive resolves);
 - a screenshot of the top of the page is saved under _build/html/_screens/ (plus the main figure).
 And the weight: each page's HTML at most 1.5 MB, the first page's whole first load at most 8 MB, and each
 further page at most 1.5 MB of new transfer, counted by the server with the browser's cache on.
@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urljoin, urlparse
 
 import pytest
 import yaml
@@ -184,8 +184,13 @@ def _check_content(page, path, size, site):
         url = urlparse(page.url)._replace(path=str(Path(urlparse(page.url).path).parent / href)).geturl()
         r = page.request.get(url)
         assert r.ok and json.loads(r.body())["cells"], f"{path}: the notebook download {href} is not a notebook"
-    assert page.locator("a[href*='github.com'], a[href*='://'][data-bs-title*='epository'],"
-                        " a[title*='epository'], a[aria-label*='epository']").count() >= 1, f"{path}: no repository link"
+    # The source: the packed archive (served here, so it must resolve) or a configured public repository.
+    src = page.locator("a.btn-mage-source")
+    assert src.count() >= 1, f"{path}: no link to the source"
+    href = src.first.get_attribute("href")
+    if "://" not in href:
+        r = page.request.get(urljoin(page.url, href))
+        assert r.ok and r.body()[:2] == b"\x1f\x8b", f"{path}: the source link {href} does not give the archive"
 
 
 @pytest.mark.parametrize("size", list(SIZES))
