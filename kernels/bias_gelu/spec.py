@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from mage.ops import Op, Target, dim, randn, same_device, tensor
+from kernels._targets import MEMORY_BOUND
+from mage.ops import Op, dim, randn, same_device, tensor
 
 
 def make_inputs(s, gen, device, dtype, dist):
@@ -45,9 +46,5 @@ SPEC = Op(
             "sweep": [dict(R=r, C=1024) for r in (16, 64, 256, 1024, 4096, 16384, 65536, 131072)]},
     awkward=[dict(R=1, C=1), dict(R=1, C=1000), dict(R=3, C=4097), dict(R=37, C=129), dict(R=0, C=16)],
     random_shape=random_shape,
-    targets=(Target("triton", "share_of_copy", 0.90),
-             Target("triton", "speedup", 1.0, baseline="pytorch", shape_set="field"),
-             Target("triton", "speedup", 1 / 1.1, baseline="torch_compile", shape_set="field"),
-             Target("rust", "share_of_copy", 0.85),
-             Target("rust", "speedup", 1.0, baseline="pytorch", shape_set="field", view="event_span")),
+    targets=MEMORY_BOUND,
 )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from mage.errors import MageInputError
-from mage.ops import Op, Target, dim, randn, same_device, tensor
+from kernels._targets import MEMORY_BOUND
+from mage.ops import Op, dim, randn, same_device, tensor
 
 EPS = 1e-5
 
@@ -53,9 +54,5 @@ SPEC = Op(
             "sweep": [dict(R=r, C=1024) for r in (16, 64, 256, 1024, 4096, 16384, 65536, 131072)]},
     awkward=[dict(R=1, C=1), dict(R=1, C=4099), dict(R=5, C=8193), dict(R=33, C=1000), dict(R=0, C=64)],
     random_shape=random_shape,
-    targets=(Target("triton", "share_of_copy", 0.90),
-             Target("triton", "speedup", 1.0, baseline="pytorch", shape_set="field"),
-             Target("triton", "speedup", 1 / 1.1, baseline="torch_compile", shape_set="field"),
-             Target("rust", "share_of_copy", 0.85),
-             Target("rust", "speedup", 1.0, baseline="pytorch", shape_set="field", view="event_span")),
+    targets=MEMORY_BOUND,
 )

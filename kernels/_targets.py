@@ -1,0 +1,11 @@
+"""Speed targets that several operations share, written once (each spec lists its own targets; the
+row-wise, memory-bound operations hold the same ones)."""
+from mage.ops import Target
+
+# At the copy limit at the large shape; at the field shape, ahead of eager PyTorch and within 10% of
+# torch.compile's kernel (Triton), and a shorter span than eager PyTorch's (Rust's lean launch path).
+MEMORY_BOUND = (Target("triton", "share_of_copy", 0.90),
+                Target("triton", "speedup", 1.0, baseline="pytorch", shape_set="field"),
+                Target("triton", "speedup", 1 / 1.1, baseline="torch_compile", shape_set="field"),
+                Target("rust", "share_of_copy", 0.85),
+                Target("rust", "speedup", 1.0, baseline="pytorch", shape_set="field", view="event_span"))
