@@ -214,7 +214,12 @@ def select_run(df: pd.DataFrame, run, case: list[str], where) -> pd.DataFrame:
         return df[runs.isin(wanted)].reset_index(drop=True)
     key = [c for c in case if c in df.columns]
     rank = runs.map({r: i for i, r in enumerate(sorted(set(runs), key=run_order))})
-    cases = df[key].fillna("").astype(str).apply(tuple, axis=1) if key else pd.Series(0, index=df.index)
+    ident = df[key].fillna("").astype(str)
+    if "config" in ident.columns and "shape_set" in df.columns:
+        # The config names the case only in the tile sweep; elsewhere it describes what ran, and a run
+        # that records it differently (a retuned default) still replaces the earlier run's case.
+        ident.loc[df["shape_set"].astype(str) != "tiles", "config"] = ""
+    cases = ident.apply(tuple, axis=1) if key else pd.Series(0, index=df.index)
     return df[rank == rank.groupby(cases).transform("max")].reset_index(drop=True)
 
 

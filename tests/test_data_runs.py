@@ -59,6 +59,19 @@ def test_load_takes_the_latest_run_of_each_case_by_default(tmp_path):
         data.load(tmp_path, run="nope")
 
 
+def test_a_later_run_that_records_its_config_differently_still_replaces_the_case(tmp_path):
+    # A retuned default (or a config recorded more exactly) must not leave the earlier run's number
+    # beside the new one: outside the tile sweep the config describes a case, it does not name one.
+    df = pd.concat([_rows(R1, 1.0, impl="triton", config='{"BLOCK": 64}'),
+                    _rows(R2, 2.0, impl="triton", config='{"BLOCK": 128}'),
+                    _rows(R1, 7.0, impl="triton", config='{"BLOCK": 64}', shape_set="tiles", tile_of="field"),
+                    _rows(R2, 8.0, impl="triton", config='{"BLOCK": 128}', shape_set="tiles", tile_of="field")])
+    data.save_csv(df, tmp_path / "field.csv")
+    got = data.load(tmp_path)
+    assert got[got["shape_set"] == "field"]["value"].tolist() == [2.0]
+    assert sorted(got[got["shape_set"] == "tiles"]["value"]) == [7.0, 8.0]  # two configs, two cases
+
+
 def test_run_order_is_by_time_not_by_spelling(tmp_path):
     # a run id without a timestamp (an old check run) is older than any timestamped run
     df = pd.concat([_rows("check-cpu", 1.0), _rows(R1, 2.0)])
