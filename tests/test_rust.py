@@ -241,6 +241,18 @@ def test_neighbor_plan_covers_every_edge_once(built):
     assert int((e[:, 2] - e[:, 1]).max()) <= plan.split
 
 
+def test_a_rowptr_rewritten_in_place_gets_a_new_plan(built):
+    # The plan cache was keyed by the tensor alone: a graph built again from a rowptr rewritten in place
+    # (valid, intact) got the old graph's plan, whose rows and edge ranges no longer match (review).
+    from kernels.neighbor_agg.graph import CSRGraph
+    rp = torch.tensor([0, 1000, 1000, 1000, 1000], dtype=torch.int32)
+    col, w = torch.zeros(1000, dtype=torch.int32), torch.ones(1000)
+    first = plan_for(CSRGraph.build(rp, col, w, 4))
+    rp.copy_(torch.tensor([0, 250, 500, 750, 1000], dtype=torch.int32))
+    second = plan_for(CSRGraph.build(rp, col, w, 4))
+    assert second is not first and second.tasks == Plan(rp).tasks != first.tasks
+
+
 @pytest.mark.parametrize("n,rounds,block,warmup", [(300, 3, 10, 10), (30, 3, 10, 2), (7, 2, 3, 0), (50, 1, 4, 1),
                                                    (100, 4, 7, 3)])
 def test_rust_native_runs_the_plan_it_is_given(built, n, rounds, block, warmup):

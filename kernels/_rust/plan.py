@@ -45,10 +45,16 @@ class Plan:
 
 
 def plan_for(graph) -> Plan:
-    key = id(graph.rowptr)
+    """The plan of ``graph``'s rowptr as it is now: keyed by the tensor and its version counter, so a
+    rowptr rewritten in place (and a graph built again from it) gets a new plan, not the old one's rows.
+    A plan whose rowptr is gone is dropped (with its device buffers) when the next plan is made."""
+    rowptr = graph.rowptr
+    key = (id(rowptr), rowptr._version)
     hit = _PLANS.get(key)
-    if hit is not None and hit[0]() is graph.rowptr:
+    if hit is not None and hit[0]() is rowptr:
         return hit[1]
-    plan = Plan(graph.rowptr)
-    _PLANS[key] = (weakref.ref(graph.rowptr), plan)
+    for k in [k for k, (ref, _) in _PLANS.items() if ref() is None or (k[0] == key[0] and ref() is rowptr)]:
+        del _PLANS[k]
+    plan = Plan(rowptr)
+    _PLANS[key] = (weakref.ref(rowptr), plan)
     return plan
