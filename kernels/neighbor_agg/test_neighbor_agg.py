@@ -101,3 +101,14 @@ def test_cusparse_sums_duplicate_edges():
     assert S.crow_indices().tolist() == [0, 2, 4] and S.col_indices().tolist() == [0, 1, 0, 1]
     x = torch.randn(2, 3)
     torch.testing.assert_close(S.to_dense() @ x, SPEC.reference(g, x).float())
+
+
+def test_cusparse_gets_a_measured_graph_exactly_as_built():
+    # Generated graphs repeat some edges (columns drawn with replacement); cuSPARSE sums them itself, so
+    # its matrix must keep every edge: coalescing them would give it less work than the other columns.
+    from .pytorch_impl import _csr_prepare
+    g, x = SPEC.inputs(dict(n=512, F=4, deg=16, dist="skewed"), seed=1)
+    key = g.row.long() * g.n_src + g.col.long()
+    assert key.unique().numel() < g.nnz  # the graph has repeated edges
+    S, _ = _csr_prepare(g, x)
+    assert torch.equal(S.col_indices(), g.col) and torch.equal(S.crow_indices(), g.rowptr)
