@@ -83,7 +83,21 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
             good.append(im)
         else:
             log(f"  refusing to time {im.name} {key}: {c.reason}")
-    if not good:
+    # Those that time themselves make one input set in their own process (warm only), and launch the
+    # kernels of ``kernels_of``: timed only when that implementation passed its check.
+    own_ok = []
+    for im in own if cache == "warm" else []:
+        if im.kernels_of in {i.name for i in impls}:
+            passed = im.kernels_of in {i.name for i in good}
+        else:
+            c = check(registry.get(spec.name, im.kernels_of, dtype), shape, trials=1, seed=st.seed + 17, device="cuda")
+            checks.append({**c.row(), "run": st.run})
+            passed = c.passed
+        if passed:
+            own_ok.append(im)
+        else:
+            log(f"  refusing to time {im.name} {key}: {im.kernels_of}, whose kernels it launches, failed its check")
+    if not good and not own_ok:
         return rows, checks
     probe = spec.inputs(shape, seed=st.seed, device="cuda", dtype=dtype)
     k = n_sets(cache, nbytes(probe), st.l2_bytes)
@@ -133,15 +147,16 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
 
     readings = []
     plan = SpanPlan.make(st.spans, st.rounds, st.block, st.warmup, st.warm_s)
-    sp = spans(calls, plan=plan, between=lambda r: readings.append(clocks()))
-    round_flags = clock_warnings(readings)
-    for im in good:
-        window = lambda r: [readings[a] for a in sp.round_window(r)]  # noqa: E731 - clocks before and after
-        rows += _span_rows(im, sp, kernel[im.name], round_flags, window, row)
-    for im in own if cache == "warm" else []:  # their own process makes one input set: warm only
+    if good:
+        sp = spans(calls, plan=plan, between=lambda r: readings.append(clocks()))
+        round_flags = clock_warnings(readings)
+        for im in good:
+            window = lambda r: [readings[a] for a in sp.round_window(r)]  # noqa: E731 - clocks before and after
+            rows += _span_rows(im, sp, kernel[im.name], round_flags, window, row)
+    for im in own_ok:
         before = clocks()
         try:
-            got = im.own_spans(shape, shape_set, plan, st.graph)
+            got = im.own_spans(probe, shape, shape_set, plan, st.graph)  # the inputs the others ran on
         except Exception as e:  # noqa: BLE001 - an optional path; the log says why it is absent
             log(f"  {im.name} skipped for {spec.name} {key}: {type(e).__name__}: {e}")
             continue
@@ -168,9 +183,11 @@ def _span_rows(im, sp, p, round_flags, window, row, kernel_names=None):
                  "flags": ";".join(round_flags + ([f"outliers:{s['outliers']}"] if s["outliers"] else []))}
         for stat in ("n", "mean", "median", "p20", "p80", "min"):
             rows.append(row(im, "event_span", s[stat], "us", rnd=r, stat=stat, **extra))
-    host = [h for h in sp.host_means(name) if not math.isnan(h)]
+    host = sp.host_means(name)
     for r, h in enumerate(host, start=1):
-        rows.append(row(im, "host_time", h, "us", rnd=r, order=">".join(sp.orders[r - 1])))
+        if not math.isnan(h):  # a round without host times writes no row; the others keep their numbers
+            rows.append(row(im, "host_time", h, "us", rnd=r, order=">".join(sp.orders[r - 1])))
+    host = [h for h in host if not math.isnan(h)]
     whole = summarize([x for r in per_round for x in r])
     flags = list(round_flags)
     if p is not None and p.kernel_us > 1.02 * whole["mean"]:

@@ -40,8 +40,9 @@ class Impl:
     # available() -> None when usable, else the reason (library not built, no CUDA, ...)
     available: Callable[[], Optional[str]] = field(default=lambda: None)
     config: dict = field(default_factory=dict)  # the exact tile sizes and the like it runs with
-    # An implementation that takes its spans in its own process: own_spans(shape, shape_set, plan, graph)
-    # executes the harness's SpanPlan and returns {"spans_us", "host_us", "graph_us", "kernel_names"}.
+    # An implementation that takes its spans in its own process: own_spans(inputs, shape, shape_set, plan,
+    # graph) runs on the harness's input set, executes its SpanPlan and returns {"spans_us", "host_us",
+    # "graph_us", "kernel_names"}.
     own_spans: Optional[Callable] = None
     kernels_of: str = ""  # the implementation whose kernel-time rows it shares (it launches the same PTX)
     size_sweep: bool = True  # measured across the size sweep (torch.compile opts out: it recompiles per size)

@@ -30,3 +30,11 @@ def test_host_times_when_the_executor_returns_them():
     sp = SpanRounds({"own": [[5.0] * 10] * 3}, [["own"]] * 3, {"own": [[2.0] * 10] * 3}, list(plan.blocks))
     host = [r for r in _rows(sp) if r["view"] == "host_time"]
     assert [r["round"] for r in host] == [1, 2, 3, 0] and all(r["value"] == 2.0 for r in host)
+
+
+def test_a_round_without_host_times_does_not_renumber_the_others():
+    plan = SpanPlan.make(n=30, rounds=3, block=10)
+    sp = SpanRounds({"own": [[5.0] * 10] * 3}, [["own"]] * 3, {"own": [[], [2.0] * 10, [3.0] * 10]},
+                    list(plan.blocks))
+    host = {r["round"]: r["value"] for r in _rows(sp) if r["view"] == "host_time"}
+    assert host == {2: 2.0, 3: 3.0, 0: 2.5}

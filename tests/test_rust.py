@@ -376,13 +376,15 @@ def test_rust_native_returns_raw_spans_of_the_plan(built, op):
     if impl.runs_on("cuda"):
         pytest.skip(impl.runs_on("cuda"))
     plan = SpanPlan.make(n=30, rounds=3, block=4, warmup=2)
-    got = impl.own_spans(ops.OPS[op].shapes["field"][0], "field", plan, True)
+    shape = ops.OPS[op].shapes["field"][0]
+    inputs = ops.OPS[op].inputs(shape, seed=1, device="cuda")
+    got = impl.own_spans(inputs, shape, "field", plan, True)
     assert set(got) == {"spans_us", "host_us", "graph_us", "kernel_names"}
     assert [len(r) for r in got["spans_us"]] == [plan.per_round] * plan.rounds
     assert [len(r) for r in got["host_us"]] == [plan.per_round] * plan.rounds
     assert all(v > 0 for r in got["spans_us"] for v in r) and got["graph_us"] > 0
     assert got["kernel_names"] == impl.config["kernel"]
-    assert impl.own_spans(ops.OPS[op].shapes["field"][0], "field", plan, False)["graph_us"] is None
+    assert impl.own_spans(inputs, shape, "field", plan, False)["graph_us"] is None
 
 
 @pytest.mark.gpu

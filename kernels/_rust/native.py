@@ -68,11 +68,11 @@ def dry_run(plan) -> dict:
 
 
 def own_spans(op: str, kernel: str, args: Callable) -> Callable:
-    """The ``own_spans(shape, shape_set, plan, graph)`` of op's 'rust_native': the op's seeded inputs at
-    ``shape`` (as float32 on the host, uploaded by the binary), ``args`` giving the kernel's arguments."""
-    def spans(shape: dict, shape_set: str, plan, graph: bool = True) -> dict:
-        spec = ops.OPS[op]
-        inputs = spec.inputs(shape, seed=0, device="cpu")
-        out = spec.empty_out(*inputs)
+    """The ``own_spans(inputs, shape, shape_set, plan, graph)`` of op's 'rust_native': the harness's input
+    set (the one the other implementations ran on), copied to the host and uploaded by the binary;
+    ``args`` gives the kernel's arguments."""
+    def spans(inputs, shape: dict, shape_set: str, plan, graph: bool = True) -> dict:
+        inputs = tuple(t.to("cpu") for t in inputs)
+        out = ops.OPS[op].empty_out(*inputs)
         return run(kernel, args(*inputs, out), plan, graph)
     return spans

@@ -53,6 +53,10 @@ class CSRGraph:
             raise MageInputError(_OP, "graph", "was modified in place after CSRGraph.build validated it; "
                                                "build it again")
 
+    def to(self, device) -> "CSRGraph":
+        """The same graph on ``device`` (validated again there, as every graph is)."""
+        return CSRGraph.build(self.rowptr.to(device), self.col.to(device), self.w.to(device), self.n_src)
+
     def __repr__(self):
         return f"CSRGraph(n={self.n}, n_src={self.n_src}, nnz={self.nnz}, device={self.device})"
 

@@ -112,3 +112,9 @@ def test_cusparse_gets_a_measured_graph_exactly_as_built():
     assert key.unique().numel() < g.nnz  # the graph has repeated edges
     S, _ = _csr_prepare(g, x)
     assert torch.equal(S.col_indices(), g.col) and torch.equal(S.crow_indices(), g.rowptr)
+
+
+def test_a_graph_moves_validated():
+    g, _ = SPEC.inputs(dict(n=40, F=2, deg=3, dist="skewed"), seed=2)
+    h = g.to("cpu")
+    assert isinstance(h, CSRGraph) and h.intact() and torch.equal(h.col, g.col) and h.n_src == g.n_src
