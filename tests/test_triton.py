@@ -151,3 +151,15 @@ def test_gpu_random_and_large_shapes(impl):
     shapes = spec.random_shapes(30) + spec.awkward + spec.shapes["field"] + spec.shapes["large"]
     bad = [(s, r.reason) for s in shapes for r in [check(impl, s, trials=1, device="cuda")] if not r.passed]
     assert not bad, bad[:5]
+
+
+def test_the_launcher_and_the_recorded_config_choose_the_same_entry():
+    # The neighbour launcher looks its config up by (n, F); the harness records config_for(whole shape).
+    # With different entries per shape set they chose differently: rows would name tiles that did not run.
+    from kernels._triton import common
+    from mage import ops
+    table = {"field": dict(T=1), "large": dict(T=2), "sweep": dict(T=3)}
+    for shape_set in ("field", "large"):
+        whole = ops.OPS["neighbor_agg"].shapes[shape_set][0]
+        seen = common.choose("neighbor_agg", table, dict(n=whole["n"], F=whole["F"]), {})
+        assert seen == common.choose("neighbor_agg", table, whole, {}) == table[shape_set]

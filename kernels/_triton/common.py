@@ -50,8 +50,12 @@ def choose(op: str, defaults: dict, shape: dict, config: dict) -> dict:
         base = defaults[key]
     else:
         base = defaults["sweep"]
+        # A launcher may know only some of the spec's shape keys (the neighbour launcher sees n and F,
+        # not the graph's degree or distribution): a set's shape matches when those keys agree, so the
+        # launcher and ``Impl.config_for`` (which sees the whole shape) choose the same entry.
         for shape_set in ("field", "large"):
-            if any(ops.shape_key(s) == key for s in ops.OPS[op].shapes[shape_set]):
+            if shape and shape_set in defaults and any(all(s.get(k) == v for k, v in shape.items())
+                                                       for s in ops.OPS[op].shapes[shape_set]):
                 base = defaults[shape_set]
     unknown = set(config) - set(base)
     if unknown:
