@@ -78,6 +78,12 @@ def prepare_run(out_dir, st: Settings, command: str, log=print, pin: bool = True
     st.run = st.run or new_run_id()
     process = steady_process(pin)
     env = environment(command)
+    from . import registry
+    registry.load()
+    if registry.LOAD_ERRORS:  # a kernel module that failed to import takes its columns out of the run
+        env["load_errors"] = dict(registry.LOAD_ERRORS)
+        for mod, err in registry.LOAD_ERRORS.items():
+            log(f"  WARNING: {mod} did not import, so its implementations are not measured: {err}")
     ensure_same_machine(out_dir, env, force=force_machine)
     env["process"] = process
     env["protocol"] = dict(_protocol(**vars(st)), seed=st.seed, tile_sweep=_protocol(**TILE_SETTINGS))
