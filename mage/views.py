@@ -76,7 +76,17 @@ def headline(df: pd.DataFrame, **where) -> pd.DataFrame:
     for c in key:  # missing config / tile_of must still group
         if d[c].dtype != float:
             d[c] = d[c].astype(object).where(d[c].notna(), "")
-    top = d[d["round"] == 0].drop_duplicates(key)
+    if "config" in key and "shape_set" in d.columns:  # the config names a case only in the tile sweep
+        d["config"] = d["config"].astype(object).where(d["shape_set"].astype(str) == "tiles", "")
+    top = d[d["round"] == 0]
+    if "run" in top.columns and top.duplicated(key).any():
+        # two runs' numbers for one case (a frame loaded with run="all"): never pick one silently
+        dup = top[top.duplicated(key, keep=False)].iloc[0]
+        runs = sorted(set(top[(top[key] == dup[key]).all(axis=1)]["run"].astype(str)))
+        raise MageInputError("views", "df", f"holds {len(runs)} runs of the case "
+                             f"{dup['op']}/{dup['impl']}/{dup.get('shape', '')} ({', '.join(runs)}); "
+                             "load one run per case (mage.load's default) or select a run")
+    top = top.drop_duplicates(key)
     rounds = d[d["round"] > 0]
     if len(rounds):
         g = rounds.groupby(key, sort=False)["value"]

@@ -263,3 +263,16 @@ def test_compare_ties_within_the_measured_precision():
     assert views.judge(110.0, 100.0).verdict == "slower"
     assert views.judge(100.0, 110.0, views.tie_tolerance(0.12)).verdict == "tie"  # rounds spread 12%
     assert views.judge(math.nan, 1.0).verdict == "not measured"
+
+
+def test_headline_refuses_two_runs_of_one_case():
+    # A frame loaded with run="all" holds several runs' numbers for a case; the views must not pick one.
+    import pandas as pd
+    from mage import views
+    from mage.errors import MageInputError
+    row = dict(op="matmul", impl="triton", dtype="fp32", shape="M=2,K=2,N=2", shape_set="field", cache="warm",
+               view="kernel_time", round=0, stat="mean", unit="us")
+    two = pd.DataFrame([dict(row, value=1.0, run="r1", config='{"B": 1}'), dict(row, value=2.0, run="r2", config='{"B": 2}')])
+    with pytest.raises(MageInputError, match="holds 2 runs of the case matmul/triton"):
+        views.headline(two)
+    assert views.headline(two[two["run"] == "r2"])["value"].tolist() == [2.0]
