@@ -197,7 +197,7 @@ def _live_widget(book: Book, op: str, impl: str, t, tile_of: str):
                          f"<b>{ru['fmas_per_load']:.3g}</b> multiply-adds per loaded value.")
         try:
             from . import registry
-            from .measure import quick
+            from .session import quick
             r = quick(registry.get(op, impl).variant(**cfg), shape)
             status = "passed" if r["passed"] else f"FAILED ({r.get('reason', '')})"
             lines.append(f"<b>Live on this GPU</b>: check {status}, error {r['error']:.2g}; kernel "
@@ -226,7 +226,7 @@ def _live_reason(op: str, impl: str):
         return "no GPU here"
     try:
         from . import registry
-        from .measure import quick  # noqa: F401
+        from .session import quick  # noqa: F401
         found = registry.get(op, impl)
     except Exception as e:  # noqa: BLE001
         return f"the {impl} implementation cannot be loaded ({type(e).__name__})"

@@ -17,7 +17,8 @@ from .check import check
 from .data import merge_csv
 from .env import clock_warnings, clocks
 from .profile import ProfileError, profile
-from .session import TILE_SETTINGS, Settings, new_run_id, prepare_run, steady_process  # noqa: F401 - the loop's API
+from .session import (TILE_SETTINGS, Settings, new_run_id, prepare_run, quick,  # noqa: F401 - the loop's API
+                      steady_process, summary_table)
 from .timing import SpanPlan, SpanRounds, graph_span, spans, summarize
 
 # One value of one run: a later run adds its rows beside the earlier runs' (mage.data.load picks a run)
@@ -270,34 +271,6 @@ def write(out_dir, rows: pd.DataFrame, checks: pd.DataFrame):
         merge_csv(part, out_dir / f"{shape_set}.csv", KEY)
     if len(checks):
         merge_csv(checks, out_dir / "checks.csv", ["op", "impl", "dtype", "shape", "dist", "run"])
-
-
-def summary_table(rows: pd.DataFrame) -> str:
-    """One line per (op, impl, dtype, shape, cache): the three views and graph replay side by side."""
-    if rows.empty:
-        return "(no rows)"
-    top = rows[(rows["round"] == 0) & (rows["stat"] == "mean")]
-    idx = ["op", "shape_set", "shape", "impl", "dtype", "cache"]
-    t = top.pivot_table(index=idx, columns="view", values="value", aggfunc="first")
-    t = t[[c for c in ("kernel_time", "event_span", "graph_span", "launches") if c in t.columns]]
-    if "frac_of_floor" in top.columns:
-        t["floor/kernel"] = top[top["view"] == "kernel_time"].set_index(idx)["frac_of_floor"]
-    return t.round(2).to_string()
-
-
-def quick(impl, shape: dict, iters: int = 20, n_spans: int = 30):
-    """Check and time one implementation at one shape (the book's live widget): a few seconds."""
-    c = check(impl, shape, trials=1)
-    result = {"error": c.error, "passed": c.passed, "reason": c.reason, "kernel_us": math.nan, "span_us": math.nan}
-    if not c.passed or not torch.cuda.is_available():
-        return result
-    spec = ops.get(impl.op)
-    inputs = spec.inputs(shape, seed=1, device="cuda", dtype=impl.dtype)
-    args = impl.prepare(*inputs) if impl.prepare else inputs
-    fn = lambda: impl.fn(*args)  # noqa: E731
-    result["kernel_us"] = profile(fn, iters=iters).kernel_us
-    result["span_us"] = summarize([x for r in spans({"x": fn}, n=n_spans, rounds=3).samples["x"] for x in r])["mean"]
-    return result
 
 
 def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print):

@@ -1,19 +1,27 @@
 """What a measuring session sets up before it times anything: its settings and their protocol as
 recorded, its run id, the process (pinned to one core, raised in priority where allowed), and the
-environment and ceilings of the card, written first so that every row can be read against them.
+environment and ceilings of the card, written first so that every row can be read against them. Also
+the session's two small ends: the table it prints last, and the quick check-and-time of one call that
+the book's live tile widget runs.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import time
 from dataclasses import dataclass, field
 
 import pandas as pd
+import torch
 
+from . import ops
 from .ceilings import measure_all as measure_ceilings
+from .check import check
 from .data import add_environment, merge_csv
 from .env import environment, machine_name
+from .profile import profile
+from .timing import spans, summarize
 
 
 @dataclass
@@ -98,3 +106,31 @@ def prepare_run(out_dir, st: Settings, command: str, log=print, pin: bool = True
     for r in crow:
         log(f"  {r['name']:>16} {r['value']:10.2f} {r['unit']}")
     return env
+
+
+def summary_table(rows: pd.DataFrame) -> str:
+    """One line per (op, impl, dtype, shape, cache): the three views and graph replay side by side."""
+    if rows.empty:
+        return "(no rows)"
+    top = rows[(rows["round"] == 0) & (rows["stat"] == "mean")]
+    idx = ["op", "shape_set", "shape", "impl", "dtype", "cache"]
+    t = top.pivot_table(index=idx, columns="view", values="value", aggfunc="first")
+    t = t[[c for c in ("kernel_time", "event_span", "graph_span", "launches") if c in t.columns]]
+    if "frac_of_floor" in top.columns:
+        t["floor/kernel"] = top[top["view"] == "kernel_time"].set_index(idx)["frac_of_floor"]
+    return t.round(2).to_string()
+
+
+def quick(impl, shape: dict, iters: int = 20, n_spans: int = 30):
+    """Check and time one implementation at one shape (the book's live widget): a few seconds."""
+    c = check(impl, shape, trials=1)
+    result = {"error": c.error, "passed": c.passed, "reason": c.reason, "kernel_us": math.nan, "span_us": math.nan}
+    if not c.passed or not torch.cuda.is_available():
+        return result
+    spec = ops.get(impl.op)
+    inputs = spec.inputs(shape, seed=1, device="cuda", dtype=impl.dtype)
+    args = impl.prepare(*inputs) if impl.prepare else inputs
+    fn = lambda: impl.fn(*args)  # noqa: E731
+    result["kernel_us"] = profile(fn, iters=iters).kernel_us
+    result["span_us"] = summarize([x for r in spans({"x": fn}, n=n_spans, rounds=3).samples["x"] for x in r])["mean"]
+    return result
