@@ -166,7 +166,7 @@ def main(argv=None):
     common(sp)
     sp.add_argument("--shapes", nargs="+", default=["field"], choices=["field", "large", "sweep"])
     sp.add_argument("--cache", nargs="+", default=["warm", "cold"], choices=["warm", "cold"])
-    sp.add_argument("--dtypes", nargs="+", default=None, choices=["fp32", "tf32", "bf16"])
+    sp.add_argument("--dtypes", nargs="+", default=None, choices=list(ops.PRECISIONS))
     sp.add_argument("--all", action="store_true", help="field, large and sweep shapes, and the tile sweep")
     sp.add_argument("--tiles", action="store_true", help="also run the Triton tile sweep")
     sp.add_argument("--tiles-only", action="store_true")

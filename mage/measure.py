@@ -23,7 +23,6 @@ from .timing import SpanPlan, SpanRounds, graph_span, spans, summarize
 
 # One value of one run: a later run adds its rows beside the earlier runs' (mage.data.load picks a run)
 KEY = ["op", "impl", "dtype", "shape", "cache", "view", "round", "stat", "run"]
-RATE = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "bf16": "bf16_tflops"}
 COLD_FACTOR = 2.5  # input sets cover this many L2 sizes, so each call finds its inputs evicted
 COLD_MAX_SETS, COLD_MAX_BYTES = 64, 8 * 2**30
 
@@ -60,7 +59,7 @@ def derived(view, value, flops, nbytes_, dtype, ceil):
     """Floor (the larger of bytes over bandwidth and FLOPs over rate) and the achieved rates."""
     out = {"flops": flops, "bytes": nbytes_}
     if view in ("kernel_time", "event_span", "graph_span") and ceil:
-        floor_us = max(nbytes_ / (ceil["copy_gbps"] * 1e3), flops / (ceil[RATE[dtype]] * 1e6))
+        floor_us = max(nbytes_ / (ceil["copy_gbps"] * 1e3), flops / (ops.peak_tflops(ceil, dtype) * 1e6))
         out["floor_us"] = floor_us
         if value > 0:
             out.update(achieved_gbps=nbytes_ / (value * 1e3), achieved_tflops=flops / (value * 1e6),

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .errors import MageInputError
-from .ops import OPS, Op
+from .ops import OPS, PRECISIONS, Op
 
 ROOTS = [Path(__file__).resolve().parent.parent / "kernels"]  # more with ``add_root`` (tests do)
 
-DTYPES = ("fp32", "tf32", "bf16")
+DTYPES = tuple(PRECISIONS)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from mage.data import add_environment, save_csv  # noqa: E402
 RUN = "synthetic-0"
 CEIL = {"copy_gbps": 3900.0, "fp32_tflops": 51.0, "tf32_tflops": 380.0, "bf16_tflops": 700.0,
         "empty_kernel_us": 1.2, "empty_span_us": 22.0}
-RATE = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "bf16": "bf16_tflops"}
 
 
 def _profile(rng, impl) -> tuple:
@@ -36,7 +35,7 @@ def _profile(rng, impl) -> tuple:
 
 def _floor_us(op, shape, dtype):
     flops, nb = ops.OPS[op].cost(shape, dtype)
-    return flops, nb, max(nb / (CEIL["copy_gbps"] * 1e3), flops / (CEIL[RATE[dtype]] * 1e6))
+    return flops, nb, max(nb / (CEIL["copy_gbps"] * 1e3), flops / (ops.peak_tflops(CEIL, dtype) * 1e6))
 
 
 def _rows_for(rng, op, impl, family, eff, launches, host, dtype, shape, shape_set, cache, config="", spans_only=False):
