@@ -146,7 +146,8 @@ class Target:
     """A speed target, checked against a recorded run: ``impl`` at every shape of ``shape_set`` (or at
     ``shape`` only) must reach ``wanted`` in ``measure``: 'speedup' (the baseline's time over the impl's
     time in ``view``), 'share_of_copy' (compulsory bytes over time, over the run's copy bandwidth) or
-    'share_of_rate' (FLOPs over time, over the run's matmul rate at the row's precision)."""
+    'share_of_rate' (FLOPs over time, over the run's matmul rate at the row's precision).
+    ``baseline_dtype``: the baseline's precision when it differs (fp32x3 against cuBLAS FP32)."""
 
     impl: str
     measure: str
@@ -156,6 +157,7 @@ class Target:
     shape: Optional[dict] = None
     view: str = "kernel_time"
     dtype: str = "fp32"
+    baseline_dtype: str = ""
 
 
 # ---------------------------------------------------------------------------------------- the spec

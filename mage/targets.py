@@ -14,7 +14,7 @@ import pandas as pd
 
 from . import views as V
 from .data import load, load_ceilings
-from .ops import OPS, Target, shape_key
+from .ops import OPS, PRECISIONS, Target, shape_key
 
 WHAT = {"kernel_time": "kernel time", "event_span": "event span", "graph_span": "graph-replay span"}
 
@@ -26,7 +26,8 @@ def _describe(op: str, t: Target, shape: str) -> tuple[str, str]:
         where += f" {t.dtype}"
     if t.measure == "speedup":
         view = WHAT.get(t.view, t.view)
-        return f"{where}: {t.baseline} {view} / {t.impl} {view}", f">= {t.wanted:.2f}"
+        base = f"{t.baseline} {t.baseline_dtype}" if t.baseline_dtype else t.baseline
+        return f"{where}: {base} {view} / {t.impl} {view}", f">= {t.wanted:.2f}"
     if t.measure == "share_of_copy":
         return f"{where}: share of copy bandwidth", f">= {t.wanted:.2f}"
     return f"{where}: share of the {t.dtype} dense-product rate", f">= {t.wanted:.2f}"
@@ -43,11 +44,12 @@ def evaluate(df: pd.DataFrame, ceil: pd.DataFrame, op: str, t: Target) -> list[d
         if ours is not None and ours["value"] > 0:
             seconds = float(ours["value"]) * 1e-6
             if t.measure == "speedup":
-                measured = V.value(df, op, t.baseline, t.view, **where) / float(ours["value"])
+                base = dict(where, dtype=t.baseline_dtype or t.dtype)
+                measured = V.value(df, op, t.baseline, t.view, **base) / float(ours["value"])
             elif t.measure == "share_of_copy":
                 measured = float(ours["bytes"]) / seconds / 1e9 / V.ceiling(ceil, "copy_gbps", ours["run"])
             elif t.measure == "share_of_rate":
-                measured = float(ours["flops"]) / seconds / 1e12 / V.ceiling(ceil, f"{t.dtype}_tflops", ours["run"])
+                measured = float(ours["flops"]) / seconds / 1e12 / V.ceiling(ceil, PRECISIONS[t.dtype].rate, ours["run"]) * PRECISIONS[t.dtype].products
             else:
                 raise ValueError(f"{op}: target measure {t.measure!r} is not one of speedup, share_of_copy, "
                                  "share_of_rate")

@@ -46,6 +46,20 @@ def test_a_target_is_met_only_when_measured_and_reached():
     assert share["measured"] == pytest.approx(2.0) and share["met"]
 
 
+def test_a_baseline_at_another_precision():
+    """fp32x3 against cuBLAS FP32: the baseline row is looked up at ``baseline_dtype``; the share of
+    rate counts three TF32 products per product (the ceiling is a third of the TF32 rate)."""
+    op, df, ceil = _target_data(50.0)
+    df.loc[df["impl"] == "fast", "dtype"] = "fp32x3"
+    t = Target("fast", "speedup", 1.5, baseline="base", dtype="fp32x3", baseline_dtype="fp32")
+    row = evaluate(df, ceil, op, t)[0]
+    assert row["measured"] == pytest.approx(2.0) and row["met"] and "base fp32" in row["target"]
+    assert pd.isna(evaluate(df, ceil, op, Target("fast", "speedup", 1.5, baseline="base", dtype="fp32x3"))[0]["measured"])
+    ceil = pd.concat([ceil, pd.DataFrame([dict(name="tf32_tflops", value=60.0, unit="TFLOP/s", detail="", run="r1")])])
+    rate = evaluate(df, ceil, op, Target("fast", "share_of_rate", 0.5, dtype="fp32x3"))[0]
+    assert rate["measured"] == pytest.approx(1e9 / 50e-6 / 1e12 / 20.0)  # 20 TFLOP/s of useful products
+
+
 def test_precision_separates_the_host_from_the_span():
     import pandas as pd
     from mage.targets import precision, precision_summary
