@@ -33,3 +33,12 @@ def test_bad_inputs_name_op_and_argument():
 def test_custom_op_runs_eagerly():
     x, b = spec(OP).inputs(dict(R=3, C=10))
     assert torch.allclose(torch.ops.mage.triton_bias_gelu(x, b), torch.nn.functional.gelu(x + b), atol=1e-6)
+
+
+@cpu_only
+def test_even_tiles_take_the_unmasked_road():
+    """Shapes the tiles cover exactly compile without masks (EVEN); with and without the cache hints
+    they give the reference's answer on heavy-tailed inputs (the masked road is the SMALL shape above)."""
+    from kernels._triton.testing import check_forced
+    for cfg in (dict(BLOCK_R=2, BLOCK_C=64, num_warps=4, EVICT=1), dict(BLOCK_R=1, BLOCK_C=32, num_warps=2, EVICT=0)):
+        check_forced(OP, cfg, dict(R=6, C=128))

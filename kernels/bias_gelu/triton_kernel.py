@@ -22,24 +22,38 @@ def _bias_gelu_kernel(
     stride_x, stride_y,  # row strides of x and y (columns are contiguous)
     BLOCK_R: tl.constexpr,  # rows per program
     BLOCK_C: tl.constexpr,  # columns per program
+    EVEN: tl.constexpr,  # the tiles cover R x C exactly: no masks (a fact of the shape, not a choice)
+    EVICT: tl.constexpr,  # stream x and y past L2 (evict first) and keep b (evict last)
 ):
     row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    mask = (row < R)[:, None] & (cols < C)[None, :]
-    b = tl.load(Bias + cols, mask=cols < C, other=0.0)
     # 64-bit row offsets: R * C can pass 2^31 elements at sizes that still fit in memory
-    x = tl.load(X + row.to(tl.int64)[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    x_ptrs = X + row.to(tl.int64)[:, None] * stride_x + cols[None, :]
+    y_ptrs = Y + row.to(tl.int64)[:, None] * stride_y + cols[None, :]
+    # Each value of x is used once, b's slice by every row: the hints say so to the cache, so the
+    # stream of x and y does not push b (and whatever the next kernel wants) out of L2.
+    stream: tl.constexpr = "evict_first" if EVICT else ""
+    keep: tl.constexpr = "evict_last" if EVICT else ""
+    if EVEN:  # no masks: the loads and stores compile to plain vector instructions
+        b = tl.load(Bias + cols, eviction_policy=keep)
+        x = tl.load(x_ptrs, eviction_policy=stream)
+    else:
+        mask = (row < R)[:, None] & (cols < C)[None, :]
+        b = tl.load(Bias + cols, mask=cols < C, other=0.0, eviction_policy=keep)
+        x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy=stream)
     z = x + b[None, :]
     y = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))  # erf(z / sqrt 2)
-    tl.store(Y + row.to(tl.int64)[:, None] * stride_y + cols[None, :], y, mask=mask)
+    if EVEN:
+        tl.store(y_ptrs, y, eviction_policy=stream)
+    else:
+        tl.store(y_ptrs, y, mask=mask, eviction_policy=stream)
 # </kernel>
 
 
-FIRST = dict(BLOCK_R=1, BLOCK_C=1024, num_warps=4)
+FIRST = dict(BLOCK_R=1, BLOCK_C=1024, num_warps=4, EVICT=0)
 # Memory-bound: what matters is bytes in flight per SM (tile size x resident programs) and few
 # programs' worth of tail; the candidates trade tile size against warps.
-SWEEP = [
-    FIRST,
+SWEEP = [FIRST] + [dict(c, EVICT=0) for c in (
     dict(BLOCK_R=4, BLOCK_C=1024, num_warps=4),
     dict(BLOCK_R=8, BLOCK_C=512, num_warps=4),
     dict(BLOCK_R=8, BLOCK_C=1024, num_warps=8),
@@ -53,6 +67,14 @@ SWEEP = [
     dict(BLOCK_R=2, BLOCK_C=512, num_warps=4),
     dict(BLOCK_R=1, BLOCK_C=512, num_warps=2),
     dict(BLOCK_R=4, BLOCK_C=512, num_warps=8),
+)] + [
+    # Cache hints, and more bytes per thread (16 or 32 values: four or eight 16-byte loads in flight)
+    dict(BLOCK_R=1, BLOCK_C=1024, num_warps=4, EVICT=1),
+    dict(BLOCK_R=1, BLOCK_C=2048, num_warps=4, EVICT=1),
+    dict(BLOCK_R=2, BLOCK_C=2048, num_warps=8, EVICT=1),
+    dict(BLOCK_R=1, BLOCK_C=4096, num_warps=8, EVICT=1),
+    dict(BLOCK_R=1, BLOCK_C=2048, num_warps=4, EVICT=0),
+    dict(BLOCK_R=1, BLOCK_C=512, num_warps=4, EVICT=1),
 ]
 # The best kernel time of the recorded sweep (data/h200/tiles.csv; times in kernels/NOTES.md): large,
 # the plain first config; field, one row of 512 columns with 4 warps (faster than the 8 x 512 tile that
@@ -74,7 +96,8 @@ def bias_gelu(x, b, out=None, **config):
     b = b.contiguous()
     consts, launch = common.split(common.choose("bias_gelu", DEFAULTS, dict(R=R, C=C), config))
     grid = (triton.cdiv(R, consts["BLOCK_R"]), triton.cdiv(C, consts["BLOCK_C"]))
-    _bias_gelu_kernel[grid](x, b, out, R, C, x.stride(0), out.stride(0), **consts, **launch)
+    even = R % consts["BLOCK_R"] == 0 and C % consts["BLOCK_C"] == 0
+    _bias_gelu_kernel[grid](x, b, out, R, C, x.stride(0), out.stride(0), EVEN=even, **consts, **launch)
     return out
 
 

@@ -94,3 +94,14 @@ def test_rows_of_equal_values_give_beta(cfg):
     ref = spec(OP).reference(x, gamma, beta)
     errs = [rel_err(y[i], ref[i]) for i in range(5)]
     assert max(errs) < 1e-6, errs
+
+
+@cpu_only
+def test_even_rows_take_the_unmasked_road():
+    """A row of exactly one chunk and R a multiple of BLOCK_R compiles without masks (EVEN); with the
+    cache hints on, one-chunk and chunked rows still give the reference's answer on heavy-tailed inputs."""
+    from kernels._triton.testing import check_forced
+    for cfg, shape in ((dict(BLOCK_R=2, MAX_BLOCK_C=64, num_warps=4, EVICT=1), dict(R=6, C=64)),
+                       (dict(BLOCK_R=1, MAX_BLOCK_C=64, num_warps=4, EVICT=0), dict(R=3, C=64)),
+                       (dict(BLOCK_R=2, MAX_BLOCK_C=16, num_warps=4, EVICT=1), dict(R=5, C=72))):
+        check_forced(OP, cfg, shape)

@@ -43,6 +43,8 @@ def _layernorm_kernel(
     BLOCK_R: tl.constexpr,  # rows per program
     BLOCK_C: tl.constexpr,  # columns per chunk
     ONE_BLOCK: tl.constexpr,  # BLOCK_C >= C: the whole row is one chunk and stays in registers
+    EVEN: tl.constexpr,  # one chunk of exactly C columns and R a multiple of BLOCK_R: no masks
+    EVICT: tl.constexpr,  # stream x and y past L2 (evict first), keep gamma and beta (evict last)
 ):
     # Reduction scheme. One chunk: two passes over the registers (mean, then the mean of squared
     # deviations), exact and still one read of x from memory. Several chunks: each chunk's mean and
@@ -65,15 +67,23 @@ def _layernorm_kernel(
     x_row = X + row.to(tl.int64)[:, None] * stride_x
     y_row = Y + row.to(tl.int64)[:, None] * stride_y
     cols = tl.arange(0, BLOCK_C)
+    # Every x is read once and y written once, while every row reads gamma and beta: the hints say
+    # so to the cache (a one-block row is read from memory once; the chunked road reads it twice and
+    # keeps the default policy, so its second read finds the row in L2).
+    stream: tl.constexpr = "evict_first" if EVICT and ONE_BLOCK else ""
+    keep: tl.constexpr = "evict_last" if EVICT else ""
     if ONE_BLOCK:
         mask = rmask[:, None] & (cols < C)[None, :]
-        x = tl.load(x_row + cols[None, :], mask=mask, other=0.0)
+        if EVEN:  # plain vector loads, no mask
+            x = tl.load(x_row + cols[None, :], eviction_policy=stream)
+        else:
+            x = tl.load(x_row + cols[None, :], mask=mask, other=0.0, eviction_policy=stream)
         # The plain statistics first (the second reduction also carries the correction); only a row
         # whose sums overflowed takes them again, scaled, from the registers (a branch never taken
         # by ordinary rows, so their instructions are those of the unscaled kernel plus one test).
         s = tl.full((BLOCK_R,), 1.0, dtype=tl.float32)
         mean = tl.sum(x, axis=1) / C
-        dev = tl.where(mask, x - mean[:, None], 0.0)
+        dev = x - mean[:, None] if EVEN else tl.where(mask, x - mean[:, None], 0.0)
         sum1, sum2 = tl.reduce((dev, dev * dev), 1, _sum_and_sum)
         overflow = (tl.abs(sum2) == float("inf")) | (tl.abs(mean) == float("inf"))
         if tl.max(overflow.to(tl.int32), axis=0) > 0:
@@ -85,10 +95,13 @@ def _layernorm_kernel(
         fix = sum1 / C
         mean += fix
         rstd = 1.0 / tl.sqrt(tl.maximum(sum2 / C - fix * fix, 0.0) + eps * s * s)
-        gamma = tl.load(Gamma + cols, mask=cols < C, other=0.0)
-        beta = tl.load(Beta + cols, mask=cols < C, other=0.0)
+        gamma = tl.load(Gamma + cols, mask=cols < C, other=0.0, eviction_policy=keep)
+        beta = tl.load(Beta + cols, mask=cols < C, other=0.0, eviction_policy=keep)
         y = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
-        tl.store(y_row + cols[None, :], y, mask=mask)
+        if EVEN:
+            tl.store(y_row + cols[None, :], y, eviction_policy=stream)
+        else:
+            tl.store(y_row + cols[None, :], y, mask=mask, eviction_policy=stream)
     else:
         # mean and m2 are kept in units of the row's scale so far, s (a power of two that only
         # shrinks as larger chunks arrive: both are rescaled exactly when it does)
@@ -120,17 +133,16 @@ def _layernorm_kernel(
             cmask = c0 + cols < C
             mask = rmask[:, None] & cmask[None, :]
             x = tl.load(x_row + c0 + cols[None, :], mask=mask, other=0.0)
-            gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0)
-            beta = tl.load(Beta + c0 + cols, mask=cmask, other=0.0)
+            gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0, eviction_policy=keep)
+            beta = tl.load(Beta + c0 + cols, mask=cmask, other=0.0, eviction_policy=keep)
             y = (x * s[:, None] - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
             tl.store(y_row + c0 + cols[None, :], y, mask=mask)
 # </kernel>
 
 
 # MAX_BLOCK_C caps the chunk: BLOCK_C = min(next power of two >= C, MAX_BLOCK_C).
-FIRST = dict(BLOCK_R=1, MAX_BLOCK_C=1024, num_warps=4)
-SWEEP = [
-    FIRST,
+FIRST = dict(BLOCK_R=1, MAX_BLOCK_C=1024, num_warps=4, EVICT=0)
+SWEEP = [FIRST] + [dict(c, EVICT=0) for c in (
     dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=4),
     dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=8),
     dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=16),
@@ -138,6 +150,12 @@ SWEEP = [
     dict(BLOCK_R=4, MAX_BLOCK_C=8192, num_warps=8),
     dict(BLOCK_R=4, MAX_BLOCK_C=4096, num_warps=16),
     dict(BLOCK_R=8, MAX_BLOCK_C=2048, num_warps=8),
+)] + [  # cache hints (see the kernel)
+    dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=16, EVICT=1),
+    dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=8, EVICT=1),
+    dict(BLOCK_R=2, MAX_BLOCK_C=8192, num_warps=16, EVICT=1),
+    dict(BLOCK_R=1, MAX_BLOCK_C=1024, num_warps=4, EVICT=1),
+    dict(BLOCK_R=2, MAX_BLOCK_C=1024, num_warps=4, EVICT=1),
 ]
 # The best kernel time of the recorded sweep (data/h200/tiles.csv; times in kernels/NOTES.md): large,
 # one row a program in registers with 16 warps; field (C = 1024), the plain first config, one row of
@@ -162,7 +180,8 @@ def layernorm(x, gamma, beta, out=None, **config):
     consts, launch = common.split(cfg)
     grid = (triton.cdiv(R, consts["BLOCK_R"]),)
     _layernorm_kernel[grid](x, gamma, beta, out, R, C, x.stride(0), out.stride(0), EPS,
-                            BLOCK_C=block_c, ONE_BLOCK=block_c >= C, **consts, **launch)
+                            BLOCK_C=block_c, ONE_BLOCK=block_c >= C,
+                            EVEN=block_c == C and R % consts["BLOCK_R"] == 0, **consts, **launch)
     return out
 
 
