@@ -1,6 +1,11 @@
 """matmul in Triton: C = A @ B as output tiles, each summed over a loop of K blocks, with programs in
-grouped order so a wave of them shares panels of A and B in L2. One kernel serves three precisions:
-IEEE fp32 (CUDA-core FMAs), TF32 and bf16 inputs on the tensor cores, all accumulating in fp32.
+grouped order so a wave of them shares panels of A and B in L2. One kernel serves four precisions:
+IEEE fp32 (CUDA-core FMAs), fp32x3 (FP32 accuracy from three TF32 tensor-core products), TF32 and bf16
+inputs on the tensor cores, all accumulating in fp32.
+
+B arrives [K, N] with N contiguous. Hopper's TF32 tensor-core instruction (wgmma) reads a 4-byte
+operand from shared memory only K-major, so an N-major B is staged with 4-byte copies; the config key
+``B_KMAJOR = 1`` makes the launcher copy B K-major first (a second launch, counted in the call's time).
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ def _matmul_kernel(
     BLOCK_N: tl.constexpr,  # output tile columns
     BLOCK_K: tl.constexpr,  # depth of one step of the K loop
     GROUP_M: tl.constexpr,  # tile rows walked before moving right (L2 reuse of B's panels)
-    PRECISION: tl.constexpr,  # "ieee" (fp32 FMAs) or "tf32" (tensor cores); bf16 inputs ignore it
+    PRECISION: tl.constexpr,  # "ieee" (fp32 FMAs), "tf32" or "tf32x3" (tensor cores); bf16 ignores it
     OFFS_64: tl.constexpr,  # an operand's element offsets pass 2^31: row and column indices in int64
 ):
     pid = tl.program_id(0)
@@ -83,31 +88,81 @@ SWEEP = [
     dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=3),
     dict(BLOCK_M=256, BLOCK_N=64, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=4),
 ]
-# Tensor-core rows want deeper K steps (bf16: 64 values are 128 bytes, one full line per row). TF32
-# operands are twice as wide, so 128x256x64 with 3 stages needs 288 KB of shared memory: too much.
+
+
+def _tc(bm, bn, bk, warps, stages, kmajor=1, group=8):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps, num_stages=stages,
+                B_KMAJOR=kmajor)
+
+
+# Tensor-core rows. Shared memory holds (BM*BK + BK*BN) * 4 bytes a stage and a block may use 227 KB:
+# 128x128x32 is 32 KB a stage (up to 5 stages), 128x256x32 and 256x128x32 48 KB (up to 4), 128x128x64
+# 64 KB (3). Each row's first config is the plain one with B as it comes (N-major); the K-major rows
+# pair with it to show what the layout costs. Compiled for sm_90, fp32x3 holds the split operands in
+# registers too: 128x128 tiles fit with 8 warps (206-246 registers), 4 warps spill, 128x256 and
+# 256x128 spill even with 8 warps (16 warps cap a thread at 128 registers and spill more); one such
+# row stays so the sweep shows whether the bigger tile's reuse pays for its spills.
 SWEEP_TF32 = [
-    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=4),
-    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=3),
-    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3),
+    _tc(128, 128, 32, 4, 3, kmajor=0),
+    _tc(128, 256, 32, 8, 3, kmajor=0),  # the TF32 default before B went K-major
+    _tc(128, 128, 32, 4, 4),
+    _tc(128, 128, 32, 8, 4),
+    _tc(128, 128, 32, 8, 5),
+    _tc(128, 128, 64, 8, 3),
+    _tc(128, 256, 32, 8, 3),
+    _tc(128, 256, 32, 8, 4),
+    _tc(128, 256, 32, 8, 3, group=16),
+    _tc(256, 128, 32, 8, 3),
+    _tc(256, 128, 32, 8, 4),
+    _tc(128, 64, 32, 4, 4),  # more programs at 1024^3, where 128x128 tiles leave half the SMs idle
 ]
-SWEEP_BF16 = SWEEP_TF32 + [dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)]
-# Chosen config per precision and shape set, from the development run of 2026-12-02 on the H200
-# (kernels/NOTES.md): the best measured at 1024^3 (field) and 4096^3 (large, and TF32/bf16).
+SWEEP_FP32X3 = [
+    _tc(128, 128, 64, 8, 3, kmajor=0),
+    _tc(128, 128, 64, 8, 3),
+    _tc(128, 128, 64, 8, 3, group=16),
+    _tc(128, 128, 32, 8, 3),
+    _tc(128, 128, 32, 8, 4),
+    _tc(128, 128, 32, 8, 5),
+    _tc(128, 256, 32, 8, 3),  # spills about 1 KB a thread
+    _tc(128, 64, 32, 4, 4),
+    _tc(64, 128, 32, 4, 4),
+]
+# bf16 wgmma reads a 2-byte B N-major as well as K-major, so a K-major copy should only cost; two
+# K-major rows check that. 64 bf16 values are 128 bytes, one full line per row.
+SWEEP_BF16 = [
+    _tc(128, 128, 32, 4, 4, kmajor=0),
+    _tc(128, 256, 32, 8, 3, kmajor=0),
+    _tc(128, 128, 64, 8, 3, kmajor=0),
+    _tc(128, 256, 64, 8, 3, kmajor=0),
+    _tc(128, 256, 64, 8, 4, kmajor=0),
+    _tc(256, 128, 64, 8, 3, kmajor=0),
+    _tc(128, 256, 64, 8, 3, kmajor=1),
+    _tc(128, 128, 64, 8, 3, kmajor=1),
+]
+# Chosen config per precision and shape set. FP32: from the recorded tile sweep on the H200
+# (kernels/NOTES.md), the best measured at 1024^3 (field) and 4096^3 (large). The tensor-core rows are
+# guesses until their tile sweep is recorded: bf16 as before (B N-major); TF32 its earlier tiles with
+# B K-major; fp32x3 the first probe's tiles (128x128x64, 8 warps, 3 stages, B K-major). At 1024^3 both
+# take 128x64 tiles, 128 programs for 132 SMs (128x256 tiles made 32).
 _FIELD = SWEEP[2]  # 128x64x16, 4 warps: the best at 1024^3, and close to the best at 4096^3
 _LARGE = SWEEP[6]  # 128x128x32, 8 warps, 3 stages: the best at 4096^3
 DEFAULTS = {
     "fp32": {"field": _FIELD, "large": _LARGE, "sweep": _FIELD},
-    "tf32": {"field": SWEEP_TF32[1], "large": SWEEP_TF32[1], "sweep": SWEEP_TF32[1]},
+    "fp32x3": {"field": _tc(128, 64, 32, 4, 4), "large": _tc(128, 128, 64, 8, 3), "sweep": _tc(128, 128, 64, 8, 3)},
+    "tf32": {"field": _tc(128, 64, 32, 4, 4), "large": _tc(128, 256, 32, 8, 3), "sweep": _tc(128, 256, 32, 8, 3)},
     "bf16": {"field": SWEEP_BF16[3], "large": SWEEP_BF16[3], "sweep": SWEEP_BF16[3]},
 }
-PRECISION = {"fp32": "ieee", "tf32": "tf32", "bf16": "ieee"}
+PRECISION = {"fp32": "ieee", "fp32x3": "tf32x3", "tf32": "tf32", "bf16": "ieee"}
 
 
 def matmul(A, B, out=None, dtype=None, **config):
-    """C = A @ B. ``dtype``: 'fp32' (IEEE, the default for fp32 inputs), 'tf32', or 'bf16' (bf16
-    inputs, fp32 accumulation, bf16 output as torch gives). ``config`` overrides the tile sizes."""
+    """C = A @ B. ``dtype``: 'fp32' (IEEE, the default for fp32 inputs), 'fp32x3' (FP32 accuracy on
+    the tensor cores), 'tf32', or 'bf16' (bf16 inputs, fp32 accumulation, bf16 output as torch gives).
+    ``config`` overrides the tile sizes and, on the tensor-core rows, ``B_KMAJOR``."""
     SPEC.validate(A, B)
     dtype = dtype or ("bf16" if A.dtype == torch.bfloat16 else "fp32")
+    if dtype not in PRECISION:
+        raise MageInputError("matmul", "dtype", f"must be one of {sorted(PRECISION)}, got {dtype!r}")
     if (dtype == "bf16") != (A.dtype == torch.bfloat16):
         raise MageInputError("matmul", "A", f"has dtype {A.dtype}, which does not fit precision {dtype!r}")
     (M, K), N = A.shape, B.shape[1]
@@ -120,16 +175,24 @@ def matmul(A, B, out=None, dtype=None, **config):
         return out.zero_()
     cfg = common.choose("matmul", DEFAULTS[dtype], dict(M=M, K=K, N=N), config)
     consts, launch = common.split(cfg)
+    kmajor = consts.pop("B_KMAJOR", 0)  # a launcher choice, not a constant of the kernel
+    if kmajor not in (0, 1):
+        raise MageInputError("matmul", "config", f"B_KMAJOR must be 0 or 1, got {kmajor!r}")
+    # K-major: the same kernel reads a [N, K] copy through swapped strides. The copy is a launch of
+    # its own, timed with the call; a B that is already K-major (a transposed view) is not copied.
+    Bk = B.t().contiguous() if kmajor else B
+    stride_bk, stride_bn = (Bk.stride(1), Bk.stride(0)) if kmajor else (B.stride(0), B.stride(1))
     grid = (triton.cdiv(M, consts["BLOCK_M"]) * triton.cdiv(N, consts["BLOCK_N"]),)
-    _matmul_kernel[grid](A, B, out, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
+    _matmul_kernel[grid](A, Bk, out, M, N, K, A.stride(0), A.stride(1), stride_bk, stride_bn,
                          out.stride(0), out.stride(1), PRECISION=PRECISION[dtype],
-                         OFFS_64=common.offsets_64(A, B, out), **consts, **launch)
+                         OFFS_64=common.offsets_64(A, Bk, out), **consts, **launch)
     return out
 
 
 # Triton 3.6's interpreter multiplies bf16 dot operands wrongly (results off by ~1e9), so the bf16
-# row is checked on the GPU only.
-for _dtype, _sweep in (("fp32", SWEEP), ("tf32", SWEEP_TF32), ("bf16", SWEEP_BF16)):
+# row is checked on the GPU only. It computes TF32 and tf32x3 dots in full FP32, so on the CPU those
+# rows check indexing and layouts, not precision (the GPU tests check that).
+for _dtype, _sweep in (("fp32", SWEEP), ("fp32x3", SWEEP_FP32X3), ("tf32", SWEEP_TF32), ("bf16", SWEEP_BF16)):
     register_kernel("matmul", matmul, DEFAULTS[_dtype], _sweep, precision=_dtype, interpret=_dtype != "bf16",
                     dtype=_dtype)
 
