@@ -114,6 +114,18 @@ def cmd_check(a):
     return 1 if n_bad else 0
 
 
+def cmd_launch_path(a):
+    _cuda_or_exit("launch-path")
+    _known_impls("launch-path", a.impls)
+    from . import launch_path
+    out = Path(a.out)
+    print(f"launch path: host time per call, stage by stage ({a.shape_set} shapes) -> {out / launch_path.FILE}")
+    run, rows = launch_path.measure(out, a.ops, a.impls, a.shape_set, _command_line(), calls=a.calls,
+                                    batches=a.batches, force_machine=a.force_machine)
+    print(launch_path.summary(rows))
+    print(f"run {run}: {len(rows)} rows")
+
+
 def cmd_ceilings(a):
     _cuda_or_exit("ceilings")
     from . import measure as m
@@ -186,6 +198,16 @@ def main(argv=None):
     sp.add_argument("--out", default=None, help="also record the table in OUT/checks.csv")
     force(sp)
     sp.set_defaults(fn=cmd_check)
+
+    sp = sub.add_parser("launch-path", help="where a small call's host time goes, stage by stage (needs CUDA)")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--ops", nargs="+", choices=list(ops.OPS), default=None)
+    sp.add_argument("--impls", nargs="+", default=None)
+    sp.add_argument("--shape-set", dest="shape_set", choices=["field", "large", "sweep"], default="field")
+    sp.add_argument("--calls", type=_positive_int, default=50, help="back-to-back calls per timed batch")
+    sp.add_argument("--batches", type=_positive_int, default=15)
+    force(sp)
+    sp.set_defaults(fn=cmd_launch_path)
 
     sp = sub.add_parser("ceilings", help="measure copy bandwidth, matmul rates and launch cost (needs CUDA)")
     sp.add_argument("--out", required=True)

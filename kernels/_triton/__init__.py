@@ -8,7 +8,9 @@ import functools
 
 from mage.registry import Impl, register
 
-from . import common
+from mage import launch_path
+
+from . import common, stages
 
 LABEL, ORDER, COLOR = "Triton", 10, "#E69F00"  # after the library columns; Okabe-Ito orange
 
@@ -30,6 +32,7 @@ def register_kernel(op: str, launcher, defaults: dict, sweep, precision: str = "
              config_for=lambda shape: common.choose(op, defaults, shape, {}),
              sweep=tuple(dict(c) for c in sweep),
              variant=functools.partial(_variant, op, launcher, defaults, precision, prepare, interpret, fixed))(fn)
+    launch_path.stages(op, "triton", precision)(functools.partial(stages.hook, op, fixed))
 
 
 def _variant(op, launcher, defaults, precision, prepare, interpret, fixed, **config) -> Impl:

@@ -42,10 +42,12 @@ def choose(op: str, defaults: dict, shape: dict, config: dict) -> dict:
     to a config; a shape in no set gets the 'sweep' entry, tuned over the widest range of sizes.
     Memoised: it runs on every launch, and the host path is most of a small call's time.
     """
+    # the memo key is built from the shape's items, not its text (shape_key formats every call)
+    memo = (op, id(defaults), tuple(shape.items()), tuple(sorted(config.items())) if config else ())
+    hit = _CHOSEN.get(memo)
+    if hit is not None:
+        return dict(hit)
     key = ops.shape_key(shape)
-    memo = (op, id(defaults), key, tuple(sorted(config.items())))
-    if memo in _CHOSEN:
-        return dict(_CHOSEN[memo])
     if key in defaults:
         base = defaults[key]
     else:
@@ -64,6 +66,21 @@ def choose(op: str, defaults: dict, shape: dict, config: dict) -> dict:
         _CHOSEN.clear()
     _CHOSEN[memo] = {**base, **config}
     return dict(_CHOSEN[memo])
+
+
+_SPLIT: dict = {}
+
+
+def choose_split(op: str, defaults: dict, shape: dict, config: dict) -> tuple[dict, dict]:
+    """``split(choose(...))``, memoised on the same key: (kernel constants, launch options), fresh dicts
+    the caller may change."""
+    memo = (op, id(defaults), tuple(shape.items()), tuple(sorted(config.items())) if config else ())
+    hit = _SPLIT.get(memo)
+    if hit is None:
+        if len(_SPLIT) > 4096:
+            _SPLIT.clear()
+        hit = _SPLIT[memo] = split(choose(op, defaults, shape, config))
+    return dict(hit[0]), dict(hit[1])
 
 
 def on_device(op: str, named: dict) -> None:

@@ -94,7 +94,7 @@ def bias_gelu(x, b, out=None, **config):
     if x.stride(1) != 1:
         x = x.contiguous()  # costs one extra read and write of x
     b = b.contiguous()
-    consts, launch = common.split(common.choose("bias_gelu", DEFAULTS, dict(R=R, C=C), config))
+    consts, launch = common.choose_split("bias_gelu", DEFAULTS, dict(R=R, C=C), config)
     grid = (triton.cdiv(R, consts["BLOCK_R"]), triton.cdiv(C, consts["BLOCK_C"]))
     even = R % consts["BLOCK_R"] == 0 and C % consts["BLOCK_C"] == 0
     _bias_gelu_kernel[grid](x, b, out, R, C, x.stride(0), out.stride(0), EVEN=even, **consts, **launch)

@@ -175,9 +175,8 @@ def layernorm(x, gamma, beta, out=None, **config):
     if x.stride(1) != 1:
         x = x.contiguous()  # costs one extra read and write of x
     gamma, beta = gamma.contiguous(), beta.contiguous()
-    cfg = common.choose("layernorm", DEFAULTS, dict(R=R, C=C), config)
-    block_c = min(common.pow2(C), cfg.pop("MAX_BLOCK_C"))
-    consts, launch = common.split(cfg)
+    consts, launch = common.choose_split("layernorm", DEFAULTS, dict(R=R, C=C), config)
+    block_c = min(common.pow2(C), consts.pop("MAX_BLOCK_C"))
     grid = (triton.cdiv(R, consts["BLOCK_R"]),)
     _layernorm_kernel[grid](x, gamma, beta, out, R, C, x.stride(0), out.stride(0), EPS,
                             BLOCK_C=block_c, ONE_BLOCK=block_c >= C,

@@ -1,0 +1,103 @@
+"""The launch-path stages of a Triton column (``mage.launch_path`` times each alone).
+
+One real call is watched first: the config choices the launcher asks for and every Triton launch it
+makes (kernel, grid, arguments) are recorded, then each stage is replayed on its own with exactly those
+arguments. Under TRITON_INTERPRET=1 nothing goes through Triton's JIT launcher, so the launch stages
+are absent and the interpreted kernel lands in the whole call's unnamed remainder.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from mage import ops
+
+from . import common
+
+CHECKS, CHOICE, ALLOC = "argument checks", "config choice", "allocation"
+LAUNCH, BIND, DRIVER = "Triton launch", "launcher argument binding", "driver launch"
+OPERATOR, DISPATCH = "torch.library operator", "custom-op dispatch"
+
+
+def _tensors(inputs) -> dict:
+    """The tensors a call reads, by name: the inputs themselves or the tensors an input object holds
+    (a validated graph's arrays), the same set the launchers hand to ``common.on_device``."""
+    named = {}
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor):
+            named[f"arg{i}"] = x
+        else:
+            named.update({f"arg{i}.{k}": v for k, v in vars(x).items() if isinstance(v, torch.Tensor)})
+    return named
+
+
+@contextlib.contextmanager
+def _watch(seen: dict):
+    """Record the launcher's config choices (``common.choose``/``choose_split``, outermost calls only)
+    and its Triton launches while the block runs."""
+    from triton.runtime.jit import JITFunction
+    choose, choose_split, run = common.choose, common.choose_split, JITFunction.run
+    depth = [0]
+
+    def spying(fn):
+        def spy(*a, **k):
+            if depth[0] == 0:
+                seen["choose"].append((fn, a, k))
+            depth[0] += 1
+            try:
+                return fn(*a, **k)
+            finally:
+                depth[0] -= 1
+        return spy
+
+    def spy_run(self, *args, grid, warmup, **kw):
+        if not warmup:
+            seen["launch"].append((self, args, grid, dict(kw)))
+        return run(self, *args, grid=grid, warmup=warmup, **kw)
+
+    common.choose, common.choose_split, JITFunction.run = spying(choose), spying(choose_split), spy_run
+    try:
+        yield run
+    finally:
+        common.choose, common.choose_split, JITFunction.run = choose, choose_split, run
+
+
+def hook(op: str, fixed: dict, impl, inputs) -> dict:
+    """The stages of one call of ``impl`` (a registered Triton column) on ``inputs``."""
+    spec = ops.OPS[op]
+    seen = {"choose": [], "launch": []}
+    with _watch(seen) as run:
+        impl.fn(*inputs)
+    named = _tensors(inputs)
+
+    def checks():
+        spec.validate(*inputs)
+        common.on_device(op, named)
+
+    def choice():
+        for fn, a, k in seen["choose"]:
+            fn(*a, **k)
+
+    def launch():
+        for jit, args, grid, kw in seen["launch"]:
+            run(jit, *args, grid=grid, warmup=False, **kw)
+
+    def bind():  # Triton's binder, specialisation key and cache look-up, without the launch
+        for jit, args, grid, kw in seen["launch"]:
+            run(jit, *args, grid=grid, warmup=True, **kw)
+
+    stages = [(CHECKS, checks), (CHOICE, choice), (ALLOC, lambda: spec.empty_out(*inputs))]
+    if seen["launch"]:
+        stages += [(LAUNCH, launch), (BIND, bind)]
+    parts = {"stages": stages, "nested": {BIND}, "derived": [(DRIVER, LAUNCH, BIND)], "entries": []}
+    operator = getattr(getattr(torch.ops, "mage", None), f"triton_{op}", None)
+    if operator is not None:
+        try:
+            operator(*inputs, **fixed)
+        except Exception:  # noqa: BLE001 - an operator taking other arguments (raw arrays): not timed
+            operator = None
+    if operator is not None:
+        parts["entries"].append((OPERATOR, lambda: operator(*inputs, **fixed)))
+        parts["derived"].append((DISPATCH, OPERATOR, "whole call"))
+    return parts
