@@ -20,10 +20,11 @@ import pandas as pd
 # and 1..3 for one round of event spans; ``stat`` says which statistic ``value`` is.
 REQUIRED = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "value", "unit"]
 OPTIONAL = ["family", "flops", "bytes", "floor_us", "achieved_gbps", "achieved_tflops", "frac_of_floor",
-            "kernel_names", "flags", "config", "run", "source", "order", "prepare_s", "tile_of", "clocks"]
+            "kernel_names", "flags", "config", "run", "source", "order", "prepare_s", "tile_of", "clocks", "stage"]
 # host_time: the host's wall-clock time inside the call during the event spans (per round, and overall)
 VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches": "count",
-         "copy_time": "us", "prepare_time": "s", "host_time": "us"}
+         "copy_time": "us", "prepare_time": "s", "host_time": "us",
+         "host_stage": "us"}  # one stage of a call's host path (mage.launch_path), named in 'stage'
 SHAPE_SETS = {"field", "large", "sweep", "tiles", "published"}
 CACHES = {"warm", "cold", "n/a"}
 CHECK_COLUMNS = ["op", "impl", "dtype", "shape", "dist", "error", "tolerance", "passed", "trials", "reason", "run"]
@@ -41,7 +42,7 @@ class DataError(ValueError):
 # Columns that name one measured value. Within one run a re-measured value replaces the old row; rows of
 # different runs never replace each other (``merge_csv`` always adds ``run``), and ``load`` picks one run.
 IDENTITY = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "run", "config",
-            "tile_of"]
+            "tile_of", "stage"]
 # What one case is: the rows one implementation got at one shape in one run.
 CASE = ["op", "impl", "dtype", "shape", "cache", "shape_set", "config", "tile_of"]
 CHECK_CASE = ["op", "impl", "dtype", "shape", "dist", "config"]
