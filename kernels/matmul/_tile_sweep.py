@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from mage import ops, registry
 from mage import measure as m
+from mage import ops, registry
 from mage.data import merge_csv
 
 OP = "matmul"
@@ -79,7 +80,7 @@ def main(argv=None) -> int:
                               ["op", "impl", "dtype", "shape", "dist", "config"])
                 us = _kernel_us(rows)
                 err = checks[0]["error"] if checks else float("nan")
-                ratio = base_us[BASELINE[dt]] / us if us == us else float("nan")
+                ratio = base_us[BASELINE[dt]] / us if math.isfinite(us) and us > 0 else math.nan
                 summary.append(dict(dtype=dt, n=n, config=v.config, default=v.config == im.config_at(shape),
                                     passed=bool(checks and checks[0]["passed"]), error=err, kernel_us=us,
                                     cublas=BASELINE[dt], cublas_us=base_us[BASELINE[dt]], speedup=ratio))
