@@ -91,6 +91,7 @@ SWEEP = [
 
 
 def _tc(bm, bn, bk, warps, stages, kmajor=1, group=8):
+    """One tensor-core config: tiles, warps, stages, GROUP_M and B's layout (K-major unless told)."""
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps, num_stages=stages,
                 B_KMAJOR=kmajor)
 
