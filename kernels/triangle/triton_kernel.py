@@ -1,7 +1,14 @@
-"""triangle in Triton: O_ijc = sum_k A_ikc B_jkc, read in place from the [N, N, C] layout. For each
-channel c it is the matmul A[:, :, c] @ B[:, :, c]^T; a program takes an (i, j) tile of BLOCK_C
-neighbouring channels (contiguous floats) and reduces over k, as one batched 3-d dot or, with
-PER_CHANNEL, split in registers into one 2-d dot per channel.
+"""triangle in Triton: O_ijc = sum_k A_ikc B_jkc. For each channel c it is the matmul
+A[:, :, c] @ B[:, :, c]^T. Two roads, chosen by the config key LAYOUT:
+
+- "in_place": read the [N, N, C] layout as it is (one launch). A program takes an (i, j) tile of
+  BLOCK_C neighbouring channels (contiguous floats) and reduces over k, as one batched 3-d dot or, with
+  PER_CHANNEL, split in registers into one 2-d dot per channel.
+- "channel_major": copy A and B to [C, N, N], then a batched GEMM (``_channel_major.py``; two or three
+  launches, with the output epilogue STORE).
+
+Two precisions, both held to the FP32 tolerance: 'fp32' (IEEE products on the FMA units) and 'fp32x3'
+(each product as three TF32 tensor-core products, ``input_precision="tf32x3"``).
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ from mage.errors import MageInputError
 
 from kernels._triton import common, register_kernel
 
+from . import _channel_major as road
 from .spec import SPEC
 
 
@@ -45,6 +53,7 @@ def _triangle_kernel(
     GROUP_I: tl.constexpr,  # tile rows walked before moving right (L2 reuse, as in matmul)
     PER_CHANNEL: tl.constexpr,  # BLOCK_C = 2 or 4 loaded together, then one 2-d dot per channel
     OFFS_64: tl.constexpr,  # an operand's element offsets pass 2^31: i and j indices in int64
+    PRECISION: tl.constexpr,  # "ieee" (FMA) or "tf32x3" (three TF32 tensor-core products)
 ):
     pid = tl.program_id(0)
     tiles_i = tl.cdiv(N, BLOCK_I)
@@ -75,11 +84,11 @@ def _triangle_kernel(
             kmask = ks < N - k0
             a0, a1, a2, a3 = _unpack(tl.load(a_ptrs, mask=kmask[None, :, None], other=0.0), BLOCK_C)
             b0, b1, b2, b3 = _unpack(tl.load(b_ptrs, mask=kmask[:, None, None], other=0.0), BLOCK_C)
-            acc0 = tl.dot(a0, b0, acc0, input_precision="ieee")
-            acc1 = tl.dot(a1, b1, acc1, input_precision="ieee")
+            acc0 = tl.dot(a0, b0, acc0, input_precision=PRECISION)
+            acc1 = tl.dot(a1, b1, acc1, input_precision=PRECISION)
             if BLOCK_C == 4:
-                acc2 = tl.dot(a2, b2, acc2, input_precision="ieee")
-                acc3 = tl.dot(a3, b3, acc3, input_precision="ieee")
+                acc2 = tl.dot(a2, b2, acc2, input_precision=PRECISION)
+                acc3 = tl.dot(a3, b3, acc3, input_precision=PRECISION)
             a_ptrs += BLOCK_K * sa_k
             b_ptrs += BLOCK_K * sb_k
         if BLOCK_C == 2:
@@ -98,7 +107,7 @@ def _triangle_kernel(
             kmask = ks < N - k0
             a = tl.load(a_ptrs, mask=kmask[None, None, :], other=0.0)
             b = tl.load(b_ptrs, mask=kmask[None, :, None], other=0.0)
-            acc = tl.dot(a, b, acc, input_precision="ieee")
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
             a_ptrs += BLOCK_K * sa_k
             b_ptrs += BLOCK_K * sb_k
         mask = (chans < C)[:, None, None] & (rows < N)[None, :, None] & (cols < N)[None, None, :]
@@ -107,60 +116,127 @@ def _triangle_kernel(
 # </kernel>
 
 
-# FIRST: one channel per program, the "C independent matmuls" read literally; every load is a
+# Every config names every key, so each recorded row says which road ran. In place: PER_CHANNEL as
+# above; K_INNER unused. Channel-major: STORE, the output epilogue ("direct" or "permute", see
+# _channel_major.py), and K_INNER, the order of the [C, N, N] copies: k innermost for the tensor cores
+# (TF32 products read both operands K-major), i and j innermost for the FMA dot (with k innermost it
+# reads shared memory 4 bytes at a time, compiled for sm_90).
+def _in_place(bi, bj, bk, bc, warps, stages, group=8, per_channel=False):
+    return dict(LAYOUT="in_place", STORE="direct", K_INNER=False, BLOCK_I=bi, BLOCK_J=bj, BLOCK_K=bk, BLOCK_C=bc,
+                GROUP_I=group, PER_CHANNEL=per_channel, num_warps=warps, num_stages=stages)
+
+
+def _channel_major(store, bi, bj, bk, bc, warps, stages, group=8, k_inner=True):
+    return dict(LAYOUT="channel_major", STORE=store, K_INNER=k_inner, BLOCK_I=bi, BLOCK_J=bj, BLOCK_K=bk, BLOCK_C=bc,
+                GROUP_I=group, PER_CHANNEL=False, num_warps=warps, num_stages=stages)
+
+
+# FIRST: one channel a program, the "C independent matmuls" read literally in place; every load is a
 # single float C apart, so each 32-byte sector fetched serves one value.
-FIRST = dict(BLOCK_I=32, BLOCK_J=32, BLOCK_K=32, BLOCK_C=1, GROUP_I=1, PER_CHANNEL=False, num_warps=4, num_stages=2)
+FIRST = _in_place(32, 32, 32, 1, 4, 2, group=1)
 SWEEP = [
     FIRST,
-    dict(BLOCK_I=32, BLOCK_J=32, BLOCK_K=16, BLOCK_C=8, GROUP_I=8, PER_CHANNEL=False, num_warps=4, num_stages=3),
-    dict(BLOCK_I=32, BLOCK_J=32, BLOCK_K=16, BLOCK_C=16, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
-    dict(BLOCK_I=64, BLOCK_J=32, BLOCK_K=16, BLOCK_C=8, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
-    dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
-    dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=8, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
-    dict(BLOCK_I=128, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
-    dict(BLOCK_I=128, BLOCK_J=128, BLOCK_K=16, BLOCK_C=2, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
-    dict(BLOCK_I=128, BLOCK_J=128, BLOCK_K=16, BLOCK_C=1, GROUP_I=8, PER_CHANNEL=False, num_warps=8, num_stages=3),
-    # Not yet measured on a GPU: 2 or 4 neighbouring channels loaded as 8- or 16-byte runs, then the
-    # 2-d FMA dot per channel (the 3-d dot above lowers to narrow shared-memory loads).
-    dict(BLOCK_I=128, BLOCK_J=128, BLOCK_K=16, BLOCK_C=2, GROUP_I=8, PER_CHANNEL=True, num_warps=8, num_stages=3),
-    dict(BLOCK_I=128, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, PER_CHANNEL=True, num_warps=8, num_stages=3),
-    dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=4, GROUP_I=8, PER_CHANNEL=True, num_warps=4, num_stages=3),
+    _in_place(32, 32, 16, 8, 4, 3),  # the recorded best at the field shape
+    _in_place(128, 128, 16, 1, 8, 3),  # the recorded best in place at the large shape
+    # 2 or 4 neighbouring channels loaded as 8- or 16-byte runs, then the 2-d dot per channel
+    _in_place(128, 128, 16, 2, 8, 3, per_channel=True),
+    _in_place(128, 64, 16, 4, 8, 3, per_channel=True),
+    _in_place(64, 64, 16, 4, 4, 3, per_channel=True),
+    # Channel-major, FMA dot: the matmul kernel's FP32 tiles (BLOCK_K = 16 keeps the operand slices the
+    # FMA dot holds in registers from spilling at 128x128 with 8 warps); copies with i and j innermost.
+    _channel_major("permute", 128, 128, 16, 1, 8, 3, k_inner=False),
+    _channel_major("permute", 128, 128, 16, 1, 8, 4, k_inner=False),
+    _channel_major("permute", 128, 64, 16, 1, 4, 3, k_inner=False),
+    _channel_major("permute", 128, 128, 16, 1, 8, 3),  # k innermost: the FMA dot's 4-byte shared loads
+    _channel_major("direct", 128, 128, 16, 1, 8, 3, k_inner=False),  # the stride-C scatter, to price it
+    # several channels a program: smaller tiles, since the program holds BLOCK_C finished tiles too
+    _channel_major("direct", 64, 64, 16, 2, 4, 3, k_inner=False),
+    _channel_major("direct", 64, 64, 16, 4, 8, 3, k_inner=False),
+    _channel_major("direct", 32, 64, 16, 8, 8, 3, k_inner=False),
 ]
-# The best kernel time of the recorded sweep (data/h200/tiles.csv; times in kernels/NOTES.md): large,
-# one channel a program with 128 x 128 tiles (every batched config was slower, since Triton 3.6 lowers
-# the FP32 3-d dot to FMAs with narrow shared-memory loads); field (N = 128, only 16 programs of
-# 128 x 128), 32 x 32 tiles of 8 channels, which fill more SMs.
-DEFAULTS = {"field": SWEEP[1], "large": SWEEP[8], "sweep": SWEEP[8]}
+# fp32x3: three TF32 wgmma products per k step of 8, both operands K-major on the channel-major road.
+# BLOCK_K = 32 is one 128-byte line of k per row; a stage of 128x128x32 is 32 KB of shared memory, so
+# 3-4 stages fit under the 227 KB a block may use (128x128x64 only with 2). Compiled for sm_90,
+# 128x256 tiles and the in-place 3-d dot spill registers, so neither is here.
+SWEEP_X3 = [
+    # in place: the layout's price at this precision (channels split in registers, then 2-d dots)
+    _in_place(64, 64, 16, 2, 4, 3, per_channel=True),
+    _in_place(128, 64, 16, 2, 8, 3, per_channel=True),
+    _channel_major("permute", 128, 128, 32, 1, 8, 3),
+    _channel_major("permute", 128, 128, 32, 1, 8, 4),
+    _channel_major("permute", 128, 128, 64, 1, 8, 2),
+    _channel_major("permute", 128, 64, 32, 1, 4, 4),
+    _channel_major("permute", 64, 128, 32, 1, 4, 4),
+    _channel_major("direct", 128, 128, 32, 1, 8, 3),  # the stride-C scatter
+    _channel_major("direct", 128, 64, 32, 2, 8, 3),
+    _channel_major("direct", 64, 64, 32, 4, 8, 3),
+    _channel_major("direct", 64, 32, 32, 8, 4, 3),
+]
+# fp32 field and in-place large: the recorded sweep (times in kernels/NOTES.md): at N = 128 only 16
+# programs of 128 x 128 exist, so 32 x 32 tiles of 8 channels fill more SMs. The channel-major
+# entries are guesses until the GPU sweep (kernels/NOTES.md, "triangle: what the layout costs"); the
+# field entries stay in place, one launch per call.
+DEFAULTS = {"field": SWEEP[1], "large": SWEEP[6], "sweep": SWEEP[6]}
+DEFAULTS_X3 = {"field": SWEEP_X3[0], "large": SWEEP_X3[2], "sweep": SWEEP_X3[2]}
+BY_DTYPE = {"fp32": (DEFAULTS, SWEEP), "fp32x3": (DEFAULTS_X3, SWEEP_X3)}
+INPUT_PRECISION = {"fp32": "ieee", "fp32x3": "tf32x3"}
+LAYOUTS, STORES = ("in_place", "channel_major"), ("direct", "permute")
 
 
-def triangle(A, B, out=None, **config):
-    """O_ijc = sum_k A_ikc B_jkc for A, B of shape [N, N, C], any strides, no copies."""
+def _refuse_bad_config(c: dict) -> None:
+    def no(why):
+        raise MageInputError("triangle", "config", why)
+    if c["LAYOUT"] not in LAYOUTS:
+        no(f"LAYOUT must be one of {LAYOUTS}, got {c['LAYOUT']!r}")
+    if c["STORE"] not in STORES:
+        no(f"STORE must be one of {STORES}, got {c['STORE']!r}")
+    if c["LAYOUT"] == "in_place" and c["STORE"] != "direct":
+        no("the in-place kernel writes O directly: STORE must be 'direct'")
+    if c["PER_CHANNEL"] and (c["LAYOUT"] != "in_place" or c["BLOCK_C"] not in (2, 4)):
+        no(f"PER_CHANNEL needs LAYOUT 'in_place' and BLOCK_C 2 or 4, got {c['LAYOUT']!r}, {c['BLOCK_C']}")
+    for key in ("BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C"):
+        if c[key] < 1 or c[key] & (c[key] - 1):
+            no(f"{key} must be a power of two, got {c[key]}")
+
+
+def triangle(A, B, out=None, dtype="fp32", **config):
+    """O_ijc = sum_k A_ikc B_jkc for A, B of shape [N, N, C], any strides. ``dtype``: 'fp32' (IEEE FMA
+    products) or 'fp32x3' (three TF32 tensor-core products each); ``config`` overrides the tiles and
+    the road (LAYOUT, STORE)."""
     SPEC.validate(A, B)
+    if dtype not in INPUT_PRECISION:
+        raise MageInputError("triangle", "dtype", f"must be one of {sorted(INPUT_PRECISION)}, got {dtype!r}")
     N, _, C = A.shape
     ops.check_out("triangle", out, (N, N, C), A.dtype, A.device)
     common.on_device("triangle", {"A": A, "B": B})
     out = torch.empty((N, N, C), dtype=A.dtype, device=A.device) if out is None else out
     if N == 0 or C == 0:
         return out
-    consts, launch = common.split(common.choose("triangle", DEFAULTS, dict(N=N, C=C), config))
-    if consts["PER_CHANNEL"] and consts["BLOCK_C"] not in (2, 4):
-        raise MageInputError("triangle", "config", f"PER_CHANNEL needs BLOCK_C 2 or 4, got {consts['BLOCK_C']}")
+    consts, launch = common.split(common.choose("triangle", BY_DTYPE[dtype][0], dict(N=N, C=C), config))
+    _refuse_bad_config(consts)
+    precision = INPUT_PRECISION[dtype]
+    if consts["LAYOUT"] == "channel_major":
+        # the [C, N, N] scratch copies are contiguous with A's element count, whatever A's strides
+        offs_64 = common.offsets_64(A, B, out) or A.numel() >= common.INT32_LIMIT
+        return road.channel_major(A, B, out, consts, launch, precision, offs_64)
+    consts = {k: v for k, v in consts.items() if k not in ("LAYOUT", "STORE", "K_INNER")}
     grid = (triton.cdiv(N, consts["BLOCK_I"]) * triton.cdiv(N, consts["BLOCK_J"]), triton.cdiv(C, consts["BLOCK_C"]))
     _triangle_kernel[grid](A, B, out, N, C, *A.stride(), *B.stride(), *out.stride(),
-                           OFFS_64=common.offsets_64(A, B, out), **consts, **launch)
+                           OFFS_64=common.offsets_64(A, B, out), PRECISION=precision, **consts, **launch)
     return out
 
 
-register_kernel("triangle", triangle, DEFAULTS, SWEEP)
+for _dtype, (_defaults, _sweep) in BY_DTYPE.items():
+    register_kernel("triangle", triangle, _defaults, _sweep, precision=_dtype, dtype=_dtype)
 
 
 @torch.library.custom_op("mage::triton_triangle", mutates_args=())
-def triangle_op(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+def triangle_op(A: torch.Tensor, B: torch.Tensor, dtype: str = "fp32") -> torch.Tensor:
     """The kernel as a PyTorch operator, so torch.compile graphs can call it."""
-    return triangle(A, B)
+    return triangle(A, B, dtype=dtype)
 
 
 @triangle_op.register_fake
-def _(A, B):
+def _(A, B, dtype="fp32"):
     SPEC.validate(A, B)  # metadata only: a call with any 'meta' input lands here
     return A.new_empty(A.shape)
