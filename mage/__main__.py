@@ -75,7 +75,8 @@ def cmd_measure(a):
             print(f"{len(failed)} implementation(s) failed their check and were not timed:")
             print(failed[["op", "impl", "dtype", "shape", "reason"]].to_string(index=False))
     if a.tiles or a.tiles_only:
-        m.measure_tiles(a.ops, [s for s in a.shapes if s in ("field", "large")], out, st, log=m.stderr_log)
+        m.measure_tiles(a.ops, [s for s in a.shapes if s in ("field", "large")], out, st, log=m.stderr_log,
+                        dtypes=a.dtypes, names=a.impls)
     print(m.summary_table(all_rows[0]) if all_rows else "")
     print(f"\nwrote {out}/ (run {st.run}) in {time.perf_counter() - t0:.0f} s")
 

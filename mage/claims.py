@@ -253,9 +253,10 @@ def smallest_sweep(df: pd.DataFrame, ceilings: pd.DataFrame, dtype: str = "fp32"
             f"{hi / empty:.2g} times an empty kernel's {us(empty)}: near it, not at it.")
 
 
-def tiles(df: pd.DataFrame, op: str, tile_of: str = "field") -> pd.DataFrame:
-    """The tile sweep of ``op`` with each config's kernel time and reuse count (from the spec)."""
-    h = V.headline(df, op=op, shape_set="tiles", view="kernel_time")
+def tiles(df: pd.DataFrame, op: str, tile_of: str = "field", dtype: str = "fp32") -> pd.DataFrame:
+    """The tile sweep of ``op`` at one precision with each config's kernel time and reuse count (from
+    the spec)."""
+    h = V.headline(df, op=op, shape_set="tiles", dtype=dtype, view="kernel_time")
     if "tile_of" in h:
         h = h[h["tile_of"].replace("", tile_of) == tile_of]
     spec = OPS.get(op)

@@ -38,10 +38,11 @@ def config_label(config: dict) -> str:
     return " ".join([s] + extra)
 
 
-def tile_table(tiles: pd.DataFrame, op: str, tile_of: str = "field") -> pd.DataFrame:
+def tile_table(tiles: pd.DataFrame, op: str, tile_of: str = "field", dtype: str = "fp32") -> pd.DataFrame:
     """One row per recorded config, in the order recorded: kernel time, event span, achieved rates and
-    the reuse count, at the first shape the config was recorded at."""
-    h = V.headline(tiles, op=op, shape_set="tiles", view=["kernel_time", "event_span"])
+    the reuse count, at the first shape the config was recorded at (one precision: two precisions'
+    sweeps share config names)."""
+    h = V.headline(tiles, op=op, shape_set="tiles", dtype=dtype, view=["kernel_time", "event_span"])
     if "tile_of" in h:
         h = h[h["tile_of"].replace("", tile_of) == tile_of]
     rows = []

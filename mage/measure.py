@@ -272,13 +272,15 @@ def write(out_dir, rows: pd.DataFrame, checks: pd.DataFrame):
         merge_csv(checks, out_dir / "checks.csv", ["op", "impl", "dtype", "shape", "dist", "run"])
 
 
-def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print):
+def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print, dtypes=None, names=None):
     """The tile sweep: every configuration that an implementation offers (``Impl.sweep``), each checked,
-    then profiled and spanned with the lighter TILE_SETTINGS; every row records the config that ran."""
+    then profiled and spanned with the lighter TILE_SETTINGS; every row records the config that ran.
+    ``dtypes`` (default fp32 only, the book's sweeps) and ``names`` pick the implementations swept."""
     rows, checks = [], []
     for name in op_names:
         spec = ops.get(name)
-        for base in [i for i in registry.impls(name, dtype="fp32") if i.sweep and i.variant]:
+        for base in [i for i in registry.impls(name, names=names) if i.sweep and i.variant
+                     and i.dtype in (dtypes or ("fp32",))]:
             variants = [base.variant(**cfg) for cfg in base.sweep]
             for shape_set in shape_sets:
                 for shape in spec.shapes[shape_set]:

@@ -34,7 +34,7 @@ def _small(op):
 
 def test_every_op_has_a_triton_impl():
     assert {i.op for i in TRITON} == set(ops.OPS)
-    assert {i.dtype for i in TRITON if i.op == "matmul"} == {"fp32", "tf32", "bf16"}
+    assert {i.dtype for i in TRITON if i.op == "matmul"} == {"fp32", "fp32x3", "tf32", "bf16"}
     for i in TRITON:
         assert i.family == "triton" and i.needs_cuda and i.sweep and i.variant
         for shape_set in ("field", "large"):
@@ -44,12 +44,11 @@ def test_every_op_has_a_triton_impl():
 
 def test_sweeps_start_with_first_and_defaults_cover_shape_sets():
     for i in TRITON:
-        mod = module(i.op)
-        defaults = mod.DEFAULTS[i.dtype] if i.op == "matmul" else mod.DEFAULTS
         if i.dtype == "fp32":
-            assert i.sweep[0] == mod.FIRST
-        for shape_set in ("field", "large", "sweep"):
-            assert set(defaults[shape_set]) == set(i.sweep[0]), (i.op, i.dtype, shape_set)
+            assert i.sweep[0] == module(i.op).FIRST
+        for shape_set in ("field", "large"):  # the config each listed shape runs names every tile choice
+            for shape in ops.OPS[i.op].shapes[shape_set]:
+                assert set(i.config_for(shape)) == set(i.sweep[0]), (i.op, i.dtype, shape_set)
 
 
 @pytest.mark.parametrize("impl", TRITON, ids=_id)
@@ -127,7 +126,9 @@ def test_gpu_one_launch_per_call(impl):
         inputs = spec.inputs(shape, device="cuda", dtype=impl.dtype)
         args = impl.prepare(*inputs) if impl.prepare else inputs
         p = profile(lambda: impl.fn(*args), iters=5, warmup=2)
-        assert p.launches == 1, (shape, p.kernel_names)
+        # one launch, plus the layout copies a config asks for (the op's module says how many)
+        extra = getattr(module(impl.op), "layout_launches", lambda cfg: 0)(impl.config_at(shape))
+        assert p.launches == 1 + extra, (shape, impl.config_at(shape), p.kernel_names)
 
 
 @gpu

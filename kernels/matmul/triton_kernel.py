@@ -174,8 +174,7 @@ def matmul(A, B, out=None, dtype=None, **config):
         return out
     if K == 0:
         return out.zero_()
-    cfg = common.choose("matmul", DEFAULTS[dtype], dict(M=M, K=K, N=N), config)
-    consts, launch = common.split(cfg)
+    consts, launch = common.choose_split("matmul", DEFAULTS[dtype], dict(M=M, K=K, N=N), config)
     kmajor = consts.pop("B_KMAJOR", 0)  # a launcher choice, not a constant of the kernel
     if kmajor not in (0, 1):
         raise MageInputError("matmul", "config", f"B_KMAJOR must be 0 or 1, got {kmajor!r}")
@@ -188,6 +187,11 @@ def matmul(A, B, out=None, dtype=None, **config):
                          out.stride(0), out.stride(1), PRECISION=PRECISION[dtype],
                          OFFS_64=common.offsets_64(A, Bk, out), **consts, **launch)
     return out
+
+
+def layout_launches(config: dict) -> int:
+    """Launches a call makes besides the kernel's, for row-major inputs: the K-major copy of B."""
+    return int(config.get("B_KMAJOR", 0))
 
 
 # Triton 3.6's interpreter multiplies bf16 dot operands wrongly (results off by ~1e9), so the bf16
