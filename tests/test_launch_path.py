@@ -110,3 +110,18 @@ def test_watching_a_call_restores_the_launch_path():
     assert (common.choose, common.choose_split) == before
     names = [s for s, _ in parts["stages"]]
     assert names[:3] == [stages.CHECKS, stages.CHOICE, stages.ALLOC]
+
+
+@cpu_only
+def test_stages_of_a_call_on_a_graph():
+    """The neighbour column's inputs hold a validated graph, whose arrays live in slots, not a
+    __dict__: its stages are measured like any other op's (the H200 run failed here with a TypeError)."""
+    im = registry.get("neighbor_agg", "triton")
+    spec = ops.OPS["neighbor_agg"]
+    shape = dict(n=5, F=3, deg=2, dist="uniform")
+    inputs = spec.inputs(shape)
+    inputs = im.prepare(*inputs) if im.prepare else inputs
+    named = stages._tensors(inputs)
+    assert any(k.endswith(".col") for k in named) and all(isinstance(v, torch.Tensor) for v in named.values())
+    out = launch_path.rows_for(im, shape, "field", "20990101T000000Z-test", device="cpu", calls=2, batches=2)
+    assert {r["stage"] for r in out} >= {"argument checks", "whole call"}

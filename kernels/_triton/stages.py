@@ -28,7 +28,10 @@ def _tensors(inputs) -> dict:
         if isinstance(x, torch.Tensor):
             named[f"arg{i}"] = x
         else:
-            named.update({f"arg{i}.{k}": v for k, v in vars(x).items() if isinstance(v, torch.Tensor)})
+            # a graph keeps its arrays in slots (read-only), other objects in their __dict__
+            fields = getattr(x, "__slots__", None) or list(vars(x))
+            named.update({f"arg{i}.{k}": getattr(x, k) for k in fields
+                          if isinstance(getattr(x, k, None), torch.Tensor)})
     return named
 
 

@@ -24,9 +24,16 @@ def _bias_gelu_kernel(
     BLOCK_C: tl.constexpr,  # columns per program
     EVEN: tl.constexpr,  # the tiles cover R x C exactly: no masks (a fact of the shape, not a choice)
     EVICT: tl.constexpr,  # stream x and y past L2 (evict first) and keep b (evict last)
+    LINEAR: tl.constexpr,  # one 1-d grid in memory order (else 2-d, programs walking down the rows)
 ):
-    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    if LINEAR:  # consecutive programs take consecutive tiles of a row: the GPU streams x in order
+        per_row = tl.cdiv(C, BLOCK_C)
+        pid = tl.program_id(0)
+        tile_r, tile_c = pid // per_row, pid % per_row
+    else:
+        tile_r, tile_c = tl.program_id(0), tl.program_id(1)
+    row = tile_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tile_c * BLOCK_C + tl.arange(0, BLOCK_C)
     # 64-bit row offsets: R * C can pass 2^31 elements at sizes that still fit in memory
     x_ptrs = X + row.to(tl.int64)[:, None] * stride_x + cols[None, :]
     y_ptrs = Y + row.to(tl.int64)[:, None] * stride_y + cols[None, :]
@@ -50,10 +57,10 @@ def _bias_gelu_kernel(
 # </kernel>
 
 
-FIRST = dict(BLOCK_R=1, BLOCK_C=1024, num_warps=4, EVICT=0)
+FIRST = dict(BLOCK_R=1, BLOCK_C=1024, num_warps=4, EVICT=0, LINEAR=0)
 # Memory-bound: what matters is bytes in flight per SM (tile size x resident programs) and few
 # programs' worth of tail; the candidates trade tile size against warps.
-SWEEP = [FIRST] + [dict(c, EVICT=0) for c in (
+SWEEP = [FIRST] + [dict(c, EVICT=0, LINEAR=0) for c in (
     dict(BLOCK_R=4, BLOCK_C=1024, num_warps=4),
     dict(BLOCK_R=8, BLOCK_C=512, num_warps=4),
     dict(BLOCK_R=8, BLOCK_C=1024, num_warps=8),
@@ -67,7 +74,7 @@ SWEEP = [FIRST] + [dict(c, EVICT=0) for c in (
     dict(BLOCK_R=2, BLOCK_C=512, num_warps=4),
     dict(BLOCK_R=1, BLOCK_C=512, num_warps=2),
     dict(BLOCK_R=4, BLOCK_C=512, num_warps=8),
-)] + [
+)] + [dict(c, LINEAR=0) for c in (
     # Cache hints, and more bytes per thread (16 or 32 values: four or eight 16-byte loads in flight)
     dict(BLOCK_R=1, BLOCK_C=1024, num_warps=4, EVICT=1),
     dict(BLOCK_R=1, BLOCK_C=2048, num_warps=4, EVICT=1),
@@ -75,11 +82,19 @@ SWEEP = [FIRST] + [dict(c, EVICT=0) for c in (
     dict(BLOCK_R=1, BLOCK_C=4096, num_warps=8, EVICT=1),
     dict(BLOCK_R=1, BLOCK_C=2048, num_warps=4, EVICT=0),
     dict(BLOCK_R=1, BLOCK_C=512, num_warps=4, EVICT=1),
+)] + [
+    # Programs in memory order (the 2-d grid sends consecutive programs down a column of tiles, rows
+    # 32 KB apart at the large shape; a streaming kernel wants its reads in address order)
+    dict(BLOCK_R=1, BLOCK_C=1024, num_warps=4, EVICT=0, LINEAR=1),
+    dict(BLOCK_R=1, BLOCK_C=2048, num_warps=4, EVICT=0, LINEAR=1),
+    dict(BLOCK_R=1, BLOCK_C=1024, num_warps=4, EVICT=1, LINEAR=1),
+    dict(BLOCK_R=1, BLOCK_C=512, num_warps=4, EVICT=0, LINEAR=1),
 ]
-# The best kernel time of the recorded sweep (data/h200/tiles.csv; times in kernels/NOTES.md): large,
-# the plain first config; field, one row of 512 columns with 4 warps (faster than the 8 x 512 tile that
-# was best before the small tiles were in the sweep).
-DEFAULTS = {"field": SWEEP[8], "large": SWEEP[0], "sweep": SWEEP[2]}
+# Field: the best kernel time of the H200 tile sweeps (data/h200/tiles.csv and run 20261203T1645*;
+# times in kernels/NOTES.md), one row of 512 columns with 4 warps. Large: the plain first config was
+# the best of the 2-d grid, 5% behind torch.compile's kernel; the same tiles in memory order are the
+# prediction that closes it (kernels/NOTES.md).
+DEFAULTS = {"field": SWEEP[8], "large": SWEEP[18], "sweep": SWEEP[2]}
 
 
 def bias_gelu(x, b, out=None, **config):
@@ -95,7 +110,8 @@ def bias_gelu(x, b, out=None, **config):
         x = x.contiguous()  # costs one extra read and write of x
     b = b.contiguous()
     consts, launch = common.choose_split("bias_gelu", DEFAULTS, dict(R=R, C=C), config)
-    grid = (triton.cdiv(R, consts["BLOCK_R"]), triton.cdiv(C, consts["BLOCK_C"]))
+    tiles = (triton.cdiv(R, consts["BLOCK_R"]), triton.cdiv(C, consts["BLOCK_C"]))
+    grid = (tiles[0] * tiles[1],) if consts["LINEAR"] else tiles
     even = R % consts["BLOCK_R"] == 0 and C % consts["BLOCK_C"] == 0
     _bias_gelu_kernel[grid](x, b, out, R, C, x.stride(0), out.stride(0), EVEN=even, **consts, **launch)
     return out

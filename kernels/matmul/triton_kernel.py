@@ -141,16 +141,17 @@ SWEEP_BF16 = [
     _tc(128, 128, 64, 8, 3, kmajor=1),
 ]
 # Chosen config per precision and shape set. FP32: from the recorded tile sweep on the H200
-# (kernels/NOTES.md), the best measured at 1024^3 (field) and 4096^3 (large). The tensor-core rows are
-# guesses until their tile sweep is recorded: bf16 as before (B N-major); TF32 its earlier tiles with
-# B K-major; fp32x3 the first probe's tiles (128x128x64, 8 warps, 3 stages, B K-major). At 1024^3 both
-# take 128x64 tiles, 128 programs for 132 SMs (128x256 tiles made 32).
+# (kernels/NOTES.md), the best measured at 1024^3 (field) and 4096^3 (large). Tensor-core rows at
+# 4096^3: the best of their tile sweep (run 20261203T1645*, kernels/NOTES.md): fp32x3 128x128x64 with
+# GROUP_M 16, TF32 128x256x32 with GROUP_M 16 (both B K-major), bf16 128x256x64 with B N-major. At
+# 1024^3 (not swept) both take 128x64 tiles, 128 programs for 132 SMs (128x256 tiles made 32).
 _FIELD = SWEEP[2]  # 128x64x16, 4 warps: the best at 1024^3, and close to the best at 4096^3
 _LARGE = SWEEP[6]  # 128x128x32, 8 warps, 3 stages: the best at 4096^3
 DEFAULTS = {
     "fp32": {"field": _FIELD, "large": _LARGE, "sweep": _FIELD},
-    "fp32x3": {"field": _tc(128, 64, 32, 4, 4), "large": _tc(128, 128, 64, 8, 3), "sweep": _tc(128, 128, 64, 8, 3)},
-    "tf32": {"field": _tc(128, 64, 32, 4, 4), "large": _tc(128, 256, 32, 8, 3), "sweep": _tc(128, 256, 32, 8, 3)},
+    "fp32x3": {"field": _tc(128, 64, 32, 4, 4), "large": SWEEP_FP32X3[2], "sweep": SWEEP_FP32X3[2]},
+    "tf32": {"field": _tc(128, 64, 32, 4, 4), "large": _tc(128, 256, 32, 8, 3, group=16),
+             "sweep": _tc(128, 256, 32, 8, 3, group=16)},
     "bf16": {"field": SWEEP_BF16[3], "large": SWEEP_BF16[3], "sweep": SWEEP_BF16[3]},
 }
 PRECISION = {"fp32": "ieee", "fp32x3": "tf32x3", "tf32": "tf32", "bf16": "ieee"}

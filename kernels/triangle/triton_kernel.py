@@ -172,12 +172,13 @@ SWEEP_X3 = [
     _channel_major("direct", 64, 64, 32, 4, 8, 3),
     _channel_major("direct", 64, 32, 32, 8, 4, 3),
 ]
-# fp32 field and in-place large: the recorded sweep (times in kernels/NOTES.md): at N = 128 only 16
-# programs of 128 x 128 exist, so 32 x 32 tiles of 8 channels fill more SMs. The channel-major
-# entries are guesses until the GPU sweep (kernels/NOTES.md, "triangle: what the layout costs"); the
-# field entries stay in place, one launch per call.
-DEFAULTS = {"field": SWEEP[1], "large": SWEEP[6], "sweep": SWEEP[6]}
-DEFAULTS_X3 = {"field": SWEEP_X3[0], "large": SWEEP_X3[2], "sweep": SWEEP_X3[2]}
+# fp32 field: the recorded sweep (times in kernels/NOTES.md): at N = 128 only 16 programs of 128 x 128
+# exist, so 32 x 32 tiles of 8 channels fill more SMs; the field entries stay in place, one launch per
+# call (not swept on the channel-major road). Large: the best of the H200 tile sweep (run
+# 20261203T1645*, kernels/NOTES.md, "triangle: what the layout costs"): channel-major with the
+# permuting epilogue, 128 x 64 tiles and 4 warps at both precisions.
+DEFAULTS = {"field": SWEEP[1], "large": SWEEP[8], "sweep": SWEEP[8]}
+DEFAULTS_X3 = {"field": SWEEP_X3[0], "large": SWEEP_X3[5], "sweep": SWEEP_X3[5]}
 BY_DTYPE = {"fp32": (DEFAULTS, SWEEP), "fp32x3": (DEFAULTS_X3, SWEEP_X3)}
 INPUT_PRECISION = {"fp32": "ieee", "fp32x3": "tf32x3"}
 LAYOUTS, STORES = ("in_place", "channel_major"), ("direct", "permute")
