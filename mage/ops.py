@@ -182,6 +182,9 @@ class Op:
     order: int = 50  # position among the operations in figures
     marker: str = "circle"  # plotly marker symbol in scatter figures
     work: str = "bytes"  # what the size sweep plots time against: 'bytes' or 'flops'
+    # "operation", or "block": a model block built from operations (measured by the same harness, shown
+    # in its own part of the book, never among the operations)
+    kind: str = "operation"
     dtypes: tuple = ("fp32",)
     tolerance: Optional[dict] = None  # per dtype; default TOLERANCE
     targets: tuple = ()

@@ -133,10 +133,11 @@ def ceiling(ceilings: pd.DataFrame, name: str, run=None) -> float:
     return float(rows["value"].iloc[-1]) if len(rows) else math.nan
 
 
-def ops_in(values) -> list[str]:
-    """The operations among ``values`` in the specs' order, unknown ones after them, sorted."""
+def ops_in(values, kind: str = "operation") -> list[str]:
+    """The operations (or, with ``kind='block'``, the model blocks) among ``values`` in the specs'
+    order, unknown ones after them, sorted."""
     have = list(dict.fromkeys(values))
-    return [o for o in OPS if o in have] + sorted(o for o in have if o not in OPS)
+    return [o for o in OPS if o in have and OPS[o].kind == kind] + sorted(o for o in have if o not in OPS)
 
 
 def case(df: pd.DataFrame, op: str, impl: str, view: str = "kernel_time", shape_set: str = "field",
