@@ -54,7 +54,8 @@ def evaluate(df: pd.DataFrame, ceil: pd.DataFrame, op: str, t: Target) -> list[d
                 raise ValueError(f"{op}: target measure {t.measure!r} is not one of speedup, share_of_copy, "
                                  "share_of_rate")
         what, wanted = _describe(op, t, shape)
-        rows.append(dict(target=what, op=op, impl=t.impl, shape_set=t.shape_set, shape=shape, measured=measured,
+        rows.append(dict(target=what, op=op, impl=t.impl, dtype=t.dtype, shape_set=t.shape_set, shape=shape,
+                         measured=measured,
                          unit="", wanted=wanted, met=bool(math.isfinite(measured) and measured >= t.wanted)))
     return rows
 
@@ -64,7 +65,7 @@ def targets(path, df: pd.DataFrame | None = None, ceilings: pd.DataFrame | None 
     df = load(path) if df is None else df
     ceil = load_ceilings(path) if ceilings is None else ceilings
     rows = [r for op, spec in OPS.items() for t in spec.targets for r in evaluate(df, ceil, op, t)]
-    cols = ["target", "op", "impl", "shape_set", "shape", "measured", "unit", "wanted", "met"]
+    cols = ["target", "op", "impl", "dtype", "shape_set", "shape", "measured", "unit", "wanted", "met"]
     out = pd.DataFrame(rows, columns=cols)
     out["met"] = out["met"].astype(bool)
     return out

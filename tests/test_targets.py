@@ -6,6 +6,7 @@ import pytest
 
 from mage import views as V
 from mage.ops import OPS, Target
+from mage.data import load
 from mage.targets import evaluate, markdown, targets
 
 H200 = Path(__file__).resolve().parents[1] / "data" / "h200"
@@ -17,7 +18,13 @@ def test_targets_from_the_recorded_data():
     want = sum(len(V.shapes_of(op, x.shape_set)) if x.shape is None else 1
                for op, spec in OPS.items() for x in spec.targets)
     assert len(t) == want and t["met"].dtype == bool
-    assert t["measured"].notna().all(), t[t["measured"].isna()]
+    # Every target is measured, except one whose implementation and precision the record predates
+    # (no row of it at all): that one reads "not measured" and is not met, never a guess.
+    df = load(H200)
+    recorded = set(zip(df["op"], df["impl"], df["dtype"]))
+    missing = t[t["measured"].isna()]
+    assert not any((r.op, r.impl, r.dtype) in recorded for r in missing.itertuples()), missing
+    assert not missing["met"].any()
     md = markdown(t)
     assert md.startswith("| target |") and "rust bias_gelu large" in md
 
