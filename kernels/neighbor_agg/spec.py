@@ -73,6 +73,8 @@ SPEC = Op(
     random_shape=random_shape, other_set=other_set, actual_shape=actual_shape,
     targets=(Target("triton", "speedup", 10.0, baseline="pytorch"),
              Target("triton", "speedup", 1.0, baseline="cusparse"),
+             Target("triton", "speedup", 1.5, baseline="cusparse", shape=dict(n=1 << 20, F=64, deg=16,
+                                                                               dist="skewed")),
              Target("triton", "speedup", 1.0, baseline="torch_compile"),
              Target("triton", "speedup", 1.0, baseline="pytorch", shape_set="field"),
              Target("triton", "speedup", 1 / 1.1, baseline="torch_compile", shape_set="field"),
