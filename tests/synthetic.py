@@ -84,7 +84,8 @@ def make(out: Path, seed: int = 0, sets=("field", "large", "sweep", "tiles"), ca
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     tables = {k: [] for k in sets}
-    for op, spec in ops.OPS.items():
+    registry.load()  # every implementation module first: loading may find a spec folder added since
+    for op, spec in list(ops.OPS.items()):
         for shape_set in [s for s in ("field", "large", "sweep") if s in sets]:
             for shape in spec.shapes.get(shape_set, []):
                 for cache in (caches if shape_set == "field" else [c for c in caches if c == "warm"]):
