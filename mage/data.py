@@ -20,12 +20,22 @@ import pandas as pd
 # and 1..3 for one round of event spans; ``stat`` says which statistic ``value`` is.
 REQUIRED = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "value", "unit"]
 OPTIONAL = ["family", "flops", "bytes", "floor_us", "achieved_gbps", "achieved_tflops", "frac_of_floor",
-            "kernel_names", "flags", "config", "run", "source", "order", "prepare_s", "tile_of", "clocks", "stage"]
+            "kernel_names", "flags", "config", "run", "source", "order", "prepare_s", "tile_of", "clocks", "stage",
+            # the service experiment (mage.service): which loop ('closed', 'open', 'batch_sweep'), the host
+            # memory the requests live in ('pinned', 'pageable'), the batcher's limit B and wait D, the offered
+            # load (a fraction of the measured peak) and rate (requests/s), and one histogram bin's batch size
+            "loop", "host_mem", "batch", "wait_us", "load", "rate", "batch_size"]
 # host_time: the host's wall-clock time inside the call during the event spans (per round, and overall)
 VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches": "count",
          "copy_time": "us", "prepare_time": "s", "host_time": "us",
-         "host_stage": "us"}  # one stage of a call's host path (mage.launch_path), named in 'stage'
-SHAPE_SETS = {"field", "large", "sweep", "tiles", "published"}
+         "host_stage": "us",  # one stage of a call's host path (mage.launch_path), named in 'stage'
+         # the service experiment (mage.service): a request's latency from its inputs in host memory to
+         # its output back there (stat p50/p90/p99/p999/max/mean); one part of it (h2d, compute, d2h,
+         # other, queue; named in 'stage') and that part's share of the mean latency; items per second;
+         # batches of one size ('batch_size'), and requests served
+         "latency": "us", "latency_part": "us", "latency_share": "fraction", "throughput": "items/s",
+         "batch_hist": "batches", "requests": "count"}
+SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service"}  # service: one request's shape
 CACHES = {"warm", "cold", "n/a"}
 CHECK_COLUMNS = ["op", "impl", "dtype", "shape", "dist", "error", "tolerance", "passed", "trials", "reason", "run"]
 CEILING_COLUMNS = ["name", "value", "unit", "detail", "run"]
@@ -42,12 +52,14 @@ class DataError(ValueError):
 # Columns that name one measured value. Within one run a re-measured value replaces the old row; rows of
 # different runs never replace each other (``merge_csv`` always adds ``run``), and ``load`` picks one run.
 IDENTITY = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "run", "config",
-            "tile_of", "stage"]
-# What one case is: the rows one implementation got at one shape in one run.
-CASE = ["op", "impl", "dtype", "shape", "cache", "shape_set", "config", "tile_of"]
+            "tile_of", "stage", "loop", "host_mem", "batch", "wait_us", "load", "batch_size"]
+# What one case is: the rows one implementation got at one shape in one run (a service case also by its
+# loop, host memory, batcher and load; files without these columns group exactly as before).
+CASE = ["op", "impl", "dtype", "shape", "cache", "shape_set", "config", "tile_of", "loop", "host_mem", "batch",
+        "wait_us", "load"]
 CHECK_CASE = ["op", "impl", "dtype", "shape", "dist", "config"]
 NUMERIC_OPTIONAL = ["flops", "bytes", "floor_us", "achieved_gbps", "achieved_tflops", "frac_of_floor",
-                    "prepare_s"]
+                    "prepare_s", "batch", "wait_us", "load", "rate", "batch_size"]
 _STAMP = re.compile(r"^\d{8}T\d{6}Z")
 
 

@@ -160,6 +160,23 @@ class Target:
     baseline_dtype: str = ""
 
 
+# --------------------------------------------------------------------------------------- batching
+@dataclass(frozen=True)
+class Batching:
+    """How requests to a block batch, for the service experiment (``mage.service``).
+
+    One request is the spec's inputs at a shape whose ``size`` entry is ``items`` (a sequence of tokens,
+    a complex, a graph). The inputs named in ``axes`` belong to the request and are stacked along the
+    given axis; every other input is a weight shared by all requests, resident on the device. The spec
+    must agree with this: its inputs at ``size = B * items`` are B requests side by side, and the output's
+    requests lie along ``out_axis``."""
+
+    size: str  # the shape entry that counts one request's items ('T': tokens)
+    axes: dict  # {argument name: the axis requests are stacked along}; the other arguments are weights
+    out_axis: int = 0
+    items: int = 1  # items in one request unless the command says otherwise
+
+
 # ---------------------------------------------------------------------------------------- the spec
 @dataclass(frozen=True)
 class Op:
@@ -194,6 +211,8 @@ class Op:
     other_set: Optional[Callable] = None
     # (shape, inputs) -> the shape the cost model should see (a generated graph's actual degree)
     actual_shape: Optional[Callable] = None
+    # how requests batch when the op serves requests (a block); None: not served (mage.service)
+    batch: Optional[Batching] = None
 
     def inputs(self, shape: dict, seed: int = 0, device="cpu", dtype="fp32", dist="normal"):
         """Fresh inputs from a seeded generator on ``device``; 'heavy' draws heavy-tailed values."""

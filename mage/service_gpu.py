@@ -1,0 +1,229 @@
+"""The service experiment on a CUDA device: the executor that serves a batch of requests of one
+implementation (inputs from host memory, the call, the outputs back to host memory), and the session
+that runs the loops of ``mage.service`` over the selected blocks and writes their rows.
+
+A request's inputs live in host memory, pinned or pageable (``host_mem``), one tensor per per-request
+argument (``Op.batch.axes``); the shared weights are on the device before the first request. Serving a
+batch copies each request's inputs into its slice of a device buffer (H2D), calls the implementation on
+the batch, copies the batch's output back into one host buffer (D2H: each request's output is its slice
+there) and waits for that copy. CUDA events split the batch into its parts on the device's timeline;
+the loop's wall clock gives the whole, and what the events do not cover (launch work before the first
+copy, waking up from the synchronisation) is the part 'other'.
+
+Batches are padded to the next power of two (up to the batcher's limit), as a server with compiled or
+graph-captured code does, so each implementation sees a handful of shapes (one compilation or graph
+each, all made during the warm-up) rather than one per batch size. The padding rows hold earlier
+requests' inputs; their outputs are computed and not copied back.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from . import service as sv
+from . import service_stats as st
+from .errors import MageInputError
+from .ops import Op, shape_key
+
+FILE = "service.csv"
+
+
+def check_batching(spec: Op) -> None:
+    """A served op says how its requests batch, naming its own arguments."""
+    b = spec.batch
+    if b is None:
+        raise MageInputError("serve", "--ops", f"{spec.name} does not say how its requests batch (Op.batch)")
+    unknown = [a for a in b.axes if a not in spec.args]
+    if unknown or not b.axes:
+        raise MageInputError(spec.name, "batch",
+                             f"axes must name some of its arguments {spec.args}, got {list(b.axes)}")
+
+
+def buckets(limit: int) -> list[int]:
+    return sv.batch_sizes(limit)
+
+
+class HostEvent:
+    """A stand-in for ``torch.cuda.Event`` on the host's clock, so the executor's data movement (the
+    slices, the padding, the outputs) runs and is tested on a machine without a GPU."""
+
+    def __init__(self, enable_timing=True):
+        self.t = 0.0
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end) -> float:
+        return (end.t - self.t) * 1e3  # milliseconds, as CUDA events give them
+
+
+class CudaExecutor:
+    """Serves batches of up to ``batch`` requests of ``items`` items each (see the module docstring)."""
+
+    def __init__(self, spec: Op, impl, shape: dict, items: int, batch: int, host_mem: str = "pinned",
+                 pool: int = 64, seed: int = 0, pad: bool = True, device: str = "cuda"):
+        import torch
+        self.torch, self.impl, self.batch, self.pad = torch, impl, batch, pad
+        b = spec.batch
+        self.pinned = host_mem == "pinned"
+        grow = lambda n: dict(shape, **{b.size: n * items})  # noqa: E731 - the shape of n requests
+        self.dev = list(spec.inputs(grow(batch), seed=seed, device=device, dtype=impl.dtype))
+        self.axes = {spec.args.index(a): ax for a, ax in b.axes.items()}
+        for i, ax in self.axes.items():
+            if self.dev[i].dim() <= ax or self.dev[i].shape[ax] % batch:
+                raise MageInputError(spec.name, "batch", f"says {spec.args[i]} stacks requests along axis {ax}, but "
+                                     f"{batch} requests give it shape {tuple(self.dev[i].shape)}")
+        self.per = {i: self.dev[i].shape[ax] // batch for i, ax in self.axes.items()}
+        n_pool = min(batch, pool)
+        host = spec.inputs(grow(n_pool), seed=seed + 1, device="cpu", dtype=impl.dtype)
+        self.pool = []
+        for r in range(n_pool):  # each request its own host tensors, its slice of the pool's draw
+            own = {i: host[i].narrow(ax, r * self.per[i], self.per[i]).contiguous() for i, ax in self.axes.items()}
+            self.pool.append({i: t.pin_memory() if self.pinned else t for i, t in own.items()})
+        out_shape, out_dtype = spec.out_spec(*self.dev)
+        self.out_axis = b.out_axis
+        if len(out_shape) <= b.out_axis or out_shape[b.out_axis] % batch:
+            raise MageInputError(spec.name, "batch", f"says the output stacks requests along axis {b.out_axis}, "
+                                 f"but {batch} requests give it shape {tuple(out_shape)}")
+        self.out_per = out_shape[b.out_axis] // batch
+        self.host_out = torch.empty(out_shape, dtype=out_dtype, pin_memory=self.pinned)
+        self.events = [(torch.cuda.Event if device == "cuda" else HostEvent)(enable_timing=True) for _ in range(4)]
+        self.sizes = buckets(batch) if pad else None
+
+    def _args(self, n: int):
+        return [t.narrow(self.axes[i], 0, n * self.per[i]).contiguous() if i in self.axes else t
+                for i, t in enumerate(self.dev)]
+
+    def warm(self, calls: int = 3) -> None:
+        """Compile or capture every padded size once (``prepare``), then serve each size a few times."""
+        for n in self.sizes or range(1, self.batch + 1):
+            args = self._args(n)
+            if self.impl.prepare:
+                self.impl.prepare(*args)  # its return value is not used: requests bring new inputs
+            for _ in range(calls):
+                self.run(list(range(n)))
+
+    def run(self, requests: list[int]) -> dict:
+        ev, n = self.events, len(requests)
+        padded = next(s for s in self.sizes if s >= n) if self.sizes else n
+        ev[0].record()
+        for i, ax in self.axes.items():
+            buf, per = self.dev[i], self.per[i]
+            for j, r in enumerate(requests):
+                buf.narrow(ax, j * per, per).copy_(self.pool[r % len(self.pool)][i], non_blocking=self.pinned)
+        args = self._args(padded)  # a view of the buffers (a copy where the batch axis is not the first)
+        ev[1].record()
+        out = self.impl.fn(*args)
+        ev[2].record()
+        rows = n * self.out_per
+        self.host_out.narrow(self.out_axis, 0, rows).copy_(out.narrow(self.out_axis, 0, rows), non_blocking=self.pinned)
+        ev[3].record()
+        ev[3].synchronize()
+        ms = [ev[k].elapsed_time(ev[k + 1]) for k in range(3)]
+        return {p: t * 1e-3 for p, t in zip(sv.PARTS, ms)}
+
+    def verify(self, spec: Op) -> float:
+        """Serve request 0 alone and compare its output in host memory with the float64 reference of
+        that request's inputs and the weights; returns the relative error (raises beyond tolerance)."""
+        self.run([0])
+        inputs = [self.pool[0][i] if i in self.axes else t.cpu() for i, t in enumerate(self.dev)]
+        ref = spec.reference(*inputs)
+        got = self.host_out.narrow(self.out_axis, 0, self.out_per).double()
+        err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+        if not err <= spec.tol(self.impl.dtype):
+            raise RuntimeError(f"served output of {spec.name}/{self.impl.name}/{self.impl.dtype} is off: relative "
+                               f"error {err:.3g} > {spec.tol(self.impl.dtype):.3g}")
+        return err
+
+
+def executor_factory(spec, impl, shape, items, host_mem, seed=0, pad=True):
+    """make(batch) -> a warmed executor, or ``MemoryLimit`` where the batch does not fit."""
+    import torch
+
+    def make(batch: int):
+        try:
+            ex = CudaExecutor(spec, impl, shape, items, batch, host_mem, seed=seed, pad=pad)
+            ex.warm()
+            return ex
+        except torch.cuda.OutOfMemoryError as e:
+            torch.cuda.empty_cache()
+            raise sv.MemoryLimit(str(e)) from e
+    return make
+
+
+def measure(out_dir, op_names, impl_names=None, dtypes=None, shape_set="field", items=None,
+            host_mems=("pinned", "pageable"), requests=2000, max_batch=16, wait_us=200.0,
+            loads=(0.1, 0.3, 0.5, 0.7, 0.9), sweep_limit=1024, reps=20, seed=0, pad=True, command="",
+            pin=True, force_machine=False, log=print):
+    """Closed loop, batch sweep and open loop for every selected case; rows into ``out_dir/FILE``."""
+    import pandas as pd
+
+    from . import registry
+    from .data import IDENTITY, add_environment, ensure_same_machine, merge_csv
+    from .env import environment
+    from .ops import OPS
+    from .session import new_run_id, steady_process
+
+    for name in ("requests", "max_batch", "sweep_limit", "reps"):
+        sv.check_positive(name, locals()[name], whole=True)
+    sv.check_positive("wait_us", wait_us, allow_zero=True)
+    for load in loads:
+        sv.check_positive("loads", load)
+    specs = [OPS[o] for o in op_names]
+    for spec in specs:
+        check_batching(spec)
+    out_dir = Path(out_dir)
+    registry.load()
+    env = environment(command)
+    ensure_same_machine(out_dir, env, force=force_machine)
+    env["process"] = steady_process(pin)
+    env["protocol"] = dict(service=dict(requests=requests, max_batch=max_batch, wait_us=wait_us, loads=list(loads),
+                                        sweep_limit=sweep_limit, sweep_reps=reps, seed=seed, padded_batches=pad,
+                                        percentiles="nearest rank", peak="batch sweep, batches <= max_batch"))
+    run = new_run_id()
+    add_environment(out_dir, run, env)
+    clock, all_rows = sv.WallClock(), []
+    for spec in specs:
+        n_items = items or spec.batch.items
+        for shape in spec.shapes[shape_set]:
+            request = dict(shape, **{spec.batch.size: n_items})
+            for im in registry.impls(spec.name, impl_names):
+                if not im.callable or im.runs_on("cuda") or (dtypes and im.dtype not in dtypes):
+                    continue
+                for host_mem in host_mems:
+                    t0 = time.perf_counter()
+                    base = st.base_row(spec.name, im.name, im.dtype, shape_key(request), run, host_mem, im.family)
+                    try:
+                        rows = _case(spec, im, shape, n_items, host_mem, base, clock, requests, max_batch, wait_us,
+                                     loads, sweep_limit, reps, seed, pad, log)
+                    except Exception as e:  # noqa: BLE001 - one failing column must not lose the others
+                        log(f"  {spec.name} {im.name}/{im.dtype} {host_mem}: FAILED {type(e).__name__}: {e}")
+                        continue
+                    merge_csv(pd.DataFrame(rows), out_dir / FILE, IDENTITY)
+                    all_rows += rows
+                    log(f"  {spec.name:>12} {im.name:>20}/{im.dtype:<5} {host_mem:<8} {shape_key(request)}"
+                        f"  ({time.perf_counter() - t0:.0f} s)")
+    return run, all_rows
+
+
+def _case(spec, im, shape, items, host_mem, base, clock, requests, max_batch, wait_us, loads, sweep_limit, reps,
+          seed, pad, log) -> list[dict]:
+    make = executor_factory(spec, im, shape, items, host_mem, seed=seed, pad=pad)
+    one = make(1)
+    one.verify(spec)
+    rows = st.trace_rows(sv.closed_loop(one, clock, requests), base, "closed", items, batch=1)
+    del one
+    sweep = sv.batch_sweep(make, clock, sweep_limit, reps=reps)
+    rows += st.sweep_rows(sweep, base, items)
+    if not sweep[-1]["fits"]:
+        log(f"    memory limit: a batch of {sweep[-1]['batch']} requests does not fit")
+    peak = st.peak_requests_per_s(sweep, max_batch)
+    ex = make(max_batch)
+    for k, load in enumerate(loads):
+        rate = load * peak
+        trace = sv.open_loop(ex, clock, sv.poisson_arrivals(rate, requests, seed + k), max_batch, wait_us)
+        rows += st.trace_rows(trace, base, "open", items, batch=max_batch, wait_us=wait_us, load=load, rate=rate)
+    return rows
