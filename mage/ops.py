@@ -175,6 +175,9 @@ class Batching:
     axes: dict  # {argument name: the axis requests are stacked along}; the other arguments are weights
     out_axis: int = 0
     items: int = 1  # items in one request unless the command says otherwise
+    # arguments that grow with the batch but do not travel with a request: built on the device once per
+    # batch size and kept there (a graph's structure), so the transfers leave them out
+    resident: tuple = ()
 
 
 # ---------------------------------------------------------------------------------------- the spec

@@ -6,7 +6,8 @@ A request's inputs live in host memory, pinned or pageable (``host_mem``), one t
 argument (``Op.batch.axes``); the shared weights are on the device before the first request. Serving a
 batch copies each request's inputs into its slice of a device buffer (H2D), calls the implementation on
 the batch, copies the batch's output back into one host buffer (D2H: each request's output is its slice
-there) and waits for that copy. CUDA events split the batch into its parts on the device's timeline;
+there) and waits for that copy. Arguments the spec marks ``resident`` (a graph's structure) grow with
+the batch but do not travel with a request: they are built on the device once per batch size. CUDA events split the batch into its parts on the device's timeline;
 the loop's wall clock gives the whole, and what the events do not cover (launch work before the first
 copy, waking up from the synchronisation) is the part 'other'.
 
@@ -33,10 +34,11 @@ def check_batching(spec: Op) -> None:
     b = spec.batch
     if b is None:
         raise MageInputError("serve", "--ops", f"{spec.name} does not say how its requests batch (Op.batch)")
-    unknown = [a for a in b.axes if a not in spec.args]
-    if unknown or not b.axes:
+    unknown = [a for a in (*b.axes, *b.resident) if a not in spec.args]
+    if unknown or not b.axes or set(b.axes) & set(b.resident):
         raise MageInputError(spec.name, "batch",
-                             f"axes must name some of its arguments {spec.args}, got {list(b.axes)}")
+                             f"axes and resident must name distinct arguments of {spec.args}, got axes "
+                             f"{list(b.axes)}, resident {list(b.resident)}")
 
 
 def buckets(limit: int) -> list[int]:
@@ -71,7 +73,10 @@ class CudaExecutor:
         self.pinned = host_mem == "pinned"
         grow = lambda n: dict(shape, **{b.size: n * items})  # noqa: E731 - the shape of n requests
         self.dev = list(spec.inputs(grow(batch), seed=seed, device=device, dtype=impl.dtype))
+        self.spec, self.seed, self.grow, self.device = spec, seed, grow, device
         self.axes = {spec.args.index(a): ax for a, ax in b.axes.items()}
+        self.resident = [spec.args.index(a) for a in b.resident]
+        self._resident_at = {batch: {i: self.dev[i] for i in self.resident}}
         for i, ax in self.axes.items():
             if self.dev[i].dim() <= ax or self.dev[i].shape[ax] % batch:
                 raise MageInputError(spec.name, "batch", f"says {spec.args[i]} stacks requests along axis {ax}, but "
@@ -93,8 +98,16 @@ class CudaExecutor:
         self.events = [(torch.cuda.Event if device == "cuda" else HostEvent)(enable_timing=True) for _ in range(4)]
         self.sizes = buckets(batch) if pad else None
 
+    def _resident(self, n: int) -> dict:
+        """The resident arguments of a batch of n requests, built on the device once."""
+        if n not in self._resident_at:
+            made = self.spec.inputs(self.grow(n), seed=self.seed, device=self.device, dtype=self.impl.dtype)
+            self._resident_at[n] = {i: made[i] for i in self.resident}
+        return self._resident_at[n]
+
     def _args(self, n: int):
-        return [t.narrow(self.axes[i], 0, n * self.per[i]).contiguous() if i in self.axes else t
+        res = self._resident(n) if self.resident else {}
+        return [t.narrow(self.axes[i], 0, n * self.per[i]).contiguous() if i in self.axes else res.get(i, t)
                 for i, t in enumerate(self.dev)]
 
     def warm(self, calls: int = 3) -> None:
@@ -129,8 +142,9 @@ class CudaExecutor:
         """Serve request 0 alone and compare its output in host memory with the float64 reference of
         that request's inputs and the weights; returns the relative error (raises beyond tolerance)."""
         self.run([0])
-        inputs = [self.pool[0][i] if i in self.axes else t.cpu() for i, t in enumerate(self.dev)]
-        ref = spec.reference(*inputs)
+        res = self._resident(1) if self.resident else {}
+        inputs = [self.pool[0][i].to(self.device) if i in self.axes else res.get(i, t) for i, t in enumerate(self.dev)]
+        ref = spec.reference(*inputs).cpu()
         got = self.host_out.narrow(self.out_axis, 0, self.out_per).double()
         err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
         if not err <= spec.tol(self.impl.dtype):
@@ -139,13 +153,13 @@ class CudaExecutor:
         return err
 
 
-def executor_factory(spec, impl, shape, items, host_mem, seed=0, pad=True):
+def executor_factory(spec, impl, shape, items, host_mem, seed=0, pad=True, device="cuda"):
     """make(batch) -> a warmed executor, or ``MemoryLimit`` where the batch does not fit."""
     import torch
 
     def make(batch: int):
         try:
-            ex = CudaExecutor(spec, impl, shape, items, batch, host_mem, seed=seed, pad=pad)
+            ex = CudaExecutor(spec, impl, shape, items, batch, host_mem, seed=seed, pad=pad, device=device)
             ex.warm()
             return ex
         except torch.cuda.OutOfMemoryError as e:
@@ -157,8 +171,9 @@ def executor_factory(spec, impl, shape, items, host_mem, seed=0, pad=True):
 def measure(out_dir, op_names, impl_names=None, dtypes=None, shape_set="field", items=None,
             host_mems=("pinned", "pageable"), requests=2000, max_batch=16, wait_us=200.0,
             loads=(0.1, 0.3, 0.5, 0.7, 0.9), sweep_limit=1024, reps=20, seed=0, pad=True, command="",
-            pin=True, force_machine=False, log=print):
-    """Closed loop, batch sweep and open loop for every selected case; rows into ``out_dir/FILE``."""
+            pin=True, force_machine=False, log=print, device="cuda"):
+    """Closed loop, batch sweep and open loop for every selected case; rows into ``out_dir/FILE``.
+    ``device='cpu'`` runs the same session on the host (tests; the events then read the host's clock)."""
     import pandas as pd
 
     from . import registry
@@ -188,17 +203,20 @@ def measure(out_dir, op_names, impl_names=None, dtypes=None, shape_set="field", 
     clock, all_rows = sv.WallClock(), []
     for spec in specs:
         n_items = items or spec.batch.items
+        requests_at = {}  # one request shape once (a size sweep differs only in the size a request fixes)
         for shape in spec.shapes[shape_set]:
+            requests_at.setdefault(shape_key(dict(shape, **{spec.batch.size: n_items})), shape)
+        for key, shape in requests_at.items():
             request = dict(shape, **{spec.batch.size: n_items})
             for im in registry.impls(spec.name, impl_names):
-                if not im.callable or im.runs_on("cuda") or (dtypes and im.dtype not in dtypes):
+                if not im.callable or im.runs_on(device) or (dtypes and im.dtype not in dtypes):
                     continue
                 for host_mem in host_mems:
                     t0 = time.perf_counter()
                     base = st.base_row(spec.name, im.name, im.dtype, shape_key(request), run, host_mem, im.family)
                     try:
                         rows = _case(spec, im, shape, n_items, host_mem, base, clock, requests, max_batch, wait_us,
-                                     loads, sweep_limit, reps, seed, pad, log)
+                                     loads, sweep_limit, reps, seed, pad, log, device)
                     except Exception as e:  # noqa: BLE001 - one failing column must not lose the others
                         log(f"  {spec.name} {im.name}/{im.dtype} {host_mem}: FAILED {type(e).__name__}: {e}")
                         continue
@@ -210,8 +228,8 @@ def measure(out_dir, op_names, impl_names=None, dtypes=None, shape_set="field", 
 
 
 def _case(spec, im, shape, items, host_mem, base, clock, requests, max_batch, wait_us, loads, sweep_limit, reps,
-          seed, pad, log) -> list[dict]:
-    make = executor_factory(spec, im, shape, items, host_mem, seed=seed, pad=pad)
+          seed, pad, log, device) -> list[dict]:
+    make = executor_factory(spec, im, shape, items, host_mem, seed=seed, pad=pad, device=device)
     one = make(1)
     one.verify(spec)
     rows = st.trace_rows(sv.closed_loop(one, clock, requests), base, "closed", items, batch=1)

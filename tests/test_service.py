@@ -39,7 +39,7 @@ TINY = Op(
     reference=lambda x, w: x.double() @ w.double(), validate=_validate,
     out_spec=lambda x, w: ((x.shape[0], w.shape[1]), x.dtype),
     flops=lambda s: 2 * s["T"] * s["d"] ** 2, bytes=lambda s, isz=4: isz * (2 * s["T"] * s["d"] + s["d"] ** 2),
-    shapes={"field": [dict(T=8, d=16)], "large": [dict(T=64, d=64)], "sweep": [dict(T=8, d=16)]},
+    shapes={"field": [dict(T=8, d=16)], "large": [dict(T=64, d=64)], "sweep": [dict(T=8, d=16), dict(T=32, d=16)]},
     awkward=[dict(T=1, d=3)], random_shape=lambda rnd: dict(T=rnd.randint(1, 9), d=rnd.randint(1, 9)),
     dtypes=("fp32", "bf16"), batch=Batching(size="T", axes={"x": 0}, out_axis=0, items=4),
 )
@@ -283,6 +283,34 @@ def test_the_executor_moves_each_request_on_the_host(spec, fn):
     assert sum(tr.sizes) == 100 and max(tr.sizes) <= 5
 
 
+# A block with a resident argument: s [T] grows with the batch but stays on the device (as a graph's
+# structure would), y = (s * x) W.
+TINY_R = dataclasses.replace(
+    TINY, name="tiny_block_r", args=("x", "s", "w"),
+    make_inputs=lambda sh, gen, device, dtype, dist: (lambda x, w: (
+        x, 1.0 + torch.arange(sh["T"], device=device, dtype=x.dtype) / 8, w))(*TINY.make_inputs(sh, gen, device,
+                                                                                              dtype, dist)),
+    reference=lambda x, s, w: (s.double()[:, None] * x.double()) @ w.double(), validate=lambda *a: None,
+    out_spec=lambda x, s, w: ((x.shape[0], w.shape[1]), x.dtype),
+    batch=Batching(size="T", axes={"x": 0}, items=2, resident=("s",)))
+
+
+def test_resident_arguments_are_built_per_batch_size_and_never_sent():
+    from mage.registry import Impl
+    from mage.service_gpu import CudaExecutor
+    impl = Impl(op=TINY_R.name, name="mm", fn=lambda x, s, w, out=None: (s[:, None] * x) @ w, dtype="fp32")
+    ex = CudaExecutor(TINY_R, impl, dict(T=1, d=5), 2, batch=4, host_mem="pageable", pool=3, device="cpu")
+    ex.warm(calls=1)
+    assert ex.verify(TINY_R) <= TINY_R.tol("fp32")
+    assert sorted(ex._resident_at) == [1, 2, 4] and all(len(r[1]) == 2 * n for n, r in ex._resident_at.items())
+    assert all(set(p) == {0} for p in ex.pool)  # a request carries x only
+    ex.run([2, 0, 1])  # padded to 4: s of the batch of four
+    s4 = ex._resident_at[4][1].double()
+    for j, r in enumerate([2, 0, 1]):
+        want = (s4[2 * j:2 * j + 2, None] * ex.pool[r][0].double()) @ ex.dev[2].double()
+        assert torch.allclose(ex.host_out[2 * j:2 * j + 2].double(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_a_spec_whose_batching_does_not_fit_its_inputs_is_refused():
     from mage.registry import Impl
     from mage.service_gpu import CudaExecutor
@@ -291,6 +319,30 @@ def test_a_spec_whose_batching_does_not_fit_its_inputs_is_refused():
         CudaExecutor(bad, Impl(op="tiny_bad", name="mm", fn=None), dict(T=3, d=2), 1, batch=2, device="cpu",
                      host_mem="pageable")
     assert e.value.op == "tiny_bad" and e.value.arg == "batch" and "along axis 0" in str(e.value)
+
+
+def test_the_session_writes_rows_that_load(tiny_op, tmp_path):
+    """The whole session (closed loop, batch sweep, open loop at two loads) on the host: rows of the
+    tiny block land in service.csv with the run's environment, and load back through mage.data."""
+    from mage import registry
+    from mage.registry import Impl
+    from mage.service_gpu import FILE, measure
+    impl = registry.add(Impl(op="tiny_block", name="mm", fn=lambda x, w, out=None: x @ w, dtype="fp32",
+                             family="pytorch", needs_cuda=False))
+    try:
+        run, rows = measure(tmp_path, ["tiny_block"], ["mm"], shape_set="sweep", host_mems=("pageable",),
+                            requests=60, max_batch=4, wait_us=50, loads=(0.2, 0.8), sweep_limit=8, reps=2,
+                            pin=False, log=lambda m: None, device="cpu")
+    finally:
+        registry._REGISTRY.pop(impl.key)
+    assert (tmp_path / FILE).exists() and run in data.load_environment(tmp_path)
+    df = data.load(tmp_path)
+    assert len(df) == len(rows) and set(df["loop"]) == {"closed", "batch_sweep", "open"}
+    assert set(df["shape"]) == {"T=4,d=16"} and set(df["shape_set"]) == {"service"}
+    assert sorted(df[df["loop"] == "batch_sweep"]["batch"].unique()) == [1, 2, 4, 8]
+    assert sorted(df[df["loop"] == "open"]["load"].unique()) == [0.2, 0.8]
+    served = df[df["view"] == "requests"]
+    assert (served["value"] == 60).all() and len(served) == 3
 
 
 # ----------------------------------------------------------------------------------------------- GPU
