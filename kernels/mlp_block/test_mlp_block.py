@@ -96,6 +96,50 @@ def test_triton_block_takes_views_and_the_transposed_layout():
     assert rel_err(mlp_block(*args), SPEC.reference(*args)) < 5e-6
 
 
+TINY_FUSED = dict(GEMM="fused", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=1)
+
+
+def _fused_variant():
+    return registry.get(OP, "triton", "fp32").variant(**TINY_FUSED)
+
+
+@cpu_only
+@pytest.mark.parametrize("dist", ["normal", "heavy"])
+def test_fused_road_at_awkward_shapes(dist):
+    # small tiles, so a shape spans several tiles, partial ones and grouped program order (the largest
+    # awkward shape is left to the GPU: 16-wide tiles make it slow in the interpreter); hidden = 0 leaves
+    # the second GEMM no K steps, its epilogue alone gives x + b2
+    for shape in SPEC.awkward[:-1] + [dict(T=20, d=45, hidden=70), dict(T=5, d=40, hidden=0)]:
+        r = check(_fused_variant(), shape, trials=1, dist=dist, device="cpu")
+        assert r.passed, (shape, r.reason)
+
+
+@cpu_only
+def test_fused_road_takes_views():
+    x, gamma, beta, W1, b1, W2, b2 = SPEC.inputs(dict(T=19, d=24, hidden=40), seed=2, dist="heavy")
+    wide = torch.zeros(19, 48)
+    wide[:, ::2] = x
+    args = (wide[:, ::2], gamma, beta, W1.t().contiguous().t(), b1, W2.t().contiguous().t(), b2[:1].expand(24))
+    assert rel_err(_fused_variant().fn(*args), SPEC.reference(*args)) < 5e-6
+
+
+@cpu_only
+def test_every_sweep_config():
+    impl = registry.get(OP, "triton", "fp32")
+    assert impl.sweep[0] == {"GEMM": "cublas"} and impl.config_at(SPEC.shapes["field"][0]) == {"GEMM": "cublas"}
+    for cfg in impl.sweep:
+        r = check(impl.variant(**cfg), SMALL, trials=1, device="cpu")
+        assert r.passed, (cfg, r.reason)
+
+
+def test_bad_config_is_refused():
+    from kernels.mlp_block.triton_block import _config
+    for bad in (dict(GEMM="cutlass"), dict(BLOCK_M=64), dict(GEMM="fused", BLOCK_Q=1)):
+        with pytest.raises(MageInputError) as e:
+            _config(bad)
+        assert (e.value.op, e.value.arg) == (OP, "config")
+
+
 @cpu_only
 def test_triton_block_writes_out_and_returns_it():
     from kernels.mlp_block.triton_block import mlp_block
@@ -190,6 +234,19 @@ def test_gpu_every_column_at_random_shapes(name, dtype):
 
 
 @gpu
+def test_gpu_fused_road_at_random_shapes():
+    # tf32x3 must hold the FP32 tolerance at every size, K up to 5000 (hidden) included
+    impl = registry.get(OP, "triton", "fp32")
+    for cfg in impl.sweep[1:]:
+        v, failures = impl.variant(**cfg), []
+        for k, shape in enumerate(SPEC.random_shapes(30, seed=2) + SPEC.shapes["field"]):
+            r = check(v, shape, trials=1, seed=k, dist="heavy" if k % 3 == 0 else "normal", device="cuda")
+            if not r.passed:
+                failures.append((shape, r.reason))
+        assert not failures, (cfg, failures[:5])
+
+
+@gpu
 def test_gpu_triton_block_is_ieee_fp32_whatever_tf32_was_left_at():
     torch.backends.cuda.matmul.allow_tf32 = True  # as a TF32 row leaves it
     r = check(registry.get(OP, "triton", "fp32"), SPEC.shapes["field"][0], trials=2, device="cuda")
@@ -199,14 +256,16 @@ def test_gpu_triton_block_is_ieee_fp32_whatever_tf32_was_left_at():
 # Launches per call at the field shape. The Triton block's are its own (docstring of triton_block.py);
 # eager PyTorch's are a prediction (LayerNorm, Linear with its bias in cuBLAS's epilogue, GELU, Linear,
 # the residual add) until the first GPU run; the compiled columns' counts are printed and held stable.
-EXPECTED_LAUNCHES = {"triton": 5, "pytorch": 5}
+EXPECTED_LAUNCHES = {"triton": 5, "pytorch": 5, "triton fused": 3}
 
 
 @gpu
-@pytest.mark.parametrize("name,dtype", _cuda_impls())
+@pytest.mark.parametrize("name,dtype", _cuda_impls() + [("triton fused", "fp32")])
 def test_gpu_launches_per_call_are_stable(name, dtype):
     from mage.profile import profile
-    impl = registry.get(OP, name, dtype)
+    impl = registry.get(OP, name.split()[0], dtype)
+    if name == "triton fused":
+        impl = impl.variant(GEMM="fused")
     inputs = SPEC.inputs(SPEC.shapes["field"][0], seed=0, device="cuda", dtype=dtype)
     args = impl.prepare(*inputs) if impl.prepare else inputs
     counts = []

@@ -1,62 +1,111 @@
-"""The custom MLP block: y = x + W2 gelu(W1 LN(x) + b1) + b2 assembled from the project's Triton kernels,
-with cuBLAS kept for the two GEMMs. Five launches a call, in this order:
+"""The custom MLP block: y = x + W2 gelu(W1 LN(x) + b1) + b2 assembled from the project's Triton kernels.
+Two roads, chosen by the config key ``GEMM`` (a tile sweep measures both):
 
+'cublas' (the default), five launches a call:
 1. LN(x): the project's Triton LayerNorm (``kernels.layernorm``), one row a program.
-2. a = LN(x) W1^T: cuBLAS (``torch.mm``). FP32 GEMMs here are IEEE FP32, and cuBLAS's SGEMM is the
-   fastest FP32-accurate GEMM the project has measured at these sizes outside the fp32x3 road.
+2. a = LN(x) W1^T: cuBLAS (``torch.mm``), IEEE FP32, reading W1 in place through its transpose flag.
 3. a = gelu(a + b1), in place: the project's Triton bias + GELU (``kernels.bias_gelu``). In place so the
    block allocates one [T, hidden] buffer, not two (at the large shape 256 MB, half the block's memory).
 4. y = x + b2: one elementwise launch that writes the output buffer once, so that
 5. y += a W2^T is cuBLAS's own epilogue: ``addmm_`` with beta = 1 reads y as its C operand, fusing the
-   second bias and the residual into the GEMM at the price of one extra read of y ([T, d], small next
-   to the GEMM's operands), with no [T, d] temporary for the GEMM's result.
+   second bias and the residual into the GEMM at the price of one read of y ([T, d], small next to
+   the GEMM's operands).
 
-Fusions this version does not do yet, and why: bias + GELU in the first GEMM's epilogue would save the
-write and re-read of a ([T, hidden], the block's largest traffic after the weights) and a launch, and
-b2 + residual in the second GEMM's epilogue would save launch 4; both need a Triton GEMM that matches
-cuBLAS at FP32 accuracy (the fp32x3 road of ``kernels.matmul``), which is the next step. The block
-runs at fp32 only for now: the project's Triton LayerNorm and bias + GELU accept fp32 only.
+'fused', three launches: the LayerNorm, then both projections as one Triton GEMM each
+(``_gemm_epilogue``) with the epilogue fused: bias + GELU into the first (the pre-activation is never
+written and read back: 2 x T x hidden x 4 bytes saved, and a launch), bias + residual into the second
+(steps 4 and 5 become one launch). The GEMMs run tf32x3 (FP32 accuracy on the tensor cores, as the
+matmul's fp32x3 row), which is what can make them faster than cuBLAS's FP32 SGEMM, not only the fusion.
+It is the default nowhere until a GPU tile sweep has measured it against the cuBLAS road.
+
+Both run at fp32 only for now: the project's Triton LayerNorm and bias + GELU accept fp32 only.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from kernels._triton import ORDER, COLOR, LABEL, common
+from kernels._triton import COLOR, LABEL, ORDER, common
 from kernels.bias_gelu.triton_kernel import bias_gelu
 from kernels.layernorm.triton_kernel import layernorm
 from mage import ops
 from mage.errors import MageInputError
-from mage.registry import register
+from mage.registry import Impl, register
 
+from ._gemm_epilogue import gemm_epilogue
 from .spec import ARGS, NAME, SPEC
 
-LAUNCHES = 5  # per call with T > 0 (the GPU test counts them)
+LAUNCHES = {"cublas": 5, "fused": 3}  # per call with T > 0 (the GPU test counts them)
 
 
-def mlp_block(x, gamma, beta, W1, b1, W2, b2, out=None):
+def _fused(bm, bn, bk, warps, stages, group=8):
+    return dict(GEMM="fused", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps,
+                num_stages=stages)
+
+
+CUBLAS = {"GEMM": "cublas"}
+# Tiles of the fp32x3 GEMM, from the matmul's fp32x3 sweep (kernels/NOTES.md: 128x128 tiles fit in
+# registers with 8 warps, 128x64 and 64x128 with 4; bigger ones spill). First the cuBLAS road, the
+# baseline every fused config is measured against.
+SWEEP = [CUBLAS, _fused(128, 64, 32, 4, 4), _fused(64, 128, 32, 4, 4), _fused(128, 128, 32, 8, 4),
+         _fused(128, 128, 64, 8, 3, group=16)]
+DEFAULT = CUBLAS  # the measured kernels; the fused road is a prediction until the GPU tile sweep
+
+
+def _config(config: dict) -> dict:
+    """The full config a call runs with: the default, or the road ``config`` names with its missing
+    keys from that road's first entry in the sweep."""
+    if not config:
+        return DEFAULT
+    road = config.get("GEMM", DEFAULT["GEMM"])
+    base = next((c for c in SWEEP if c["GEMM"] == road), None)
+    if base is None:
+        raise MageInputError(NAME, "config", f"GEMM must be 'cublas' or 'fused', got {road!r}")
+    unknown = set(config) - set(base)
+    if unknown:
+        raise MageInputError(NAME, "config", f"has unknown keys {sorted(unknown)} for GEMM={road!r}; "
+                                             f"known: {sorted(base)}")
+    return {**base, **config}
+
+
+def mlp_block(x, gamma, beta, W1, b1, W2, b2, out=None, **config):
     """y = x + W2 gelu(W1 LN(x) + b1) + b2 with W1 [hidden, d] and W2 [d, hidden] (``Linear``'s layout)."""
     SPEC.validate(x, gamma, beta, W1, b1, W2, b2)
     if x.dtype != torch.float32:  # the spec accepts bf16; this block's kernels do not yet
         raise MageInputError(NAME, "x", f"must be float32 for the Triton block (its LayerNorm and bias + "
                                         f"GELU kernels are FP32 only), got {str(x.dtype).replace('torch.', '')}")
+    cfg = _config(config)
     T, d = x.shape
     ops.check_out(NAME, out, (T, d), x.dtype, x.device)
     # refused here, naming the block, before the LayerNorm launcher would refuse it naming itself
     common.on_device(NAME, dict(zip(ARGS, (x, gamma, beta, W1, b1, W2, b2))))
+    h = layernorm(x, gamma, beta)
+    if cfg["GEMM"] == "fused":
+        tiles = {k: v for k, v in cfg.items() if k != "GEMM"}
+        a = gemm_epilogue(h, W1, b1, torch.empty((T, W1.shape[0]), dtype=x.dtype, device=x.device), gelu=True,
+                          **tiles)
+        y = torch.empty((T, d), dtype=x.dtype, device=x.device) if out is None else out
+        return gemm_epilogue(a, W2, b2, y, residual=x, **tiles)
     # IEEE FP32 GEMMs whatever a TF32 row measured before this call left the switch at (the FP32
     # tolerance fails a TF32 product)
     torch.backends.cuda.matmul.allow_tf32 = False
-    h = layernorm(x, gamma, beta)
     a = torch.mm(h, W1.t())  # B = W1^T: K-major, read in place (no copy) through cuBLAS's transpose flag
     bias_gelu(a, b1, out=a)
     y = torch.add(x, b2, out=out) if out is not None else torch.add(x, b2)
     return y.addmm_(a, W2.t())
 
 
+def _variant(**config) -> Impl:
+    """An unregistered Impl running with ``config`` (the tile sweep's entries)."""
+    full = _config(config)
+    return Impl(op=NAME, name="triton", fn=functools.partial(mlp_block, **full), dtype="fp32", family="triton",
+                order=ORDER, label=LABEL, color=COLOR, needs_cuda=True, interpret=True, config=dict(full))
+
+
 register(NAME, "triton", dtype="fp32", family="triton", order=ORDER, label=LABEL, color=COLOR,
-         interpret=True, needs_cuda=True,
-         config={"ln": "triton", "gemm1": "cublas", "bias_gelu": "triton in place",
-                 "gemm2": "cublas addmm, beta=1 over x + b2"})(mlp_block)
+         interpret=True, needs_cuda=True, config_for=lambda shape: dict(DEFAULT),
+         sweep=tuple(dict(c) for c in SWEEP), variant=_variant)(mlp_block)
 
 
 @torch.library.custom_op("mage::triton_mlp_block", mutates_args=())

@@ -1,0 +1,83 @@
+"""A GEMM with the MLP block's epilogues fused: out = act(A W^T + bias) (+ residual), W in ``Linear``'s
+[N, K] layout. The epilogue runs on the accumulator in registers, so the pre-activation of the first
+projection ([T, hidden], the block's largest intermediate) is never written and read back, and the second
+projection's bias and residual cost one read of the residual and no launch of their own.
+
+FP32 storage at FP32 accuracy on the tensor cores: ``tf32x3`` (each operand split into a TF32 high part
+and a remainder, three TF32 products a step, as ``kernels.matmul``'s fp32x3 row). W arrives [N, K] with
+K contiguous, so B = W^T is K-major: the layout wgmma reads a 4-byte operand in, with no copy.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kernels._triton import common
+
+
+# <kernel>
+@triton.jit
+def _gemm_epilogue_kernel(
+    A, W, Bias, Res, C,  # A [M, K], W [N, K], bias [N], residual [M, N] (if RESIDUAL), output C [M, N]
+    M, N, K,
+    stride_am, stride_ak, stride_wn, stride_wk, stride_rm, stride_rn, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,  # tile rows walked before moving right (a wave shares W's panels in L2)
+    PRECISION: tl.constexpr,  # "tf32x3": FP32 accuracy on the tensor cores
+    GELU: tl.constexpr,  # exact (erf) GELU of A W^T + bias
+    RESIDUAL: tl.constexpr,  # add the residual after the bias
+    OFFS_64: tl.constexpr,  # an element offset passes 2^31: indices in int64
+):
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_m = min(tiles_m - first_m, GROUP_M)
+    tile_m = first_m + (pid % per_group) % group_m
+    tile_n = (pid % per_group) // group_m
+    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if OFFS_64:
+        rows = rows.to(tl.int64)
+        cols = cols.to(tl.int64)
+    ks = tl.arange(0, BLOCK_K)
+    # edge rows and columns wrap (modulo) so the inner loop needs no row or column mask; the store drops them
+    a_ptrs = A + (rows % M)[:, None] * stride_am + ks[None, :] * stride_ak
+    b_ptrs = W + ks[:, None] * stride_wk + (cols % N)[None, :] * stride_wn  # B = W^T, [BLOCK_K, BLOCK_N]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kmask = ks < K - k0
+        a = tl.load(a_ptrs, mask=kmask[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=kmask[:, None], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_wk
+    cmask = cols < N
+    mask = (rows < M)[:, None] & cmask[None, :]
+    acc += tl.load(Bias + cols, mask=cmask, other=0.0)[None, :]
+    if GELU:
+        acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))  # erf(z / sqrt 2)
+    if RESIDUAL:
+        acc += tl.load(Res + rows[:, None] * stride_rm + cols[None, :] * stride_rn, mask=mask, other=0.0)
+    tl.store(C + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(C.dtype.element_ty), mask=mask)
+# </kernel>
+
+
+def gemm_epilogue(A, W, bias, out, residual=None, gelu=False, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, GROUP_M=8,
+                  num_warps=4, num_stages=4):
+    """out = act(A W^T + bias) (+ residual). The caller (the block's launcher) has checked every shape,
+    dtype and device; ``out`` is a contiguous [M, N] buffer."""
+    (M, K), N = A.shape, W.shape[0]
+    if M == 0 or N == 0:
+        return out
+    bias = bias.contiguous()
+    res = residual if residual is not None else out  # never read without RESIDUAL
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    _gemm_epilogue_kernel[grid](
+        A, W, bias, res, out, M, N, K, A.stride(0), A.stride(1), W.stride(0), W.stride(1),
+        res.stride(0), res.stride(1), out.stride(0), out.stride(1),
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, PRECISION="tf32x3", GELU=gelu,
+        RESIDUAL=residual is not None, OFFS_64=common.offsets_64(A, W, res, out),
+        num_warps=num_warps, num_stages=num_stages)
+    return out
