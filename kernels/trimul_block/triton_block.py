@@ -1,0 +1,210 @@
+"""The triangle update assembled from the project's kernels, as a kernel author would inside a block:
+
+1. LayerNorm of z (the project's Triton LayerNorm, rows of C channels);
+2. the five input projections as one cuBLAS GEMM, p = zn @ w_in + b_in ([N*N, 4H + C]);
+3. one Triton launch for both gates and the mask, which writes a and b straight into the channel-major
+   [H, N, N] copies that the triangle's channel-major road (kernels/triangle/_channel_major.py) would
+   otherwise make with a transposing copy: here the layout costs nothing, the values are written once;
+4. the triangle's batched GEMM over those copies (its kernel, its tiles; with the 'permute' epilogue
+   also its transposing copy), giving o [N, N, H];
+5. LayerNorm of o (the project's Triton LayerNorm, rows of H channels);
+6. the output projection as a cuBLAS GEMM, written into ``out``;
+7. one Triton launch for the output gate, out *= sigmoid(p[:, 4H:]), in place.
+
+FP32 only: the Triton LayerNorm validates FP32, and the bf16 block is a follow-up. GEMMs stay on
+cuBLAS in IEEE FP32 (TF32 off, set on every call), the contraction on the FMA units ("ieee").
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._pytorch import set_precision
+from kernels._triton import common, register_kernel
+from kernels.layernorm.triton_kernel import layernorm
+from kernels.triangle import _channel_major as road
+from kernels.triangle.triton_kernel import DEFAULTS as TRIANGLE_DEFAULTS, STORES
+from mage import ops
+from mage.errors import MageInputError
+
+from .spec import ARGS, NAME, SPEC
+
+
+# <kernel>
+@triton.jit
+def _gate_kernel(
+    P, M, AT, BT,  # p [N*N, 4H + C] (rows are pairs i*N + k), the mask, a and b channel-major
+    N, H, stride_p,
+    sp_u, sp_v,  # p's row index of the pair (u, v) is u * sp_u + v * sp_v
+    sm_u, sm_v,  # the mask's element offset of the pair (u, v)
+    BLOCK_V: tl.constexpr,  # pairs a program takes, along v (one u)
+    BLOCK_H: tl.constexpr,  # channels a program takes
+    OFFS_64: tl.constexpr,
+):
+    # The copies are [H, N(u), N(v)] with v innermost, whichever of i and k the triangle kernel wants
+    # innermost (the launcher chooses which of them is u), so a program writes runs of BLOCK_V
+    # contiguous values per channel while it reads runs of BLOCK_H contiguous channels per pair.
+    pid = tl.program_id(0)
+    v_blocks = tl.cdiv(N, BLOCK_V)
+    u = pid // v_blocks
+    vs = (pid % v_blocks) * BLOCK_V + tl.arange(0, BLOCK_V)
+    hs = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    if OFFS_64:
+        u = u.to(tl.int64)
+        vs = vs.to(tl.int64)
+        hs = hs.to(tl.int64)
+    vmask = vs < N
+    mask = vmask[:, None] & (hs < H)[None, :]
+    m = tl.load(M + u * sm_u + vs * sm_v, mask=vmask, other=0.0)
+    p = P + (u * sp_u + vs * sp_v)[:, None] * stride_p + hs[None, :]
+    a_gate = tl.load(p, mask=mask, other=0.0)
+    a_val = tl.load(p + H, mask=mask, other=0.0)
+    b_gate = tl.load(p + 2 * H, mask=mask, other=0.0)
+    b_val = tl.load(p + 3 * H, mask=mask, other=0.0)
+    a = tl.sigmoid(a_gate) * a_val * m[:, None]
+    b = tl.sigmoid(b_gate) * b_val * m[:, None]
+    dst = hs[None, :] * N * N + u * N + vs[:, None]
+    tl.store(AT + dst, a, mask=mask)
+    tl.store(BT + dst, b, mask=mask)
+
+
+@triton.jit
+def _out_gate_kernel(
+    P, Y,  # p [R, 4H + C]; y [R, C], contiguous, gated in place
+    R, C, stride_p, g0,  # g0: the output gate's first column of p (4H)
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, OFFS_64: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    if OFFS_64:
+        rows = rows.to(tl.int64)
+    mask = (rows < R)[:, None] & (cols < C)[None, :]
+    g = tl.load(P + rows[:, None] * stride_p + g0 + cols[None, :], mask=mask, other=0.0)
+    y_ptrs = Y + rows[:, None] * C + cols[None, :]
+    y = tl.load(y_ptrs, mask=mask, other=0.0)
+    tl.store(y_ptrs, tl.sigmoid(g) * y, mask=mask)
+# </kernel>
+
+
+# The contraction's keys are the triangle's channel-major ones (its LAYOUT is fixed here and
+# PER_CHANNEL belongs to the in-place road); the rest tile the block's own kernels and LayerNorms.
+TRIANGLE_KEYS = ("STORE", "K_INNER", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C", "GROUP_I", "num_warps",
+                 "num_stages")
+
+
+def _config(contraction: dict, gate=(64, 32, 4), ln=(8, 4, 0), out_gate=(32, 64, 4)) -> dict:
+    tri = {k: contraction[k] for k in TRIANGLE_KEYS}
+    return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
+                LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2])
+
+
+# FIRST: the triangle's large default (its best channel-major config at FP32, 'permute' epilogue)
+# and plain tiles elsewhere; LayerNorm rows of 128 channels are short, so 8 a program (one a program
+# would leave most of its 128 threads idle).
+FIRST = _config(TRIANGLE_DEFAULTS["large"])
+_SCATTER = dict(TRIANGLE_DEFAULTS["large"], STORE="direct", BLOCK_I=64, BLOCK_J=64, BLOCK_C=4, num_warps=8)
+SWEEP = [
+    FIRST,
+    _config(TRIANGLE_DEFAULTS["large"], ln=(8, 4, 1)),  # LayerNorm's cache hints
+    _config(TRIANGLE_DEFAULTS["large"], gate=(128, 32, 8), ln=(16, 8, 1), out_gate=(64, 64, 8)),
+    _config(TRIANGLE_DEFAULTS["large"], gate=(32, 64, 4), ln=(4, 4, 1)),
+    # the GEMM writes o directly, runs of 4 channels: no transposing copy, one launch fewer
+    _config(_SCATTER, ln=(8, 4, 1)),
+    _config(dict(_SCATTER, STORE="direct", BLOCK_C=1, BLOCK_I=128, BLOCK_J=64, num_warps=4), ln=(8, 4, 1)),
+]
+# Not tuned on a GPU yet: the plain config everywhere until a tile sweep of the block is recorded.
+DEFAULTS = {"field": FIRST, "large": FIRST, "sweep": FIRST}
+
+
+def _refuse_bad_config(c: dict) -> None:
+    def no(why):
+        raise MageInputError(NAME, "config", why)
+    if c["STORE"] not in STORES:
+        no(f"STORE must be one of {STORES}, got {c['STORE']!r}")
+    for key in ("BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C", "GATE_V", "GATE_H", "LN_BLOCK_R", "OUT_R", "OUT_C"):
+        if c[key] < 1 or c[key] & (c[key] - 1):
+            no(f"{key} must be a power of two, got {c[key]}")
+
+
+def launches(config: dict) -> int:
+    """Kernel launches per call: two LayerNorms, two cuBLAS GEMMs, the gates, the batched GEMM, the
+    output gate, and the transposing copy with the 'permute' epilogue."""
+    return 7 + (config["STORE"] == "permute")
+
+
+def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out, out=None, **config):
+    """The triangle update (outgoing edges) on FP32 inputs; ``config`` overrides the tiles."""
+    inputs = (z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out)
+    SPEC.validate(*inputs)
+    common.on_device(NAME, dict(zip(ARGS, inputs)))
+    if z.dtype != torch.float32:
+        raise MageInputError(NAME, "z", f"must be float32 for the Triton block (bf16 is not built yet), got "
+                                        f"{str(z.dtype)[6:]}")
+    N, _, C = z.shape
+    H = gamma_out.shape[0]
+    ops.check_out(NAME, out, (N, N, C), z.dtype, z.device)
+    out = torch.empty((N, N, C), dtype=z.dtype, device=z.device) if out is None else out
+    if N == 0:
+        return out
+    consts, launch = common.choose_split(NAME, DEFAULTS, dict(N=N, C=C, H=H), config)
+    _refuse_bad_config(consts)
+    set_precision("fp32")  # IEEE FP32 GEMMs, whatever an earlier TF32 call left set
+    R = N * N
+    ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
+    zn = layernorm(z.reshape(R, C), gamma_in, beta_in, **ln_cfg)
+    p = torch.addmm(b_in, zn, w_in)  # [R, 4H + C]: the five projections, one GEMM
+    at = torch.empty((H, N, N), dtype=z.dtype, device=z.device)
+    bt = torch.empty((H, N, N), dtype=z.dtype, device=z.device)
+    o = torch.empty((N, N, H), dtype=z.dtype, device=z.device)
+    scratch = None if consts["STORE"] == "direct" else torch.empty((H, N, N), dtype=z.dtype, device=z.device)
+    offs_64 = common.offsets_64(p, at, o, mask) or p.numel() >= common.INT32_LIMIT
+    # K_INNER: the copies hold [c, i, k] (k innermost, as the tensor cores read), else [c, k, i]
+    if consts["K_INNER"]:
+        sp, sm = (N, 1), (mask.stride(0), mask.stride(1))  # u = i, v = k
+    else:
+        sp, sm = (1, N), (mask.stride(1), mask.stride(0))  # u = k, v = i
+    grid = (N * triton.cdiv(N, consts["GATE_V"]), triton.cdiv(H, consts["GATE_H"]))
+    _gate_kernel[grid](p, mask, at, bt, N, H, p.stride(0), *sp, *sm, BLOCK_V=consts["GATE_V"],
+                       BLOCK_H=consts["GATE_H"], OFFS_64=offs_64, num_warps=consts["GATE_WARPS"])
+    _contract(at, bt, o, scratch, consts, launch, offs_64)
+    on = layernorm(o.view(R, H), gamma_out, beta_out, **ln_cfg)
+    y = out.view(R, C)
+    torch.addmm(b_out, on, w_out, out=y)
+    grid = (triton.cdiv(R, consts["OUT_R"]), triton.cdiv(C, consts["OUT_C"]))
+    _out_gate_kernel[grid](p, y, R, C, p.stride(0), 4 * H, BLOCK_R=consts["OUT_R"], BLOCK_C=consts["OUT_C"],
+                           OFFS_64=offs_64, num_warps=consts["OUT_WARPS"])
+    return out
+
+
+def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
+    """o = the triangle contraction of the channel-major copies: the triangle's batched GEMM and, with
+    the 'permute' epilogue, its transposing copy (the second half of road.channel_major, whose first
+    half, the copy of A and B, the gate kernel has already done)."""
+    H, N, _ = at.shape
+    view = o if scratch is None else scratch.permute(1, 2, 0)  # (i, j, c) strides either way
+    bc = consts["BLOCK_C"]
+    grid = (triton.cdiv(N, consts["BLOCK_I"]) * triton.cdiv(N, consts["BLOCK_J"]) * triton.cdiv(H, bc),)
+    road._batched_gemm_kernel[grid](at, bt, view, N, H, *view.stride(),
+                                    BLOCK_I=consts["BLOCK_I"], BLOCK_J=consts["BLOCK_J"], BLOCK_K=consts["BLOCK_K"],
+                                    BLOCK_C=bc, GROUP_I=consts["GROUP_I"], K_INNER=consts["K_INNER"],
+                                    PRECISION="ieee", OFFS_64=offs_64, **launch)
+    if scratch is not None:
+        road.transpose([(view, o)], N, H, offs_64)
+
+
+register_kernel(NAME, trimul_block, DEFAULTS, SWEEP, precision="fp32")
+
+
+@torch.library.custom_op("mage::triton_trimul_block", mutates_args=())
+def trimul_block_op(z: torch.Tensor, mask: torch.Tensor, gamma_in: torch.Tensor, beta_in: torch.Tensor,
+                    w_in: torch.Tensor, b_in: torch.Tensor, gamma_out: torch.Tensor, beta_out: torch.Tensor,
+                    w_out: torch.Tensor, b_out: torch.Tensor) -> torch.Tensor:
+    """The block as a PyTorch operator, so torch.compile graphs can call it."""
+    return trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out)
+
+
+@trimul_block_op.register_fake
+def _(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out):
+    SPEC.validate(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out)  # metadata only
+    return torch.empty_like(z)
