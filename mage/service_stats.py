@@ -42,9 +42,11 @@ def summary(samples) -> dict:
 
 
 def base_row(op: str, impl: str, dtype: str, shape: str, run: str, host_mem: str, family: str = "") -> dict:
-    """The columns every row of one case shares: a request's shape, no cache mode, one round."""
+    """The columns every row of one case shares: a request's shape, no cache mode, one round; every
+    identity column present (blank where it does not apply), so rows of any loop merge into one file."""
     return dict(op=op, impl=impl, dtype=dtype, shape=shape, shape_set="service", cache="n/a", round=0, run=run,
-                family=family, host_mem=host_mem)
+                family=family, host_mem=host_mem, config="", tile_of="", stage="", loop="", batch=None,
+                wait_us=None, load=None, rate=None, batch_size=None)
 
 
 def _row(base, view, stat, value, unit, **kw) -> dict:

@@ -327,22 +327,31 @@ def test_the_session_writes_rows_that_load(tiny_op, tmp_path):
     from mage import registry
     from mage.registry import Impl
     from mage.service_gpu import FILE, measure
-    impl = registry.add(Impl(op="tiny_block", name="mm", fn=lambda x, w, out=None: x @ w, dtype="fp32",
-                             family="pytorch", needs_cuda=False))
+    impls = [registry.add(Impl(op="tiny_block", name="mm", fn=lambda x, w, out=None: x @ w, dtype=dt,
+                               family="pytorch", needs_cuda=False)) for dt in ("fp32", "bf16")]
     try:
         run, rows = measure(tmp_path, ["tiny_block"], ["mm"], shape_set="sweep", host_mems=("pageable",),
                             requests=60, max_batch=4, wait_us=50, loads=(0.2, 0.8), sweep_limit=8, reps=2,
                             pin=False, log=lambda m: None, device="cpu")
+        # a second run into the same folder: its rows sit beside the first run's
+        run2, _ = measure(tmp_path, ["tiny_block"], ["mm"], dtypes=["fp32"], host_mems=("pageable",), requests=20,
+                          max_batch=2, wait_us=0, loads=(0.5,), sweep_limit=2, reps=1, pin=False, log=lambda m: None,
+                          device="cpu")
     finally:
-        registry._REGISTRY.pop(impl.key)
-    assert (tmp_path / FILE).exists() and run in data.load_environment(tmp_path)
-    df = data.load(tmp_path)
+        for im in impls:
+            registry._REGISTRY.pop(im.key)
+    assert (tmp_path / FILE).exists() and {run, run2} <= set(data.load_environment(tmp_path))
+    df = data.load(tmp_path, run=run)
     assert len(df) == len(rows) and set(df["loop"]) == {"closed", "batch_sweep", "open"}
+    assert set(df["dtype"]) == {"fp32", "bf16"}
     assert set(df["shape"]) == {"T=4,d=16"} and set(df["shape_set"]) == {"service"}
     assert sorted(df[df["loop"] == "batch_sweep"]["batch"].unique()) == [1, 2, 4, 8]
     assert sorted(df[df["loop"] == "open"]["load"].unique()) == [0.2, 0.8]
     served = df[df["view"] == "requests"]
-    assert (served["value"] == 60).all() and len(served) == 3
+    assert (served["value"] == 60).all() and len(served) == 6  # three loops, two precisions
+    latest = data.load(tmp_path)  # each case from its latest run: run2 re-measured fp32's closed loop
+    closed = latest[(latest["loop"] == "closed") & (latest["view"] == "requests")]
+    assert dict(zip(closed["dtype"], closed["run"])) == {"fp32": run2, "bf16": run}
 
 
 # ----------------------------------------------------------------------------------------------- GPU
