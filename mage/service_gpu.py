@@ -66,7 +66,7 @@ class CudaExecutor:
     """Serves batches of up to ``batch`` requests of ``items`` items each (see the module docstring)."""
 
     def __init__(self, spec: Op, impl, shape: dict, items: int, batch: int, host_mem: str = "pinned",
-                 pool: int = 64, seed: int = 0, pad: bool = True, device: str = "cuda"):
+                 pool=64, seed: int = 0, pad: bool = True, device: str = "cuda"):
         import torch
         self.torch, self.impl, self.batch, self.pad = torch, impl, batch, pad
         b = spec.batch
@@ -82,12 +82,9 @@ class CudaExecutor:
                 raise MageInputError(spec.name, "batch", f"says {spec.args[i]} stacks requests along axis {ax}, but "
                                      f"{batch} requests give it shape {tuple(self.dev[i].shape)}")
         self.per = {i: self.dev[i].shape[ax] // batch for i, ax in self.axes.items()}
-        n_pool = min(batch, pool)
-        host = spec.inputs(grow(n_pool), seed=seed + 1, device="cpu", dtype=impl.dtype)
-        self.pool = []
-        for r in range(n_pool):  # each request its own host tensors, its slice of the pool's draw
-            own = {i: host[i].narrow(ax, r * self.per[i], self.per[i]).contiguous() for i, ax in self.axes.items()}
-            self.pool.append({i: t.pin_memory() if self.pinned else t for i, t in own.items()})
+        # the requests' inputs: ``pool`` of them, each in host memory of its own, taken in turn, so that
+        # consecutive requests never read one buffer (a list: the pool of another executor, reused)
+        self.pool = pool if isinstance(pool, list) else self.request_pool(pool)
         out_shape, out_dtype = spec.out_spec(*self.dev)
         self.out_axis = b.out_axis
         if len(out_shape) <= b.out_axis or out_shape[b.out_axis] % batch:
@@ -97,6 +94,15 @@ class CudaExecutor:
         self.host_out = torch.empty(out_shape, dtype=out_dtype, pin_memory=self.pinned)
         self.events = [(torch.cuda.Event if device == "cuda" else HostEvent)(enable_timing=True) for _ in range(4)]
         self.sizes = buckets(batch) if pad else None
+
+    def request_pool(self, n: int) -> list:
+        """n requests' inputs in host memory (pinned or pageable): slices of one draw of n requests."""
+        host = self.spec.inputs(self.grow(n), seed=self.seed + 1, device="cpu", dtype=self.impl.dtype)
+        pool = []
+        for r in range(n):
+            own = {i: host[i].narrow(ax, r * self.per[i], self.per[i]).contiguous() for i, ax in self.axes.items()}
+            pool.append({i: t.pin_memory() if self.pinned else t for i, t in own.items()})
+        return pool
 
     def _resident(self, n: int) -> dict:
         """The resident arguments of a batch of n requests, built on the device once."""
@@ -157,9 +163,13 @@ def executor_factory(spec, impl, shape, items, host_mem, seed=0, pad=True, devic
     """make(batch) -> a warmed executor, or ``MemoryLimit`` where the batch does not fit."""
     import torch
 
+    pool = []  # the requests' host inputs, made by the first executor and shared by the later ones
+
     def make(batch: int):
         try:
-            ex = CudaExecutor(spec, impl, shape, items, batch, host_mem, seed=seed, pad=pad, device=device)
+            ex = CudaExecutor(spec, impl, shape, items, batch, host_mem, pool=pool or 64, seed=seed, pad=pad,
+                              device=device)
+            pool[:] = ex.pool
             ex.warm()
             return ex
         except torch.cuda.OutOfMemoryError as e:
