@@ -116,3 +116,17 @@ def test_raising_only_when_allocating_is_a_failed_check_not_a_crash():
         return out.copy_(ops.get("layernorm").reference(x, gamma, beta))  # right whenever it is given out=
     r = check(_impl("layernorm", needs_out), dict(R=2, C=3))
     assert not r.passed and "no buffer" in r.reason
+
+
+def test_the_specs_own_tolerance_is_used(monkeypatch):
+    """A spec that states a tolerance is held to it, not to the precision's default (the check read
+    only the default before, so a block's looser or tighter bound was ignored)."""
+    import dataclasses
+
+    from mage import ops, registry
+    spec = ops.OPS["bias_gelu"]
+    impl = registry.get("bias_gelu", "pytorch")
+    assert check(impl, dict(R=3, C=5)).passed
+    monkeypatch.setitem(ops.OPS, "bias_gelu", dataclasses.replace(spec, tolerance={"fp32": 1e-30}))
+    r = check(impl, dict(R=3, C=5))
+    assert not r.passed and r.tolerance == 1e-30, r
