@@ -151,9 +151,13 @@ SPEC = Op(
              dict(N=0, C=4, H=4)],
     random_shape=random_shape,
     dtypes=("fp32", "bf16"),
-    # fp32: the FP32 tolerance holds for the composition (measured worst over the awkward and random
-    # shapes, normal and heavy-tailed, well under it). bf16: every intermediate (the projections, a, b,
-    # o, the normalised o) is rounded to bf16 storage, about 2^-9 relative each, and the errors add up
-    # through five steps; 2e-2 is the project's bf16 tolerance and holds with room.
+    # fp32: the project's FP32 tolerance; the composition's error is about 5e-7 (eager and the Triton
+    # block on the CPU, awkward and random shapes, normal and heavy-tailed). bf16: every intermediate
+    # (p, a, b, o, the normalised o, the projection) is stored in bf16, about 2^-9 relative each; at the
+    # model's widths the error is about 7e-3 (eager). With a handful of tokens or hidden channels the
+    # second LayerNorm normalises a few rounded values and the output is a few cancelling sums, so single
+    # draws there can pass 2e-2 (a few in a hundred seeds at N <= 2 or H <= 5, eager PyTorch on the
+    # CPU): a property of bf16 storage at those sizes, not of an implementation. The seeded checks of
+    # the awkward shapes pass.
     tolerance={"fp32": 5e-5, "bf16": 2e-2},
 )

@@ -24,7 +24,8 @@ from kernels._pytorch import set_precision
 from kernels._triton import common, register_kernel
 from kernels.layernorm.triton_kernel import layernorm
 from kernels.triangle import _channel_major as road
-from kernels.triangle.triton_kernel import DEFAULTS as TRIANGLE_DEFAULTS, STORES
+from kernels.triangle.triton_kernel import DEFAULTS as TRIANGLE_DEFAULTS
+from kernels.triangle.triton_kernel import STORES
 from mage import ops
 from mage.errors import MageInputError
 
