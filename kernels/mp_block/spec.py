@@ -19,10 +19,9 @@ import math
 
 import torch
 
+from kernels.neighbor_agg.graph import CSRGraph
 from mage.errors import MageInputError
 from mage.ops import FLOAT, Op, dim, randn, same_device, tensor, torch_dtype
-
-from kernels.neighbor_agg.graph import CSRGraph
 
 from . import _radius
 

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import torch
 
-from mage import ops
-from mage.errors import MageInputError
-from mage.registry import register
-
 from kernels._pytorch import set_precision
 from kernels._triton import COLOR, LABEL, ORDER, common
 from kernels.bias_gelu.triton_kernel import bias_gelu
 from kernels.layernorm.triton_kernel import layernorm
 from kernels.neighbor_agg import triton_kernel as agg
 from kernels.neighbor_agg.graph import CSRGraph
+from mage import ops
+from mage.errors import MageInputError
+from mage.registry import register
 
 from .spec import OP, SPEC, check_layers
 
