@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import time
 import os
 import re
 import stat
@@ -310,6 +311,23 @@ def load_environment(path) -> dict:
     if not isinstance(envs, dict) or not all(isinstance(v, dict) for v in envs.values()):
         raise DataError(f"{f}: must map each run id to an object describing that run's environment")
     return envs
+
+
+def add_new_run(path, make_id, env: dict) -> str:
+    """Record ``env`` under a run id that ``path`` does not hold yet and return the id. Ids are stamped
+    to the second, so a second run started in the same second (two quick invocations, two processes)
+    waits for the next second instead of sharing an id and mixing its rows with the first run's."""
+    f = Path(path) / "environment.json"
+    Path(path).mkdir(parents=True, exist_ok=True)
+    with locked(f):
+        envs = load_environment(path)
+        run_id = make_id()
+        while run_id in envs:
+            time.sleep(0.05)
+            run_id = make_id()
+        envs[run_id] = env
+        atomic_write_text(f, json.dumps(envs, indent=1, sort_keys=True, default=str))
+    return run_id
 
 
 def add_environment(path, run_id: str, env: dict) -> None:

@@ -139,7 +139,7 @@ def measure(out_dir, op_names=None, impl_names=None, shape_set: str = "field", c
     import pandas as pd
 
     from . import registry
-    from .data import add_environment, ensure_same_machine, merge_csv
+    from .data import add_new_run, ensure_same_machine, merge_csv
     from .env import environment
     from .ops import OPS, shape_key
     from .session import new_run_id, steady_process
@@ -150,8 +150,7 @@ def measure(out_dir, op_names=None, impl_names=None, shape_set: str = "field", c
     ensure_same_machine(out_dir, env, force=force_machine)
     env["process"] = steady_process(pin)
     env["protocol"] = dict(launch_path=dict(calls_per_batch=calls, batches=batches, method="each stage alone"))
-    run = new_run_id()
-    add_environment(out_dir, run, env)
+    run = add_new_run(out_dir, new_run_id, env)
     rows = []
     for op in op_names or list(OPS):
         for shape in OPS[op].shapes[shape_set]:

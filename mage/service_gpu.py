@@ -187,7 +187,7 @@ def measure(out_dir, op_names, impl_names=None, dtypes=None, shape_set="field", 
     import pandas as pd
 
     from . import registry
-    from .data import IDENTITY, add_environment, ensure_same_machine, merge_csv
+    from .data import IDENTITY, add_new_run, ensure_same_machine, merge_csv
     from .env import environment
     from .ops import OPS
     from .session import new_run_id, steady_process
@@ -208,8 +208,7 @@ def measure(out_dir, op_names, impl_names=None, dtypes=None, shape_set="field", 
     env["protocol"] = dict(service=dict(requests=requests, max_batch=max_batch, wait_us=wait_us, loads=list(loads),
                                         sweep_limit=sweep_limit, sweep_reps=reps, seed=seed, padded_batches=pad,
                                         percentiles="nearest rank", peak="batch sweep, batches <= max_batch"))
-    run = new_run_id()
-    add_environment(out_dir, run, env)
+    run = add_new_run(out_dir, new_run_id, env)
     clock, all_rows = sv.WallClock(), []
     for spec in specs:
         n_items = items or spec.batch.items

@@ -18,7 +18,7 @@ import torch
 from . import ops
 from .ceilings import measure_all as measure_ceilings
 from .check import check
-from .data import add_environment, merge_csv
+from .data import add_environment, add_new_run, merge_csv
 from .env import environment, machine_name
 from .profile import profile
 from .timing import spans, summarize
@@ -83,7 +83,6 @@ def prepare_run(out_dir, st: Settings, command: str, log=print, pin: bool = True
     """Environment and ceilings for this run, written before any kernel is timed. A folder that holds
     another machine's record is refused unless ``force_machine``."""
     from .data import ensure_same_machine
-    st.run = st.run or new_run_id()
     process = steady_process(pin)
     env = environment(command)
     from . import registry
@@ -96,7 +95,10 @@ def prepare_run(out_dir, st: Settings, command: str, log=print, pin: bool = True
     env["process"] = process
     env["protocol"] = dict(_protocol(**vars(st)), seed=st.seed, tile_sweep=_protocol(**TILE_SETTINGS))
     st.l2_bytes = env.get("l2_bytes") or st.l2_bytes
-    add_environment(out_dir, st.run, env)
+    if st.run:  # a run id the caller chose (tests): recorded as given
+        add_environment(out_dir, st.run, env)
+    else:
+        st.run = add_new_run(out_dir, new_run_id, env)
     log(f"run {st.run} on {env.get('gpu')}: measuring ceilings")
     t0 = time.perf_counter()
     crow = [dict(r, run=st.run) for r in measure_ceilings()]

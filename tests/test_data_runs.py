@@ -160,3 +160,14 @@ def test_a_blank_key_cell_read_back_matches_the_blank_it_was_written_as(tmp_path
     data.merge_csv(_rows(R1, 1.0, config=""), f, measure.KEY + ["config"])
     data.merge_csv(_rows(R1, 2.0, config=""), f, measure.KEY + ["config"])
     assert data.load(f, run="all")["value"].tolist() == [2.0]
+
+
+def test_two_runs_started_in_one_second_get_two_ids(tmp_path):
+    """Run ids are stamped to the second: a second run into the same folder in the same second once got
+    the first run's id, and load(run=...) then mixed both runs' rows. It now waits for a free id."""
+    from mage.data import add_new_run, load_environment
+    clock = iter(["20991231T235959Z-x", "20991231T235959Z-x", "20991231T235959Z-x", "21000101T000000Z-x"])
+    first = add_new_run(tmp_path, lambda: "20991231T235959Z-x", {"n": 1})
+    second = add_new_run(tmp_path, lambda: next(clock), {"n": 2})
+    assert (first, second) == ("20991231T235959Z-x", "21000101T000000Z-x")
+    assert load_environment(tmp_path)[first] == {"n": 1} and load_environment(tmp_path)[second] == {"n": 2}

@@ -16,7 +16,7 @@ import torch
 
 from kernels.layernorm.spec import EPS
 from mage.errors import MageInputError
-from mage.ops import FLOAT, Op, dim, randn, same_device, tensor, torch_dtype
+from mage.ops import FLOAT, Batching, Op, dim, randn, same_device, tensor, torch_dtype
 
 NAME = "mlp_block"
 ARGS = ("x", "gamma", "beta", "W1", "b1", "W2", "b2")
@@ -112,4 +112,6 @@ SPEC = Op(
     # output, each GEMM's output, the residual sum), a few 2^-9 relative errors that add: a few 1e-3
     # in norm, so 2e-2 leaves room for that and still fails a wrong index or a dropped term.
     tolerance={"fp32": 5e-5, "bf16": 2e-2},
+    # served as requests of one 128-token sequence each; LayerNorm's and both layers' weights are shared
+    batch=Batching(size="T", axes={"x": 0}, items=128),
 )
