@@ -197,25 +197,36 @@ def _cases(impl, device, rnd, calls):
         yield entry, desc, call, check, allowed
 
 
+def _graph_at(op):
+    """Where the op takes a graph (None if it takes none): its operator takes the raw CSR tensors there."""
+    from mage import ops
+    args = ops.OPS[op].args
+    return args.index("graph") if "graph" in args else None
+
+
 def _raw(op, inputs):
-    if op == "neighbor_agg":
-        g, x = inputs
-        return g.rowptr, g.col, g.w, x
-    return inputs
+    i = _graph_at(op)
+    if i is None:
+        return inputs
+    g = inputs[i]
+    return (*inputs[:i], g.rowptr, g.col, g.w, *inputs[i + 1:])
 
 
 def _raw_names(op):
     from mage import ops
-    return ("rowptr", "col", "w", "x") if op == "neighbor_agg" else ops.OPS[op].args
+    args, i = ops.OPS[op].args, _graph_at(op)
+    return args if i is None else (*args[:i], "rowptr", "col", "w", *args[i + 1:])
 
 
 def _unraw(op, args):
-    """The reference's inputs for an operator call that was answered (so its raw tensors were valid)."""
-    if op != "neighbor_agg":
+    """The reference's inputs for an operator call that was answered (so its raw tensors were valid):
+    the tensor after the graph's holds the rows of its source nodes."""
+    i = _graph_at(op)
+    if i is None:
         return tuple(args)
     from kernels.neighbor_agg.graph import CSRGraph
-    rowptr, col, w, x = args
-    return CSRGraph.build(rowptr, col, w, x.shape[0]), x
+    rowptr, col, w, x = args[i:i + 4]
+    return (*args[:i], CSRGraph.build(rowptr, col, w, x.shape[0]), *args[i + 3:])
 
 
 def _operator(impl):

@@ -22,8 +22,15 @@ def gpu(fn):
 
 
 def module(op: str):
-    """The op's Triton module (its kernel, FIRST, SWEEP, DEFAULTS and launcher)."""
-    return importlib.import_module(f"kernels.{op}.triton_kernel")
+    """The op's Triton module: an operation's ``triton_kernel`` (its kernel, FIRST, SWEEP, DEFAULTS and
+    launcher), or a model block's ``triton_block``."""
+    for name in ("triton_kernel", "triton_block"):
+        try:
+            return importlib.import_module(f"kernels.{op}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"kernels.{op}.{name}":
+                raise
+    raise ModuleNotFoundError(f"kernels.{op} has no triton_kernel.py or triton_block.py")
 
 
 def impl(op: str, dtype: str = "fp32") -> registry.Impl:

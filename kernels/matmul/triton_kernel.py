@@ -190,9 +190,10 @@ def matmul(A, B, out=None, dtype=None, **config):
     return out
 
 
-def layout_launches(config: dict) -> int:
-    """Launches a call makes besides the kernel's, for row-major inputs: the K-major copy of B."""
-    return int(config.get("B_KMAJOR", 0))
+def launches(config: dict) -> int:
+    """Launches one call makes with ``config``, for row-major inputs: the kernel's, and the K-major
+    copy of B where the config asks for it."""
+    return 1 + int(config.get("B_KMAJOR", 0))
 
 
 # Triton 3.6's interpreter multiplies bf16 dot operands wrongly (results off by ~1e9), so the bf16

@@ -123,3 +123,8 @@ def mp_block_op(rowptr: torch.Tensor, col: torch.Tensor, w: torch.Tensor, h: tor
 def _(rowptr, col, w, h, gamma, beta, W1, b1, W2, b2):
     n = _cheap_checks(rowptr, col, w, h, gamma, beta, W1, b1, W2, b2)  # a call with any 'meta' input
     return h.new_empty((n, h.shape[1]))
+
+
+def launches(config: dict) -> int:
+    """Launches one call makes (the harness's launches-per-call test reads it)."""
+    return LAUNCHES

@@ -231,12 +231,12 @@ for _dtype, (_defaults, _sweep) in BY_DTYPE.items():
     register_kernel("triangle", triangle, _defaults, _sweep, precision=_dtype, dtype=_dtype)
 
 
-def layout_launches(config: dict) -> int:
-    """Launches a call makes besides the GEMM's: the channel-major copy of A and B, and with the
-    'permute' epilogue the move of the channel-major result into O."""
+def launches(config: dict) -> int:
+    """Launches one call makes with ``config``: the kernel's; on the channel-major road also the copy
+    of A and B, and with the 'permute' epilogue the move of the channel-major result into O."""
     if config.get("LAYOUT") != "channel_major":
-        return 0
-    return 2 if config.get("STORE") == "permute" else 1
+        return 1
+    return 3 if config.get("STORE") == "permute" else 2
 
 
 @torch.library.custom_op("mage::triton_triangle", mutates_args=())
