@@ -17,6 +17,7 @@ from mage import ops
 from mage.errors import MageInputError
 
 from kernels._triton import common, register_kernel
+from kernels._triton.tiles import grouped_tile
 
 from .spec import SPEC
 
@@ -39,13 +40,7 @@ def _matmul_kernel(
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    # Grouped order: programs pid, pid+1, ... go down a column of GROUP_M tiles before moving right,
-    # so the programs running at once read GROUP_M panels of A and a few of B, not all of B.
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_m = min(tiles_m - first_m, GROUP_M)
-    tile_m = first_m + (pid % per_group) % group_m
-    tile_n = (pid % per_group) // group_m
+    tile_m, tile_n = grouped_tile(pid, tiles_m, tiles_n, GROUP_M)  # a wave shares panels of A and B in L2
     # Rows and columns past the edge wrap around (modulo) instead of being masked: the loads stay
     # in bounds without a mask in the inner loop, and the store below drops the wrapped values.
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)

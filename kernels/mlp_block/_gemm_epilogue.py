@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from kernels._triton import common
+from kernels._triton.tiles import grouped_tile
 
 
 # <kernel>
@@ -31,11 +32,7 @@ def _gemm_epilogue_kernel(
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_m = min(tiles_m - first_m, GROUP_M)
-    tile_m = first_m + (pid % per_group) % group_m
-    tile_n = (pid % per_group) // group_m
+    tile_m, tile_n = grouped_tile(pid, tiles_m, tiles_n, GROUP_M)
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     if OFFS_64:

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._triton.tiles import grouped_tile
+
 # The transposing copy's tile: 64 rows of k by 64 channels, 16 KB, read along c and written along k
 # (or the reverse): each side moves 256-byte runs, and Triton turns the tile around in shared memory.
 COPY_K, COPY_C, COPY_WARPS = 64, 64, 4
@@ -104,11 +106,9 @@ def _batched_gemm_kernel(
     tiles_j = tl.cdiv(N, BLOCK_J)
     c0 = (pid // (tiles_i * tiles_j)) * BLOCK_C
     t = pid % (tiles_i * tiles_j)
-    per_group = GROUP_I * tiles_j
-    first_i = (t // per_group) * GROUP_I
-    group_i = min(tiles_i - first_i, GROUP_I)
-    rows = (first_i + (t % per_group) % group_i) * BLOCK_I + tl.arange(0, BLOCK_I)
-    cols = ((t % per_group) // group_i) * BLOCK_J + tl.arange(0, BLOCK_J)
+    tile_i, tile_j = grouped_tile(t, tiles_i, tiles_j, GROUP_I)
+    rows = tile_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    cols = tile_j * BLOCK_J + tl.arange(0, BLOCK_J)
     if OFFS_64:
         rows = rows.to(tl.int64)
         cols = cols.to(tl.int64)

@@ -20,6 +20,7 @@ from mage import ops
 from mage.errors import MageInputError
 
 from kernels._triton import common, register_kernel
+from kernels._triton.tiles import grouped_tile
 
 from . import _channel_major as road
 from .spec import SPEC
@@ -58,11 +59,7 @@ def _triangle_kernel(
     pid = tl.program_id(0)
     tiles_i = tl.cdiv(N, BLOCK_I)
     tiles_j = tl.cdiv(N, BLOCK_J)
-    per_group = GROUP_I * tiles_j
-    first_i = (pid // per_group) * GROUP_I
-    group_i = min(tiles_i - first_i, GROUP_I)
-    tile_i = first_i + (pid % per_group) % group_i
-    tile_j = (pid % per_group) // group_i
+    tile_i, tile_j = grouped_tile(pid, tiles_i, tiles_j, GROUP_I)
     rows = tile_i * BLOCK_I + tl.arange(0, BLOCK_I)
     cols = tile_j * BLOCK_J + tl.arange(0, BLOCK_J)
     if OFFS_64:  # i and j times their strides (N * C each) would wrap in int32
