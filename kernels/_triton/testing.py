@@ -49,6 +49,13 @@ def check_every_sweep_config(op: str, shape: dict, dtype: str = "fp32") -> None:
         assert r.passed, f"{op} {cfg}: {r.reason}"
 
 
+def check_shapes(impl: registry.Impl, shapes, dist: str = "normal", trials: int = 1) -> None:
+    """``impl`` passes the float64 check on the CPU at every one of ``shapes``."""
+    for shape in shapes:
+        r = check(impl, shape, trials=trials, dist=dist, device="cpu")
+        assert r.passed, (shape, dist, r.reason)
+
+
 def check_forced(op: str, config: dict, shape: dict, dist: str = "heavy") -> None:
     r = check(variant(op, **config), shape, trials=2, dist=dist, device="cpu")
     assert r.passed, f"{op} {config} {shape}: {r.reason}"

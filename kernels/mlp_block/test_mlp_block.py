@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from kernels._triton.testing import INTERPRET, assert_refuses, cpu_only, gpu, rel_err
+from kernels._triton.testing import INTERPRET, assert_refuses, check_shapes, cpu_only, gpu, rel_err
 from mage import ops, registry, run
 from mage.check import check
 from mage.errors import MageInputError
@@ -70,18 +70,14 @@ def test_the_spec_is_a_block():
 @pytest.mark.parametrize("dist", ["normal", "heavy"])
 def test_eager_at_awkward_shapes(dist, dtype):
     impl = registry.get(OP, "pytorch", dtype)
-    for shape in SPEC.awkward:
-        r = check(impl, shape, trials=2, dist=dist, device="cpu")
-        assert r.passed, (shape, r.reason)
+    check_shapes(impl, SPEC.awkward, dist, trials=2)
 
 
 @cpu_only
 @pytest.mark.parametrize("dist", ["normal", "heavy"])
 def test_triton_block_at_awkward_shapes(dist):
     impl = registry.get(OP, "triton", "fp32")
-    for shape in SPEC.awkward:
-        r = check(impl, shape, trials=1, dist=dist, device="cpu")
-        assert r.passed, (shape, r.reason)
+    check_shapes(impl, SPEC.awkward, dist, trials=1)
 
 
 @cpu_only
@@ -109,9 +105,7 @@ def test_fused_road_at_awkward_shapes(dist):
     # small tiles, so a shape spans several tiles, partial ones and grouped program order (the largest
     # awkward shape is left to the GPU: 16-wide tiles make it slow in the interpreter); hidden = 0 leaves
     # the second GEMM no K steps, its epilogue alone gives x + b2
-    for shape in SPEC.awkward[:-1] + [dict(T=20, d=45, hidden=70), dict(T=5, d=40, hidden=0)]:
-        r = check(_fused_variant(), shape, trials=1, dist=dist, device="cpu")
-        assert r.passed, (shape, r.reason)
+    check_shapes(_fused_variant(), SPEC.awkward[:-1] + [dict(T=20, d=45, hidden=70), dict(T=5, d=40, hidden=0)], dist, trials=1)
 
 
 @cpu_only

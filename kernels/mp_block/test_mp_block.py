@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from kernels._triton.testing import assert_refuses, cpu_only, gpu, rel_err
+from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, gpu, rel_err
 from kernels.mp_block import _radius
 from kernels.neighbor_agg.graph import CSRGraph
 from mage import ops, registry, run
@@ -138,18 +138,14 @@ def test_nodes_are_numbered_in_cell_order():
 @pytest.mark.parametrize("dist", ["normal", "heavy"])
 def test_eager_at_awkward_shapes(dist, dtype):
     impl = registry.get(OP, "pytorch", dtype)
-    for shape in SPEC.awkward + [CELLS]:
-        r = check(impl, shape, trials=2, dist=dist, device="cpu")
-        assert r.passed, (shape, r.reason)
+    check_shapes(impl, SPEC.awkward + [CELLS], dist, trials=2)
 
 
 @cpu_only
 @pytest.mark.parametrize("dist", ["normal", "heavy"])
 def test_triton_block_at_awkward_shapes(dist):
     impl = registry.get(OP, "triton", "fp32")
-    for shape in SPEC.awkward:
-        r = check(impl, shape, trials=1, dist=dist, device="cpu")
-        assert r.passed, (shape, r.reason)
+    check_shapes(impl, SPEC.awkward, dist, trials=1)
 
 
 @cpu_only

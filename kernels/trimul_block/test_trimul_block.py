@@ -12,7 +12,7 @@ import torch
 
 import mage
 from kernels._triton import common
-from kernels._triton.testing import assert_refuses, cpu_only, gpu, rel_err
+from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, gpu, rel_err
 from kernels.layernorm.spec import EPS
 from mage import ops, registry
 from mage.check import check
@@ -200,9 +200,7 @@ def test_offsets_stay_32_bit_at_the_measured_shapes(monkeypatch):
 @pytest.mark.parametrize("dist", ("normal", "heavy"))
 def test_triton_block_at_tiny_shapes(dist):
     impl = registry.get(NAME, "triton", "fp32")
-    for shape in TINY:
-        r = check(impl, shape, trials=1, dist=dist, device="cpu")
-        assert r.passed, f"{shape} {dist}: {r.reason}"
+    check_shapes(impl, TINY, dist, trials=1)
 
 
 @cpu_only
