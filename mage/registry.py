@@ -97,6 +97,33 @@ def register(op: str, name: str, **kw) -> Callable:
     return deco
 
 
+# The training paths: (op, name, dtype) -> fn(*inputs) -> output, differentiable by torch.autograd (a
+# torch.library operator with register_autograd, or plain PyTorch). Kept beside the registry, not in the
+# Impl, so a backward module may register before or after its forward (discovery order is alphabetical).
+_TRAIN: dict[tuple, Callable] = {}
+
+
+def differentiable(op: str, name: str, dtype: str = "fp32") -> Callable:
+    """Decorator: ``@differentiable("layernorm", "triton")`` names fn as that implementation's training
+    path: the harness runs forward and backward through it."""
+    if op not in OPS:
+        raise MageInputError("differentiable", "op", f"must be one of {list(OPS)}, got {op!r}")
+
+    def deco(fn):
+        _TRAIN[(op, name, dtype)] = fn
+        return fn
+
+    return deco
+
+
+def train_fn(impl: Impl) -> Optional[Callable]:
+    """The callable that runs ``impl`` forward with autograd recording, or None when it has none. PyTorch
+    columns are differentiable as they are; every other column must register one."""
+    if impl.key in _TRAIN:
+        return _TRAIN[impl.key]
+    return impl.fn if impl.family == "pytorch" else None
+
+
 def add(impl: Impl) -> Impl:
     """Register an ``Impl`` built by hand (one that times itself has no ``fn`` to decorate)."""
     if impl.op not in OPS:
