@@ -1,0 +1,100 @@
+"""triangle's backward in Triton. For O_ijc = sum_k A_ikc B_jkc the gradients are two more triangle
+contractions, T(X, Y)_pqc = sum_r X_prc Y_qrc, on transposed views:
+
+    dA_ikc = sum_j dO_ijc B_jkc   = T(dO, B^T)_ikc       (X = dO, Y_kjc = B_jkc)
+    dB_jkc = sum_i dO_ijc A_ikc   = T(dO^T, A^T)_jkc     (X_jic = dO_ijc, Y_kic = A_ikc)
+
+where ^T swaps the two node axes and keeps c innermost. So the forward's operator
+(``mage::triton_triangle``) computes both, at the forward's precision (fp32 or fp32x3) and with the
+config its shape chooses, and no transposition is copied: both roads read any strides, and a swap of
+the node axes leaves each (node, node) pair's channels contiguous, so the in-place kernel's channel
+runs and the channel-major road's transposing copies (which read runs of c) read exactly as many
+sectors as for the forward. Each gradient is a forward-sized contraction: the backward is 2x the
+forward's FLOPs, with no reduction across programs (each output is one program's sum over its k in
+order), so it is deterministic.
+
+Registered with ``torch.library.register_autograd`` (eager and torch.compile) and as the 'triton'
+column's training path at both precisions.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from mage.registry import differentiable
+
+from . import triton_kernel  # noqa: F401 - defines mage::triton_triangle (discovery imports alphabetically)
+
+DTYPES = ("fp32", "fp32x3")
+
+
+def _swap(t: torch.Tensor) -> torch.Tensor:
+    """[N, N, C] with its two node axes swapped: a view, c still innermost."""
+    return t.transpose(0, 1)
+
+
+def grad_a(dO, B, dtype: str):
+    """dA_ikc = sum_j dO_ijc B_jkc."""
+    return torch.ops.mage.triton_triangle(dO, _swap(B), dtype)
+
+
+def grad_b(dO, A, dtype: str):
+    """dB_jkc = sum_i dO_ijc A_ikc."""
+    return torch.ops.mage.triton_triangle(_swap(dO), _swap(A), dtype)
+
+
+def _setup_context(ctx, inputs, output):
+    A, B, dtype = inputs
+    ctx.save_for_backward(A if ctx.needs_input_grad[1] else None, B if ctx.needs_input_grad[0] else None)
+    ctx.dtype = dtype
+
+
+def _backward(ctx, dO):
+    A, B = ctx.saved_tensors
+    dA = grad_a(dO, B, ctx.dtype) if ctx.needs_input_grad[0] else None
+    dB = grad_b(dO, A, ctx.dtype) if ctx.needs_input_grad[1] else None
+    return dA, dB, None
+
+
+torch.library.register_autograd("mage::triton_triangle", _backward, setup_context=_setup_context)
+
+
+def _training_path(dtype: str):
+    def triangle_train(A, B):
+        return torch.ops.mage.triton_triangle(A, B, dtype)
+
+    triangle_train.__name__ = f"triangle_triton_train_{dtype}"
+    return triangle_train
+
+
+for _dtype in DTYPES:
+    differentiable("triangle", "triton", _dtype)(_training_path(_dtype))
+
+
+# ---- timing for kernels/NOTES.md (GPU only; the harness's pass dimension is the recorded measurement)
+def bench(out_dir: str, shapes=(dict(N=128, C=64), dict(N=384, C=128))) -> list:
+    """Forward, dA and dB per precision at the field and large shapes, and the same contractions on
+    contiguous copies of the transposed views (what the swap costs, if anything); rows printed and
+    written to ``out_dir``/triangle_backward.json."""
+    from kernels.matmul.triton_backward import _time_us
+
+    from .spec import SPEC
+    rows = []
+    for shape in shapes:
+        for dtype in DTYPES:
+            A, B = SPEC.inputs(shape, device="cuda")
+            dO = SPEC.inputs(shape, seed=1, device="cuda")[0]
+            Bs, dOs, As = (_swap(t).contiguous() for t in (B, dO, A))
+            op = torch.ops.mage.triton_triangle
+            row = dict(shape, dtype=dtype, forward_us=_time_us(lambda: op(A, B, dtype)),
+                       dA_us=_time_us(lambda: grad_a(dO, B, dtype)), dB_us=_time_us(lambda: grad_b(dO, A, dtype)),
+                       dA_contiguous_us=_time_us(lambda: op(dO, Bs, dtype)),
+                       dB_contiguous_us=_time_us(lambda: op(dOs, As, dtype)))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "triangle_backward.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    return rows
