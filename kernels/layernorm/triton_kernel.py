@@ -45,6 +45,8 @@ def _layernorm_kernel(
     ONE_BLOCK: tl.constexpr,  # BLOCK_C >= C: the whole row is one chunk and stays in registers
     EVEN: tl.constexpr,  # one chunk of exactly C columns and R a multiple of BLOCK_R: no masks
     EVICT: tl.constexpr,  # stream x and y past L2 (evict first), keep gamma and beta (evict last)
+    Mean=None, Rstd=None,  # with STATS: each row's mean and 1 / sqrt(var + eps) [R], in x's units
+    STATS: tl.constexpr = False,  # save the statistics for the backward (training); off: inference
 ):
     # Reduction scheme. One chunk: two passes over the registers (mean, then the mean of squared
     # deviations), exact and still one read of x from memory. Several chunks: each chunk's mean and
@@ -78,6 +80,9 @@ def _layernorm_kernel(
             x = tl.load(x_row + cols[None, :], eviction_policy=stream)
         else:
             x = tl.load(x_row + cols[None, :], mask=mask, other=0.0, eviction_policy=stream)
+        # bf16 storage (the model blocks' bf16 rows): statistics and output in FP32, rounded once at
+        # the store; for FP32 tensors every such conversion is a no-op and the kernel is unchanged
+        x = x.to(tl.float32)
         # The plain statistics first (the second reduction also carries the correction); only a row
         # whose sums overflowed takes them again, scaled, from the registers (a branch never taken
         # by ordinary rows, so their instructions are those of the unscaled kernel plus one test).
@@ -95,9 +100,12 @@ def _layernorm_kernel(
         fix = sum1 / C
         mean += fix
         rstd = 1.0 / tl.sqrt(tl.maximum(sum2 / C - fix * fix, 0.0) + eps * s * s)
-        gamma = tl.load(Gamma + cols, mask=cols < C, other=0.0, eviction_policy=keep)
-        beta = tl.load(Beta + cols, mask=cols < C, other=0.0, eviction_policy=keep)
+        gamma = tl.load(Gamma + cols, mask=cols < C, other=0.0, eviction_policy=keep).to(tl.float32)
+        beta = tl.load(Beta + cols, mask=cols < C, other=0.0, eviction_policy=keep).to(tl.float32)
         y = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
+        if STATS:  # back in x's units: s is a power of two, so both are exact
+            tl.store(Mean + row, mean / s, mask=rmask)
+            tl.store(Rstd + row, rstd * s, mask=rmask)
         if EVEN:
             tl.store(y_row + cols[None, :], y, eviction_policy=stream)
         else:
@@ -110,7 +118,7 @@ def _layernorm_kernel(
         m2 = tl.zeros((BLOCK_R,), dtype=tl.float32)
         for c0 in range(0, C, BLOCK_C):
             mask = rmask[:, None] & (c0 + cols < C)[None, :]
-            x = tl.load(x_row + c0 + cols[None, :], mask=mask, other=0.0)
+            x = tl.load(x_row + c0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             amax, sum0 = tl.reduce((tl.abs(x), x * 2.3283064365386963e-10), 1, _max_and_sum)  # as above
             s_new = tl.minimum(s, _down_scale(amax))
             r = s_new / s  # a power of two <= 1: the running pair in the new units
@@ -129,12 +137,15 @@ def _layernorm_kernel(
             mean += delta * (n_b / (n_a + n_b))
             m2 += tl.maximum(sum2 - fix * sum1, 0.0) + delta * delta * (n_a * n_b / (n_a + n_b))
         rstd = 1.0 / tl.sqrt(m2 / C + eps * s * s)
+        if STATS:  # back in x's units (s a power of two: exact)
+            tl.store(Mean + row, mean / s, mask=rmask)
+            tl.store(Rstd + row, rstd * s, mask=rmask)
         for c0 in range(0, C, BLOCK_C):  # second read of x: from L2 while the rows are recent
             cmask = c0 + cols < C
             mask = rmask[:, None] & cmask[None, :]
-            x = tl.load(x_row + c0 + cols[None, :], mask=mask, other=0.0)
-            gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0, eviction_policy=keep)
-            beta = tl.load(Beta + c0 + cols, mask=cmask, other=0.0, eviction_policy=keep)
+            x = tl.load(x_row + c0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0, eviction_policy=keep).to(tl.float32)
+            beta = tl.load(Beta + c0 + cols, mask=cmask, other=0.0, eviction_policy=keep).to(tl.float32)
             y = (x * s[:, None] - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
             tl.store(y_row + c0 + cols[None, :], y, mask=mask)
 # </kernel>
@@ -163,9 +174,21 @@ SWEEP = [FIRST] + [dict(c, EVICT=0) for c in (
 DEFAULTS = {"field": SWEEP[11], "large": SWEEP[8], "sweep": SWEEP[0]}
 
 
-def layernorm(x, gamma, beta, out=None, **config):
-    """y = (x - mean) / sqrt(var + eps) * gamma + beta over each row, eps = spec.EPS."""
-    SPEC.validate(x, gamma, beta)
+def _validate(x, gamma, beta):
+    """The spec's checks. The operation is measured at fp32, but its kernel also serves the model blocks'
+    bf16 rows: a bf16 x needs bf16 gamma and beta, and passes the spec's shape and device checks as
+    FP32 stand-ins (one element of memory each, broadcast to the tensors' shapes)."""
+    if getattr(x, "dtype", None) != torch.bfloat16:
+        return SPEC.validate(x, gamma, beta)
+    for name, t in (("gamma", gamma), ("beta", beta)):
+        ops.tensor("layernorm", name, t, (torch.bfloat16,))
+    SPEC.validate(*(t.new_empty((), dtype=torch.float32).expand(t.shape) for t in (x, gamma, beta)))
+
+
+def layernorm(x, gamma, beta, out=None, stats=None, **config):
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta over each row, eps = spec.EPS. ``stats``: a pair
+    of float32 tensors [R] that receive each row's mean and 1 / sqrt(var + eps) (the training path's)."""
+    _validate(x, gamma, beta)
     R, C = x.shape
     ops.check_out("layernorm", out, (R, C), x.dtype, x.device)
     common.on_device("layernorm", {"x": x, "gamma": gamma, "beta": beta})
@@ -180,7 +203,8 @@ def layernorm(x, gamma, beta, out=None, **config):
     grid = (triton.cdiv(R, consts["BLOCK_R"]),)
     _layernorm_kernel[grid](x, gamma, beta, out, R, C, x.stride(0), out.stride(0), EPS,
                             BLOCK_C=block_c, ONE_BLOCK=block_c >= C,
-                            EVEN=block_c == C and R % consts["BLOCK_R"] == 0, **consts, **launch)
+                            EVEN=block_c == C and R % consts["BLOCK_R"] == 0, **consts, **launch,
+                            **({} if stats is None else dict(Mean=stats[0], Rstd=stats[1], STATS=True)))
     return out
 
 

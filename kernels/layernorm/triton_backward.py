@@ -1,0 +1,250 @@
+"""layernorm's backward in Triton, from the forward's saved mean and 1 / sqrt(var + eps) of each row.
+
+With xhat = (x - mean) rstd and g = dy gamma (C columns a row):
+    dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)),   dgamma = sum_r dy xhat,   dbeta = sum_r dy.
+One pass reads x and dy once and writes dx (a row longer than one block is read twice, the second time
+from L2). dgamma and dbeta are column sums over rows: each program adds its ROWS rows into registers in
+row order and writes one row of partial sums; a second small kernel adds the partials in order. Both
+are the same bits on every run (no atomics).
+
+Adds the training operator ``mage::triton_layernorm_train`` (y with the saved statistics, one launch of
+the forward kernel with STATS) and makes it and ``mage::triton_layernorm`` differentiable; registers the
+training path.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mage import ops
+from mage.errors import MageInputError
+from mage.registry import differentiable
+
+from kernels._triton import common
+
+from .spec import SPEC
+from .triton_kernel import layernorm, layernorm_op  # the operator this module makes differentiable
+
+OP = "layernorm"
+
+
+# <kernel>
+@triton.jit
+def _layernorm_bwd_kernel(
+    X, Gamma, Mean, Rstd, DY, DX,  # x [R, C], gamma [C], the saved statistics [R], dy [R, C], dx [R, C]
+    PartG, PartB,  # partial sums of dgamma and dbeta [programs, C] (zeroed when not ONE_BLOCK)
+    R, C, stride_x, stride_dy, stride_dx,
+    ROWS: tl.constexpr,  # rows per program (a multiple of BLOCK_R): one row of partials per program
+    BLOCK_R: tl.constexpr,  # rows per step
+    BLOCK_C: tl.constexpr,  # columns per chunk
+    ONE_BLOCK: tl.constexpr,  # BLOCK_C >= C: a row is one chunk, in registers
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_C)
+    part = pid.to(tl.int64) * C
+    if ONE_BLOCK:
+        cmask = cols < C
+        gamma = tl.load(Gamma + cols, mask=cmask, other=0.0)
+        dg = tl.zeros((BLOCK_C,), dtype=tl.float32)
+        db = tl.zeros((BLOCK_C,), dtype=tl.float32)
+        for r0 in range(0, ROWS, BLOCK_R):  # rows in order: the partial sums are the same bits every run
+            row = pid * ROWS + r0 + tl.arange(0, BLOCK_R)
+            rmask = row < R
+            mask = rmask[:, None] & cmask[None, :]
+            row64 = row.to(tl.int64)[:, None]
+            x = tl.load(X + row64 * stride_x + cols[None, :], mask=mask, other=0.0)
+            dy = tl.load(DY + row64 * stride_dy + cols[None, :], mask=mask, other=0.0)
+            mean = tl.load(Mean + row, mask=rmask, other=0.0)
+            rstd = tl.load(Rstd + row, mask=rmask, other=0.0)
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+            g = dy * gamma[None, :]
+            c1 = tl.sum(g * xhat, axis=1) / C
+            c2 = tl.sum(g, axis=1) / C
+            dx = (g - c2[:, None] - xhat * c1[:, None]) * rstd[:, None]
+            tl.store(DX + row64 * stride_dx + cols[None, :], dx, mask=mask)
+            dg += tl.sum(dy * xhat, axis=0)
+            db += tl.sum(dy, axis=0)
+        tl.store(PartG + part + cols, dg, mask=cmask)
+        tl.store(PartB + part + cols, db, mask=cmask)
+    else:
+        for r0 in range(0, ROWS, BLOCK_R):
+            row = pid * ROWS + r0 + tl.arange(0, BLOCK_R)
+            rmask = row < R
+            row64 = row.to(tl.int64)[:, None]
+            mean = tl.load(Mean + row, mask=rmask, other=0.0)
+            rstd = tl.load(Rstd + row, mask=rmask, other=0.0)
+            s1 = tl.zeros((BLOCK_R,), dtype=tl.float32)
+            s2 = tl.zeros((BLOCK_R,), dtype=tl.float32)
+            for c0 in range(0, C, BLOCK_C):  # the row's two sums
+                cmask = c0 + cols < C
+                mask = rmask[:, None] & cmask[None, :]
+                x = tl.load(X + row64 * stride_x + c0 + cols[None, :], mask=mask, other=0.0)
+                dy = tl.load(DY + row64 * stride_dy + c0 + cols[None, :], mask=mask, other=0.0)
+                gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0)
+                xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+                g = dy * gamma[None, :]
+                s1 += tl.sum(g * xhat, axis=1)
+                s2 += tl.sum(g, axis=1)
+            c1, c2 = s1 / C, s2 / C
+            for c0 in range(0, C, BLOCK_C):  # second read, from L2 while the rows are recent
+                cmask = c0 + cols < C
+                mask = rmask[:, None] & cmask[None, :]
+                x = tl.load(X + row64 * stride_x + c0 + cols[None, :], mask=mask, other=0.0)
+                dy = tl.load(DY + row64 * stride_dy + c0 + cols[None, :], mask=mask, other=0.0)
+                gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0)
+                xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+                dx = (dy * gamma[None, :] - c2[:, None] - xhat * c1[:, None]) * rstd[:, None]
+                tl.store(DX + row64 * stride_dx + c0 + cols[None, :], dx, mask=mask)
+                # this program's own partial row: read, add, write back, rows in order (no other
+                # program touches it, so the order is fixed)
+                pg = tl.load(PartG + part + c0 + cols, mask=cmask, other=0.0)
+                pb = tl.load(PartB + part + c0 + cols, mask=cmask, other=0.0)
+                tl.store(PartG + part + c0 + cols, pg + tl.sum(dy * xhat, axis=0), mask=cmask)
+                tl.store(PartB + part + c0 + cols, pb + tl.sum(dy, axis=0), mask=cmask)
+
+
+@triton.jit
+def _column_sum_kernel(Part, Out, n, C, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+    # Out[c] = sum over the n rows of Part[:, c], BLOCK_N rows a step in row order, then one fixed tree
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    acc = tl.zeros((BLOCK_N, BLOCK_C), dtype=tl.float32)
+    for n0 in range(0, n, BLOCK_N):
+        rows = n0 + tl.arange(0, BLOCK_N)
+        acc += tl.load(Part + rows.to(tl.int64)[:, None] * C + cols[None, :],
+                       mask=(rows < n)[:, None] & cmask[None, :], other=0.0)
+    tl.store(Out + cols, tl.sum(acc, axis=0), mask=cmask)
+# </kernel>
+
+
+# ROWS bounds the partials (2 x R / ROWS x C values written and read again: about 6% of the compulsory
+# bytes at ROWS = 32, traded against programs enough to fill the GPU at R = 32768); a one-block row
+# of up to MAX_BLOCK_C columns stays in registers; short rows take several rows a step.
+CONFIG = dict(ROWS=32, MAX_BLOCK_C=8192)
+SUM_CONFIG = dict(BLOCK_N=8, BLOCK_C=256, num_warps=4)
+
+
+def _config(C, config):
+    cfg = {**CONFIG, **config}
+    block_c = min(common.pow2(C), cfg.pop("MAX_BLOCK_C"))
+    cfg.setdefault("BLOCK_R", max(1, min(8, 2048 // block_c)))
+    cfg.setdefault("num_warps", 8 if cfg["BLOCK_R"] * block_c >= 4096 else 4)
+    unknown = set(cfg) - {"ROWS", "BLOCK_R", "num_warps", "num_stages"}
+    if unknown or cfg["ROWS"] % cfg["BLOCK_R"]:
+        raise MageInputError(OP, "config", f"{config} (keys ROWS, BLOCK_R, MAX_BLOCK_C, num_warps; ROWS a "
+                                           "multiple of BLOCK_R)")
+    return block_c, cfg
+
+
+def _check_backward_args(x, gamma, mean, rstd, dy):
+    SPEC.validate(x, gamma, gamma)
+    ops.tensor(OP, "dy", dy, (torch.float32,))
+    if tuple(dy.shape) != tuple(x.shape):
+        raise MageInputError(OP, "dy", f"must have the output's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
+    ops.same_device(OP, {"x": x, "dy": dy})
+    for name, t in (("mean", mean), ("rstd", rstd)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or tuple(t.shape) != (x.shape[0],):
+            raise MageInputError(OP, name, f"must be the forward's saved float32 statistics of shape ({x.shape[0]},)")
+        if t.device != x.device:
+            raise MageInputError(OP, name, f"is on {t.device} but x is on {x.device}")
+
+
+def layernorm_backward(x, gamma, mean, rstd, dy, **config):
+    """(dx, dgamma, dbeta) for the incoming gradient dy, from the forward's saved statistics."""
+    _check_backward_args(x, gamma, mean, rstd, dy)
+    common.on_device(OP, {"x": x, "gamma": gamma, "mean": mean, "rstd": rstd, "dy": dy})
+    R, C = x.shape
+    dx = torch.empty((R, C), dtype=x.dtype, device=x.device)
+    if R == 0:
+        return dx, torch.zeros_like(gamma), torch.zeros_like(gamma)
+    x = x if x.stride(1) == 1 else x.contiguous()
+    dy = dy if dy.stride(1) == 1 else dy.contiguous()  # a broadcast gradient (stride 0 rows) is read as is
+    block_c, cfg = _config(C, config)
+    consts, launch = common.split(cfg)
+    programs = triton.cdiv(R, consts["ROWS"])
+    alloc = torch.empty if block_c >= C else torch.zeros  # the chunked road adds into its partial rows
+    part_g = alloc((programs, C), dtype=torch.float32, device=x.device)
+    part_b = alloc((programs, C), dtype=torch.float32, device=x.device)
+    _layernorm_bwd_kernel[(programs,)](x, gamma.contiguous(), mean.contiguous(), rstd.contiguous(), dy, dx, part_g,
+                                       part_b, R, C, x.stride(0), dy.stride(0), dx.stride(0), BLOCK_C=block_c,
+                                       ONE_BLOCK=block_c >= C, **consts, **launch)
+    dgamma, dbeta = torch.empty_like(gamma), torch.empty_like(gamma)
+    s_consts, s_launch = common.split(SUM_CONFIG)
+    for part, out in ((part_g, dgamma), (part_b, dbeta)):
+        _column_sum_kernel[(triton.cdiv(C, s_consts["BLOCK_C"]),)](part, out, programs, C, **s_consts, **s_launch)
+    return dx, dgamma, dbeta
+
+
+@torch.library.custom_op("mage::triton_layernorm_train", mutates_args=())
+def layernorm_train_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, mean, rstd): the forward kernel with its statistics saved (one launch, 8 bytes a row more)."""
+    SPEC.validate(x, gamma, beta)
+    R = x.shape[0]
+    mean = torch.empty((R,), dtype=torch.float32, device=x.device)
+    rstd = torch.empty((R,), dtype=torch.float32, device=x.device)
+    return layernorm(x, gamma, beta, stats=(mean, rstd)), mean, rstd
+
+
+@layernorm_train_op.register_fake
+def _(x, gamma, beta):
+    SPEC.validate(x, gamma, beta)
+    return torch.empty_like(x), x.new_empty((x.shape[0],)), x.new_empty((x.shape[0],))
+
+
+@torch.library.custom_op("mage::triton_layernorm_backward", mutates_args=())
+def layernorm_backward_op(x: torch.Tensor, gamma: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                          dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward as an operator, so a compiled graph's backward can call it."""
+    return layernorm_backward(x, gamma, mean, rstd, dy)
+
+
+@layernorm_backward_op.register_fake
+def _(x, gamma, mean, rstd, dy):
+    _check_backward_args(x, gamma, mean, rstd, dy)
+    return torch.empty_like(x), torch.empty_like(gamma), torch.empty_like(gamma)
+
+
+def _grads(ctx, x, gamma, mean, rstd, dy):
+    dx, dgamma, dbeta = torch.ops.mage.triton_layernorm_backward(x, gamma, mean, rstd, dy)
+    need = ctx.needs_input_grad
+    return (dx if need[0] else None), (dgamma if need[1] else None), (dbeta if need[2] else None)
+
+
+def _train_setup(ctx, inputs, output):
+    x, gamma, _ = inputs
+    _, mean, rstd = output
+    ctx.mark_non_differentiable(mean, rstd)  # statistics for the backward, not results to train through
+    ctx.save_for_backward(x, gamma, mean, rstd)
+
+
+def _train_backward(ctx, dy, _dmean, _drstd):
+    return _grads(ctx, *ctx.saved_tensors, dy)
+
+
+torch.library.register_autograd("mage::triton_layernorm_train", _train_backward, setup_context=_train_setup)
+
+
+def _plain_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], inputs[1], inputs[2])
+
+
+def _plain_backward(ctx, dy):
+    # The inference operator saved no statistics: they are taken again here (a read of x and a write
+    # of y the backward discards). The training path uses triton_layernorm_train and pays neither.
+    x, gamma, beta = ctx.saved_tensors
+    _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, gamma, beta)
+    return _grads(ctx, x, gamma, mean, rstd, dy)
+
+
+torch.library.register_autograd("mage::triton_layernorm", _plain_backward, setup_context=_plain_setup)
+
+
+@differentiable(OP, "triton")
+def train(x, gamma, beta):
+    """The Triton column's training path: forward with saved statistics, differentiable in all three."""
+    return torch.ops.mage.triton_layernorm_train(x, gamma, beta)[0]
+
+
+__all__ = ["layernorm_backward", "layernorm_op", "train"]
