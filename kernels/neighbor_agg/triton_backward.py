@@ -1,0 +1,162 @@
+"""neighbor_agg's backward in Triton. For y_i = sum_{e in row i} w_e x_{col_e}:
+    dx_j = sum over the edges e with col_e = j of w_e dy_{row_e}   (dx = A^T dy, the transposed graph)
+    dw_e = dy_{row_e} . x_{col_e}                                   (one dot product an edge)
+dx runs the forward's own kernel on the transposed graph (hubs of the transpose split the same way),
+so every dx_j is a sum in a fixed order: the transposed graph lists each column's edges in their
+original order (a stable sort, built once per graph structure and kept). dw is one program per block of
+edges, each dot product in a fixed order. Nothing is atomic: the gradients are the same bits every run.
+
+Makes ``mage::triton_neighbor_agg`` differentiable (in x and in the edge weights w) and registers the
+training path. ``prepare_backward`` builds the transposed graph ahead of a training loop.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mage import ops
+from mage.errors import MageInputError
+from mage.registry import differentiable
+
+from kernels._triton import common
+
+from . import triton_kernel as fwd
+from .triton_operator import _cheap_checks, _validated, neighbor_agg_op  # the operator made differentiable
+
+OP = "neighbor_agg"
+
+
+# <kernel>
+@triton.jit
+def _edge_dot_kernel(
+    Row, Col, DY, X, DW,  # each edge's row and column [E], dy [n, F], x [n_src, F], the output dw [E]
+    E, F, stride_dy, stride_x,
+    BLOCK_E: tl.constexpr,  # edges per program
+    BLOCK_F: tl.constexpr,  # features per step
+):
+    edges = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)
+    emask = edges < E
+    i = tl.load(Row + edges, mask=emask, other=0).to(tl.int64)
+    j = tl.load(Col + edges, mask=emask, other=0).to(tl.int64)
+    acc = tl.zeros((BLOCK_E, BLOCK_F), dtype=tl.float32)
+    for f0 in range(0, F, BLOCK_F):  # features in order, then one fixed tree: the same bits every run
+        feats = f0 + tl.arange(0, BLOCK_F)
+        mask = emask[:, None] & (feats < F)[None, :]
+        dy = tl.load(DY + i[:, None] * stride_dy + feats[None, :], mask=mask, other=0.0)  # rows sorted: cached
+        xj = tl.load(X + j[:, None] * stride_x + feats[None, :], mask=mask, other=0.0)
+        acc += dy * xj
+    tl.store(DW + edges, tl.sum(acc, axis=1), mask=emask)
+# </kernel>
+
+
+EDGE_CONFIG = dict(BLOCK_E=64, MAX_BLOCK_F=64, num_warps=4)
+
+# The transposed structure of each graph, found again by the identity (and version) of rowptr and col:
+# trowptr [n_src + 1], tcol (the original row of each transposed edge), perm (its original edge index),
+# row (each original edge's row, for dw), the transpose's largest degree. Weights are not kept: they
+# change between training steps, so each backward gathers w[perm] (4 bytes an edge, read and written).
+_TRANSPOSED = common.TensorMemo(32)
+
+
+def transposed(rowptr, col, n_src: int) -> dict:
+    """The transposed graph of a validated CSR structure, built once (a stable sort by column, so each
+    source node's edges keep their original order) and reused while rowptr and col are unchanged."""
+    hit = _TRANSPOSED.get((rowptr, col), n_src)
+    if hit is not None:
+        return hit
+    n, E, dev = rowptr.numel() - 1, col.numel(), col.device
+    deg = (rowptr[1:] - rowptr[:-1]).long()
+    row = torch.repeat_interleave(torch.arange(n, dtype=torch.int32, device=dev), deg, output_size=E)
+    perm = torch.sort(col.long(), stable=True).indices if E else torch.zeros(0, dtype=torch.long, device=dev)
+    tdeg = torch.bincount(col.long(), minlength=n_src) if E else torch.zeros(n_src, dtype=torch.long, device=dev)
+    trowptr = torch.zeros(n_src + 1, dtype=torch.int32, device=dev)
+    trowptr[1:] = torch.cumsum(tdeg, 0).to(torch.int32)
+    t = dict(trowptr=trowptr, tcol=row[perm].contiguous(), perm=perm.to(torch.int32), row=row,
+             max_degree=int(tdeg.max()) if n_src else 0)
+    return _TRANSPOSED.put((rowptr, col), n_src, t)
+
+
+def prepare_backward(graph, x, **config):
+    """The forward's prepare, plus the transposed graph and its split plan (built once, never timed)."""
+    fwd.prepare(graph, x, **config)
+    t = transposed(graph.rowptr, graph.col, graph.n_src)
+    F = x.shape[1]
+    if graph.n_src and F:  # the split plan the dx launch will find (dx has n_src rows and F features)
+        cfg = common.choose(OP, fwd.DEFAULTS, dict(n=graph.n_src, F=F), {})
+        block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
+        fwd._plan(t["trowptr"], t["max_degree"], cfg["SPLIT"], F, triton.cdiv(F, block_f))
+    return graph, x
+
+
+def neighbor_agg_backward(rowptr, col, w, x, dy, need_x=True, need_w=True):
+    """(dx, dw) of y = A x for the incoming gradient dy (either None when not needed)."""
+    _validated(rowptr, col, w, x)  # the forward validated this set: a memo look-up
+    n, F, n_src, E = rowptr.numel() - 1, x.shape[1], x.shape[0], col.numel()
+    ops.tensor(OP, "dy", dy, (torch.float32,), 2)
+    if tuple(dy.shape) != (n, F):
+        raise MageInputError(OP, "dy", f"must have the output's shape {(n, F)}, got {tuple(dy.shape)}")
+    ops.same_device(OP, {"x": x, "dy": dy})
+    common.on_device(OP, {"x": x, "dy": dy})
+    dy = dy if dy.stride(1) == 1 else dy.contiguous()  # a broadcast gradient (stride 0 rows) is read as is
+    dx = dw = None
+    if need_x:
+        dx = torch.empty((n_src, F), dtype=x.dtype, device=x.device)
+        if n_src and F:
+            t = transposed(rowptr, col, n_src)
+            if E:
+                fwd._launch(t["trowptr"], t["tcol"], w[t["perm"]], dy, dx, t["max_degree"], {})
+            else:
+                dx.zero_()
+        elif n_src:
+            dx.zero_()
+    if need_w:
+        dw = torch.empty((E,), dtype=w.dtype, device=w.device)
+        if E and F:
+            t = transposed(rowptr, col, n_src)
+            x = x if x.stride(1) == 1 else x.contiguous()
+            consts, launch = common.split(dict(EDGE_CONFIG))
+            block_f = min(common.pow2(F), consts.pop("MAX_BLOCK_F"))
+            _edge_dot_kernel[(triton.cdiv(E, consts["BLOCK_E"]),)](t["row"], col, dy, x, dw, E, F, dy.stride(0),
+                                                                  x.stride(0), BLOCK_F=block_f, **consts, **launch)
+        elif E:
+            dw.zero_()
+    return dx, dw
+
+
+@torch.library.custom_op("mage::triton_neighbor_agg_backward", mutates_args=())
+def neighbor_agg_backward_op(rowptr: torch.Tensor, col: torch.Tensor, w: torch.Tensor, x: torch.Tensor,
+                             dy: torch.Tensor, need_x: bool, need_w: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, dw) as an operator, so a compiled graph's backward can call it; a gradient not needed is
+    not computed and comes back empty (an operator returns tensors, not None)."""
+    dx, dw = neighbor_agg_backward(rowptr, col, w, x, dy, need_x, need_w)
+    return (x.new_empty(0) if dx is None else dx), (w.new_empty(0) if dw is None else dw)
+
+
+@neighbor_agg_backward_op.register_fake
+def _(rowptr, col, w, x, dy, need_x, need_w):
+    _cheap_checks(rowptr, col, w, x)
+    ops.tensor(OP, "dy", dy, (torch.float32,), 2)
+    return (torch.empty_like(x) if need_x else x.new_empty(0)), (torch.empty_like(w) if need_w else w.new_empty(0))
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, dy):
+    rowptr, col, w, x = ctx.saved_tensors
+    need_w, need_x = ctx.needs_input_grad[2], ctx.needs_input_grad[3]
+    if not (need_w or need_x):
+        return None, None, None, None
+    dx, dw = torch.ops.mage.triton_neighbor_agg_backward(rowptr, col, w, x, dy, need_x, need_w)
+    return None, None, (dw if need_w else None), (dx if need_x else None)
+
+
+torch.library.register_autograd("mage::triton_neighbor_agg", _backward, setup_context=_setup_context)
+
+
+@differentiable(OP, "triton")
+def train(graph, x):
+    """The Triton column's training path: differentiable in x and in the graph's weights graph.w."""
+    return neighbor_agg_op(graph.rowptr, graph.col, graph.w, x)
