@@ -1,8 +1,11 @@
-//! C = A B in FP32, two versions. `matmul_scalar` (markers `<kernel-scalar>`): one thread, one
+//! C = A B in FP32, three versions. `matmul_scalar` (markers `<kernel-scalar>`): one thread, one
 //! output, the loop a newcomer writes. `matmul` (markers `<kernel>`): a 128 x 128 tile per block,
 //! BLOCK_K = 8 slices of A and B staged through double-buffered shared memory, an 8 x 8 register
-//! block per thread, 16-byte loads.
+//! block per thread, 16-byte loads. `matmul_fp32x3` (markers `<kernel-fp32x3>`): the same tile on
+//! the tensor cores, each FP32 operand split into TF32 high and low parts and three TF32 products
+//! per step (`mma.sync` through inline PTX), so FP32 accuracy at a third of the TF32 rate.
 use crate::gpu::{self, In, Out, barrier, fma};
+use crate::mma::{mma_tf32, split};
 use crate::{shared_tile, unroll};
 
 // <kernel-scalar>
@@ -130,6 +133,152 @@ pub fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32)
 }
 // </kernel>
 
+// <kernel-fp32x3>
+const TC_BM: usize = 128;
+const TC_BN: usize = 128;
+const TC_BK: usize = 16; // two k8 mma steps per stage; two stages of both operands fill 32 KB
+const TC_STAGE: usize = 2048; // one stage of one operand
+const GROUP_M: usize = 8; // tile rows a wave walks before moving right: its B panels stay in L2
+const _: () = assert!(TC_BM * TC_BK == TC_STAGE && TC_BK * TC_BN == TC_STAGE && TC_BK == 16);
+
+shared_tile!(tc_a_tiles, MATMUL_TC_A, 4096);
+shared_tile!(tc_b_tiles, MATMUL_TC_B, 4096);
+
+/// Where A's 4-float chunk `chunk` of tile row `m` sits in a stage: rows of 16 floats, the chunk
+/// index XORed with bits 1-2 of the row, so the 8 rows a fragment load touches (two per 16-bank
+/// half) land on 8 different groups of 4 banks. An XOR of whole chunks keeps 16-byte stores.
+#[inline(always)]
+fn a_slot(m: usize, chunk: usize) -> usize {
+    m * TC_BK + ((chunk ^ ((m >> 1) & 3)) << 2)
+}
+
+/// Where B's element (k, n) of a stage sits: rows of 128 floats, n's bits 3-4 XORed with bits 2-3
+/// of k, so the four k rows 4t + c that one fragment load reads fall on four different groups of
+/// 8 banks.
+#[inline(always)]
+fn b_slot(k: usize, n: usize) -> usize {
+    k * TC_BN + (n ^ (((k >> 2) & 3) << 3))
+}
+
+/// (tile row, tile column) of this block in grouped order: GROUP_M tile rows, column by column.
+#[inline(always)]
+fn grouped_tile(m: usize, n: usize) -> (usize, usize) {
+    let blk = gpu::block();
+    let (tiles_m, tiles_n) = (m.div_ceil(TC_BM), n.div_ceil(TC_BN));
+    let pid = blk.y as usize * tiles_n + blk.x as usize;
+    // max(1): a launch has m, n > 0, but the compiler would keep a division-by-zero panic path
+    let width = (GROUP_M * tiles_n).max(1);
+    let first = (pid / width) * GROUP_M;
+    let rows = tiles_m.saturating_sub(first).clamp(1, GROUP_M);
+    (first + (pid % width) % rows, (pid % width) / rows)
+}
+
+/// 256 threads as 8 warps in a 2 x 4 grid, each warp a 64 x 32 output tile = 4 x 4 mma tiles of
+/// 16 x 8. Within a 16-deep stage, the k index is permuted (the sum does not care, A and B agree):
+/// k8 step j takes physical k = 4t + 2j for the fragment's column t and 4t + 2j + 1 for t + 4, so
+/// a lane's A values for both steps are one 16-byte load.
+#[inline(always)]
+pub fn matmul_fp32x3(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
+    let (m, k, n) = (m as usize, k as usize, n as usize);
+    // SAFETY: the host checked each pointer against this kernel's table `lengths` (the same sizes).
+    let (a, b, c) = unsafe { (In::new(a, m * k), In::new(b, k * n), Out::new(c, m * n)) };
+    let (a_tiles, b_tiles) = (tc_a_tiles(), tc_b_tiles());
+    let tid = gpu::thread().x as usize;
+    let (tile_m, tile_n) = grouped_tile(m, n);
+    let (row0, col0) = (tile_m * TC_BM, tile_n * TC_BN);
+    let (warp, lane) = (tid / 32, tid % 32);
+    let (g, t) = (lane / 4, lane % 4);
+    let (wm, wn) = (warp / 4, warp % 4);
+    // staging: A rows tid/4 and 64 + tid/4 (chunk tid%4), B k rows tid/32 and 8 + tid/32 (chunk tid%32)
+    let (sa_m, sa_c, sb_k, sb_c) = (tid / 4, tid % 4, tid / 32, tid % 32);
+    let load_a = |k0: usize, h: usize| -> [f32; 4] {
+        let (row, col) = (row0 + sa_m + 64 * h, k0 + 4 * sa_c);
+        if row >= m {
+            return [0.0; 4];
+        }
+        if col + 4 <= k { a.get4(row * k + col) } else { a.get4_masked(row * k + col, k - col.min(k)) }
+    };
+    let load_b = |k0: usize, h: usize| -> [f32; 4] {
+        let (kk, col) = (k0 + sb_k + 8 * h, col0 + 4 * sb_c);
+        if kk >= k {
+            return [0.0; 4];
+        }
+        if col + 4 <= n { b.get4(kk * n + col) } else { b.get4_masked(kk * n + col, n - col.min(n)) }
+    };
+    let loads = |k0: usize| ([load_a(k0, 0), load_a(k0, 1)], [load_b(k0, 0), load_b(k0, 1)]);
+    let store = |buf: usize, (av, bv): ([[f32; 4]; 2], [[f32; 4]; 2])| {
+        unroll!(h in 2 => {
+            a_tiles.set4(buf * TC_STAGE + a_slot(sa_m + 64 * h, sa_c), av[h]);
+            b_tiles.set4(buf * TC_STAGE + b_slot(sb_k + 8 * h, 4 * sb_c), bv[h]);
+        });
+    };
+    // a lane's fragment reads: the swizzle of rows g + 16 i and g + 8 + 16 i is g's, and B's of
+    // rows 4t + c is t's, so every read is a per-thread base plus a constant
+    let a_base = (wm * 64 + g) * TC_BK + ((t ^ (g >> 1)) << 2);
+    let b_base = [0, 1, 2, 3].map(|nt| 4 * t * TC_BN + wn * 32 + ((nt ^ t) << 3) + g);
+
+    let mut acc = [[[0.0f32; 4]; 4]; 4]; // [m tile][n tile][fragment element]
+    let k_tiles = k.div_ceil(TC_BK);
+    store(0, loads(0));
+    barrier();
+    let mut kt = 0;
+    while kt < k_tiles {
+        let buf = kt & 1;
+        let next = kt + 1 < k_tiles;
+        // the next stage's global loads are in flight while this one is multiplied
+        let staged = if next { loads((kt + 1) * TC_BK) } else { ([[0.0; 4]; 2], [[0.0; 4]; 2]) };
+        let av = a_tiles.view(buf * TC_STAGE + a_base, 3 * 16 * TC_BK + 8 * TC_BK + 4);
+        let mut ra = [[[0.0f32; 4]; 2]; 4];
+        unroll!(mt in 4 => {
+            unroll!(h in 2 => {
+                ra[mt][h] = av.get4(mt * 16 * TC_BK + h * 8 * TC_BK);
+            });
+        });
+        unroll!(j in 2 => {
+            let (mut bh, mut bl) = ([[0.0f32; 2]; 4], [[0.0f32; 2]; 4]);
+            unroll!(nt in 4 => {
+                let w = b_tiles.window(buf * TC_STAGE + b_base[nt], 3 * TC_BN + 1);
+                unroll!(h in 2 => {
+                    (bh[nt][h], bl[nt][h]) = split(w.get((2 * j + h) * TC_BN));
+                });
+            });
+            unroll!(mt in 4 => {
+                // a0..a3: rows g, g + 8 at logical column t, then the same rows at t + 4
+                let x = [ra[mt][0][2 * j], ra[mt][1][2 * j], ra[mt][0][2 * j + 1], ra[mt][1][2 * j + 1]];
+                let (mut ah, mut al) = ([0.0f32; 4], [0.0f32; 4]);
+                unroll!(r in 4 => {
+                    (ah[r], al[r]) = split(x[r]);
+                });
+                unroll!(nt in 4 => {
+                    // the small products first, so they are not lost against the large one
+                    mma_tf32(&mut acc[mt][nt], al, bh[nt]);
+                    mma_tf32(&mut acc[mt][nt], ah, bl[nt]);
+                    mma_tf32(&mut acc[mt][nt], ah, bh[nt]);
+                });
+            });
+        });
+        if next {
+            store(buf ^ 1, staged);
+        }
+        barrier();
+        kt += 1;
+    }
+
+    // accumulator element r sits at row g + 8 (r / 2), column 2t + r % 2: pairs of columns
+    unroll!(mt in 4 => {
+        unroll!(nt in 4 => {
+            unroll!(h in 2 => {
+                let row = row0 + wm * 64 + mt * 16 + g + 8 * h;
+                let col = col0 + wn * 32 + nt * 8 + 2 * t;
+                if row < m && col < n {
+                    c.set2(row * n + col, [acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]], n - col);
+                }
+            });
+        });
+    });
+}
+// </kernel-fp32x3>
+
 #[cfg(test)]
 mod tests {
     use crate::testing::*;
@@ -152,6 +301,67 @@ mod tests {
                 let e = rel(&c, &want);
                 assert!(e < 1e-5, "matmul tiled={tiled} {m}x{k}x{n}: rel error {e:e}");
             }
+        }
+    }
+
+    /// The tensor-core kernel on the emulator's model of mma.sync: ragged edges in every dimension,
+    /// K not a multiple of 4 (unaligned rows), more than one tile row and column (the grouped
+    /// order), values over twelve decades (the split must keep FP32's bits at every scale).
+    #[test]
+    fn matmul_fp32x3_at_fp32_accuracy() {
+        let mut rng = Rng(5);
+        for &(m, k, n) in &[(1, 1, 1), (130, 37, 131), (17, 48, 9), (3, 0, 4), (64, 5, 260)] {
+            let scale = |r: &mut Rng| 10f32.powi(r.below(13) as i32 - 6);
+            let a: Vec<f32> = (0..m * k).map(|_| rng.f() * scale(&mut rng)).collect();
+            let b = rng.vec(k * n);
+            let want = matmul_ref(&a, &b, m, k, n);
+            let mut c = vec![f32::NAN; m * n];
+            let (pa, pb, pc) = (p!(a), p!(b), c.as_mut_ptr() as usize);
+            let (mu, ku, nu) = (m as u32, k as u32, n as u32);
+            run(launch::matmul(mu, nu, true).unwrap(), move || {
+                super::matmul_fp32x3(pa as *const f32, pb as *const f32, pc as *mut f32, mu, ku, nu)
+            });
+            let e = rel(&c, &want);
+            assert!(e < 2e-6, "matmul_fp32x3 {m}x{k}x{n}: rel error {e:e}");
+        }
+    }
+
+    #[test]
+    fn fp32x3_swizzles_are_permutations_without_bank_conflicts() {
+        use super::{a_slot, b_slot};
+        let mut seen = [false; 2048];
+        for m in 0..128 {
+            for ch in 0..4 {
+                for q in 0..4 {
+                    let s = a_slot(m, ch) + q;
+                    assert!(!seen[s]);
+                    seen[s] = true;
+                }
+            }
+        }
+        let mut seen = [false; 2048];
+        for kk in 0..16 {
+            for nn in 0..128 {
+                assert!(!seen[b_slot(kk, nn)]);
+                seen[b_slot(kk, nn)] = true;
+            }
+        }
+        // one B fragment read (a warp: k = 4t + c, n = base + g) hits 32 different banks
+        for c in 0..4 {
+            for base in [0, 8, 40, 96] {
+                let mut banks: Vec<usize> = (0..32).map(|l| b_slot(4 * (l % 4) + c, base + l / 4) % 32).collect();
+                banks.sort();
+                banks.dedup();
+                assert_eq!(banks.len(), 32);
+            }
+        }
+        // one quarter-warp of a 16-byte A read (rows 2p, 2p + 1, chunks 0..3) covers 32 banks
+        for m0 in (0..128).step_by(2) {
+            let mut banks: Vec<usize> =
+                (0..8).flat_map(|l| (0..4).map(move |q| (a_slot(m0 + l / 4, l % 4) + q) % 32)).collect();
+            banks.sort();
+            banks.dedup();
+            assert_eq!(banks.len(), 32);
         }
     }
 }

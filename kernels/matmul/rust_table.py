@@ -12,4 +12,8 @@ KERNELS = [
     # the same kernel with a register budget for two blocks per SM
     {"name": "matmul_2cta", "call": "matmul", "params": _MATMUL_PARAMS, "threads": 256, "blocks_per_sm": 2,
      "lengths": _MATMUL_LENGTHS, "work": "m * n", "require": [], "geometry": "launch::matmul(m, n, true)"},
+    # FP32 accuracy on the tensor cores (precision fp32x3): the same 128 x 128 tile and block of 256
+    {"name": "matmul_fp32x3", "call": "matmul_fp32x3", "params": _MATMUL_PARAMS, "threads": 256,
+     "blocks_per_sm": 1, "lengths": _MATMUL_LENGTHS, "work": "m * n", "require": [],
+     "geometry": "launch::matmul(m, n, true)"},
 ]

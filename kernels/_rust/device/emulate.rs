@@ -13,6 +13,7 @@ struct Block {
     barrier: Barrier,
     warps: Vec<Barrier>,
     lanes: Vec<AtomicU32>, // shuffle slots, one per thread (the bits of an f32)
+    frags: Vec<AtomicU32>, // warp-collective slots (an mma's fragments), GATHER per thread
     shared: Mutex<HashMap<&'static str, Vec<F4>>>,
 }
 
@@ -48,6 +49,7 @@ pub fn launch(grid: (u32, u32, u32), block: (u32, u32, u32), kernel: impl Fn() +
                     barrier: Barrier::new(n),
                     warps,
                     lanes: (0..n).map(|_| AtomicU32::new(0)).collect(),
+                    frags: (0..n * GATHER).map(|_| AtomicU32::new(0)).collect(),
                     shared: Mutex::new(HashMap::new()),
                 });
                 std::thread::scope(|s| {
@@ -103,6 +105,30 @@ pub fn shfl_xor(v: f32, mask: u32) -> f32 {
     let got = f32::from_bits(c.block.lanes[other].load(Ordering::SeqCst));
     warp_barrier(&c); // nobody overwrites a slot before every lane has read
     got
+}
+/// Values per lane that [`warp_gather`] exchanges.
+pub const GATHER: usize = 6;
+
+/// Every lane of this warp gets every lane's `v` (indexed by lane): what a warp-collective
+/// instruction such as `mma.sync` sees. All lanes of the warp call it together.
+pub fn warp_gather(v: [f32; GATHER]) -> [[f32; GATHER]; 32] {
+    let c = ctx();
+    let me = linear(&c);
+    for (q, x) in v.iter().enumerate() {
+        c.block.frags[me * GATHER + q].store(x.to_bits(), Ordering::SeqCst);
+    }
+    warp_barrier(&c);
+    let mut all = [[0.0f32; GATHER]; 32];
+    let first = me & !31;
+    for (l, row) in all.iter_mut().enumerate() {
+        for (q, x) in row.iter_mut().enumerate() {
+            if let Some(slot) = c.block.frags.get((first + l) * GATHER + q) {
+                *x = f32::from_bits(slot.load(Ordering::SeqCst));
+            }
+        }
+    }
+    warp_barrier(&c); // nobody overwrites a slot before every lane has read
+    all
 }
 pub fn fma(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)

@@ -216,7 +216,7 @@ use crate::emulate as hw;
 // --------------------------------------------------------------- views and tiles (submodules)
 mod tiles;
 mod views;
-pub use tiles::{Tile, TileView};
+pub use tiles::{Tile, TileView, TileWindow};
 pub use views::{F2, F4, Flags, In, Out};
 
 /// Declares a module-level `.shared` array of `$n` floats and gives its generic address as a

@@ -21,6 +21,7 @@
 pub mod emulate;
 pub mod gpu;
 pub mod math;
+pub mod mma;
 #[cfg(test)]
 pub mod testing;
 

@@ -58,6 +58,35 @@ impl<const N: usize> Tile<N> {
     }
 }
 
+impl<const N: usize> Tile<N> {
+    /// A window of `span` floats from `base` for scalar reads (no rounding of `base`; moved back to
+    /// fit if it would run past the tile), so `get(off)` at constant offsets is one base register
+    /// plus immediates, as with [`Tile::view`].
+    #[inline(always)]
+    pub fn window(&self, base: usize, span: usize) -> TileWindow {
+        let span = span.min(N);
+        let base = if base + span <= N { base } else { N - span };
+        // SAFETY: base + span <= N, so the window lies inside the tile.
+        TileWindow { ptr: unsafe { self.ptr.add(base) }, span }
+    }
+}
+
+/// A window into a [`Tile`] read one float at a time; see [`Tile::window`].
+#[derive(Clone, Copy)]
+pub struct TileWindow {
+    ptr: *mut f32,
+    span: usize,
+}
+
+impl TileWindow {
+    /// Element `off` of the window; zero if it is outside.
+    #[inline(always)]
+    pub fn get(&self, off: usize) -> f32 {
+        // SAFETY: inside the window, which lies inside the tile.
+        if off < self.span { unsafe { *self.ptr.add(off) } } else { 0.0 }
+    }
+}
+
 /// A window into a [`Tile`]; see [`Tile::view`].
 #[derive(Clone, Copy)]
 pub struct TileView {

@@ -1,0 +1,196 @@
+//! Tensor cores from Rust: one warp-wide `mma.sync.aligned.m16n8k8` with TF32 inputs and FP32
+//! accumulators through inline PTX, and the split of an FP32 value into a TF32 high part and a TF32
+//! remainder (`cvt.rna.tf32.f32`), so three TF32 products give FP32 accuracy (fp32x3).
+//!
+//! Fragment layout of m16n8k8 .tf32 (PTX ISA, "Matrix Fragments for mma.m16n8k8"), lane l of the
+//! warp, g = l / 4 (the group), t = l % 4 (the thread in the group):
+//!   A (16 x 8, row-major): a[r] is A[g + 8 * (r % 2)][t + 4 * (r / 2)]
+//!   B (8 x 8, column-major): b[r] is B[t + 4 * r][g]
+//!   C and D (16 x 8): c[r] is C[g + 8 * (r / 2)][2 * t + r % 2]
+//! `frag_a`, `frag_b` and `frag_c` below are these maps; under the host emulator `mma_tf32` is a
+//! plain-Rust model of the instruction built on them, so the kernels' index arithmetic is tested
+//! against a plain matmul on the CPU.
+
+/// (row, column) of element `r` of lane `lane`'s A fragment (16 x 8).
+#[inline(always)]
+pub const fn frag_a(lane: usize, r: usize) -> (usize, usize) {
+    (lane / 4 + 8 * (r % 2), lane % 4 + 4 * (r / 2))
+}
+
+/// (row k, column n) of element `r` of lane `lane`'s B fragment (8 x 8).
+#[inline(always)]
+pub const fn frag_b(lane: usize, r: usize) -> (usize, usize) {
+    (lane % 4 + 4 * r, lane / 4)
+}
+
+/// (row, column) of element `r` of lane `lane`'s accumulator fragment (16 x 8).
+#[inline(always)]
+pub const fn frag_c(lane: usize, r: usize) -> (usize, usize) {
+    (lane / 4 + 8 * (r / 2), 2 * (lane % 4) + r % 2)
+}
+
+/// `x` rounded to TF32 (10 mantissa bits), to nearest with ties away from zero, as an f32.
+#[inline(always)]
+pub fn to_tf32(x: f32) -> f32 {
+    hw::to_tf32(x)
+}
+
+/// (hi, lo): hi = x rounded to TF32, lo = the rest rounded to TF32. x - hi is exact in FP32, so
+/// hi + lo carries about 21 of x's 24 significant bits; hi*hi + hi*lo + lo*hi then misses only
+/// lo*lo and the rounding of lo, each about 2^-22 of the product, below FP32's own 2^-24 per
+/// add once accumulated over K.
+#[inline(always)]
+pub fn split(x: f32) -> (f32, f32) {
+    let hi = to_tf32(x);
+    (hi, to_tf32(x - hi))
+}
+
+/// d += A B for the warp's 16 x 8 x 8 tile, each lane holding its fragments (layout above).
+/// All 32 lanes call it together, from warp-uniform control flow.
+#[inline(always)]
+pub fn mma_tf32(d: &mut [f32; 4], a: [f32; 4], b: [f32; 2]) {
+    hw::mma_tf32(d, a, b)
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod hw {
+    use core::arch::asm;
+
+    #[inline(always)]
+    pub fn to_tf32(x: f32) -> f32 {
+        let out: u32;
+        // SAFETY: arithmetic only; the result is a .b32 holding the TF32 value in FP32 layout.
+        unsafe {
+            asm!("cvt.rna.tf32.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x, options(pure, nomem, nostack))
+        };
+        f32::from_bits(out)
+    }
+
+    #[inline(always)]
+    pub fn mma_tf32(d: &mut [f32; 4], a: [f32; 4], b: [f32; 2]) {
+        let (a0, a1, a2, a3) = (a[0].to_bits(), a[1].to_bits(), a[2].to_bits(), a[3].to_bits());
+        let (b0, b1) = (b[0].to_bits(), b[1].to_bits());
+        // SAFETY: registers only; every lane of the warp executes it (the caller's contract).
+        unsafe {
+            asm!(
+                "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{{d0}, {d1}, {d2}, {d3}}}, \
+                 {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{d0}, {d1}, {d2}, {d3}}};",
+                d0 = inout(reg32) d[0], d1 = inout(reg32) d[1], d2 = inout(reg32) d[2], d3 = inout(reg32) d[3],
+                a0 = in(reg32) a0, a1 = in(reg32) a1, a2 = in(reg32) a2, a3 = in(reg32) a3,
+                b0 = in(reg32) b0, b1 = in(reg32) b1,
+                options(pure, nomem, nostack)
+            )
+        };
+    }
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+mod hw {
+    /// cvt.rna.tf32.f32: adding half of the dropped 13 bits' unit to the magnitude bits rounds half
+    /// away from zero (sign and magnitude are separate in IEEE bits); NaN and infinity pass.
+    pub fn to_tf32(x: f32) -> f32 {
+        if !x.is_finite() {
+            return x;
+        }
+        f32::from_bits((x.to_bits() + 0x1000) & 0xFFFF_E000)
+    }
+
+    /// The instruction as the hardware defines it: inputs read as TF32 (the low 13 bits ignored),
+    /// exact products, FP32 accumulation (here: the sum in f64, rounded once).
+    pub fn mma_tf32(d: &mut [f32; 4], a: [f32; 4], b: [f32; 2]) {
+        let tf = |x: f32| f32::from_bits(x.to_bits() & 0xFFFF_E000) as f64;
+        let all = crate::emulate::warp_gather([a[0], a[1], a[2], a[3], b[0], b[1]]);
+        let (mut am, mut bm) = ([[0.0f64; 8]; 16], [[0.0f64; 8]; 8]);
+        for lane in 0..32 {
+            for r in 0..4 {
+                let (i, k) = super::frag_a(lane, r);
+                am[i][k] = tf(all[lane][r]);
+            }
+            for r in 0..2 {
+                let (k, j) = super::frag_b(lane, r);
+                bm[k][j] = tf(all[lane][4 + r]);
+            }
+        }
+        let lane = crate::gpu::lane() as usize;
+        for (r, dr) in d.iter_mut().enumerate() {
+            let (i, j) = super::frag_c(lane, r);
+            *dr = ((0..8).map(|k| am[i][k] * bm[k][j]).sum::<f64>() + *dr as f64) as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+
+    #[test]
+    fn fragment_maps_cover_each_element_once() {
+        let (mut a, mut b, mut c) = ([[0; 8]; 16], [[0; 8]; 8], [[0; 8]; 16]);
+        for lane in 0..32 {
+            for r in 0..4 {
+                let (i, k) = frag_a(lane, r);
+                a[i][k] += 1;
+                let (i, j) = frag_c(lane, r);
+                c[i][j] += 1;
+            }
+            for r in 0..2 {
+                let (k, j) = frag_b(lane, r);
+                b[k][j] += 1;
+            }
+        }
+        assert!(a.iter().chain(c.iter()).flatten().all(|&x| x == 1) && b.iter().flatten().all(|&x| x == 1));
+    }
+
+    #[test]
+    fn split_keeps_fp32_bits() {
+        let mut rng = Rng(7);
+        for _ in 0..10000 {
+            let x = rng.f() * 10f32.powi(rng.below(20) as i32 - 10);
+            let (hi, lo) = split(x);
+            // TF32: the low 13 bits are zero; hi + lo within 2^-21 of x (relative)
+            assert_eq!(hi.to_bits() & 0x1FFF, 0);
+            assert_eq!(lo.to_bits() & 0x1FFF, 0);
+            let err = ((hi as f64 + lo as f64) - x as f64).abs();
+            assert!(err <= x.abs() as f64 * 2f64.powi(-21), "{x:e}: {hi:e} + {lo:e}");
+        }
+        assert_eq!(to_tf32(1.0 + 2f32.powi(-11)), 1.0 + 2f32.powi(-10)); // a tie goes away from zero
+        assert_eq!(to_tf32(-(1.0 + 2f32.powi(-11))), -(1.0 + 2f32.powi(-10)));
+    }
+
+    /// One warp: fragments loaded by the maps from a 16 x 8 and an 8 x 8 matrix of TF32 values,
+    /// three products of split FP32 inputs, against the f64 product.
+    #[test]
+    fn one_mma_against_a_plain_matmul() {
+        let mut rng = Rng(3);
+        let (a, b) = (rng.vec(16 * 8), rng.vec(8 * 8));
+        let want = matmul_ref(&a, &b, 16, 8, 8);
+        let mut c = vec![f32::NAN; 16 * 8];
+        let (pa, pb, pc) = (p!(a), p!(b), c.as_mut_ptr() as usize);
+        crate::emulate::launch((1, 1, 1), (32, 1, 1), move || {
+            let lane = crate::gpu::lane() as usize;
+            let (a, b, c) = (pa as *const f32, pb as *const f32, pc as *mut f32);
+            // SAFETY: the test's vectors, 16 x 8, 8 x 8 and 16 x 8; each lane writes its own 4 outputs.
+            let (fa, fb) = unsafe {
+                ([0, 1, 2, 3].map(|r| *a.add(frag_a(lane, r).0 * 8 + frag_a(lane, r).1)),
+                 [0, 1].map(|r| *b.add(frag_b(lane, r).0 * 8 + frag_b(lane, r).1)))
+            };
+            let (ah, al) = (fa.map(|x| split(x).0), fa.map(|x| split(x).1));
+            let (bh, bl) = (fb.map(|x| split(x).0), fb.map(|x| split(x).1));
+            let mut d = [0.0f32; 4];
+            mma_tf32(&mut d, al, bh);
+            mma_tf32(&mut d, ah, bl);
+            mma_tf32(&mut d, ah, bh);
+            for (r, v) in d.iter().enumerate() {
+                let (i, j) = frag_c(lane, r);
+                unsafe { *c.add(i * 8 + j) = *v };
+            }
+        });
+        let e = rel(&c, &want);
+        assert!(e < 1e-6, "three TF32 products: rel error {e:e}");
+        // one TF32 product alone is only TF32-accurate: the split is what buys the bits
+        let tf: Vec<f32> = a.iter().map(|&x| to_tf32(x)).collect();
+        let one = matmul_ref(&tf, &b.iter().map(|&x| to_tf32(x)).collect::<Vec<_>>(), 16, 8, 8);
+        assert!(rel(&one.iter().map(|&x| x as f32).collect::<Vec<_>>(), &want) > 1e-5);
+    }
+}
