@@ -1,0 +1,130 @@
+"""bias_gelu's Triton backward: gradients against float64 autograd of the reference (normal and
+heavy-tailed inputs, awkward and random shapes, outputs poisoned), bitwise determinism, the operator
+under opcheck and torch.compile, bad gradients refused."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels._triton.testing import assert_refuses, cpu_only, gpu, spec
+from mage import registry
+
+OP = "bias_gelu"
+# Each gradient's norm-wise error against float64: dx is elementwise (a few ulps), db a sum of up to
+# R terms in a fixed tree (error ~ log2(R) ulps); 1e-5 leaves an order of magnitude to spare.
+GRAD_TOL = 1e-5
+TINY = [dict(R=1, C=1), dict(R=3, C=70), dict(R=37, C=129), dict(R=70, C=5), dict(R=0, C=16)]
+
+
+def _bwd():
+    from kernels.bias_gelu import triton_backward
+    return triton_backward
+
+
+def _poison(*likes):
+    # NaN-filled blocks of the gradients' sizes, freed just before the backward allocates: the caching
+    # allocator hands them back, so a gradient element the kernels fail to write stays NaN
+    for t in [torch.full_like(t, float("nan")) for t in likes]:
+        del t
+
+
+def grads_of(fn, inputs, dy):
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    y = fn(*leaves)
+    _poison(*leaves)
+    y.backward(dy)
+    return [t.grad for t in leaves]
+
+
+def reference_grads(inputs, dy):
+    return grads_of(spec(OP).reference, [t.double() for t in inputs], dy.double())
+
+
+def assert_close(got, want, what):
+    for g, r, name in zip(got, want, ("dx", "db")):
+        assert g.dtype == torch.float32 and g.shape == r.shape, (what, name)
+        err = float((g.double() - r).norm() / r.norm().clamp_min(1e-300)) if r.numel() else 0.0
+        assert err <= GRAD_TOL and bool(torch.isfinite(g).all()), (what, name, err)
+
+
+def check_at(shape, dist, device="cpu", seed=0):
+    x, b = spec(OP).inputs(shape, seed=seed, device=device, dist=dist)
+    dy = torch.randn(x.shape, generator=torch.Generator(device).manual_seed(seed + 1), device=device)
+    assert_close(grads_of(_bwd().train, (x, b), dy), reference_grads((x, b), dy), (shape, dist))
+
+
+def test_reference_gradients_pass_gradcheck():
+    x, b = spec(OP).inputs(dict(R=3, C=5))
+    assert torch.autograd.gradcheck(spec(OP).reference, (x.double().requires_grad_(), b.double().requires_grad_()))
+
+
+def test_training_path_is_registered():
+    assert registry.train_fn(registry.get(OP, "triton")) is _bwd().train
+
+
+@cpu_only
+@pytest.mark.parametrize("dist", ["normal", "heavy"])
+def test_gradients_at_awkward_shapes(dist):
+    for shape in spec(OP).awkward + TINY:
+        check_at(shape, dist)
+
+
+@cpu_only
+def test_forced_tiles_and_broadcast_gradient():
+    x, b = spec(OP).inputs(dict(R=13, C=37), dist="heavy")
+    dy = torch.randn(13, 37)
+    want = reference_grads((x, b), dy)
+    for cfg in (dict(ROWS=4, BLOCK_R=2, BLOCK_C=16), dict(ROWS=1, BLOCK_R=1, BLOCK_C=64), dict(ROWS=32, BLOCK_R=8)):
+        assert_close(_bwd().bias_gelu_backward(x, b, dy, **cfg), want, cfg)
+    # y.sum() hands back an expanded gradient (row stride 0): read as is
+    g = _bwd().bias_gelu_backward(x, b, torch.ones(37).expand(13, 37))
+    assert_close(g, reference_grads((x, b), torch.ones(13, 37)), "expanded dy")
+
+
+@cpu_only
+def test_bitwise_deterministic():
+    x, b = spec(OP).inputs(dict(R=67, C=40), dist="heavy")
+    dy = torch.randn(67, 40)
+    first = _bwd().bias_gelu_backward(x, b, dy, ROWS=8, BLOCK_R=2, BLOCK_C=16)
+    for _ in range(9):
+        again = _bwd().bias_gelu_backward(x, b, dy, ROWS=8, BLOCK_R=2, BLOCK_C=16)
+        assert all(torch.equal(a, c) for a, c in zip(first, again))
+
+
+@cpu_only
+def test_opcheck_and_compiled_backward():
+    x, b = spec(OP).inputs(dict(R=5, C=9))
+    xr, br = x.clone().requires_grad_(), b.clone().requires_grad_()
+    torch.library.opcheck(torch.ops.mage.triton_bias_gelu.default, (xr, br))
+    torch.library.opcheck(torch.ops.mage.triton_bias_gelu_backward.default, (x, b, torch.randn(5, 9)))
+    dy = torch.randn(5, 9)
+    compiled = torch.compile(_bwd().train, backend="aot_eager", fullgraph=True)
+    assert_close(grads_of(compiled, (x, b), dy), reference_grads((x, b), dy), "compiled")
+
+
+def test_bad_gradients_name_op_and_argument():
+    x, b = torch.ones(3, 4), torch.ones(4)
+    fn = _bwd().bias_gelu_backward
+    assert_refuses(fn, OP, "dy", x, b, torch.ones(3, 5))
+    assert_refuses(fn, OP, "dy", x, b, torch.ones(3, 4, dtype=torch.float64))
+    assert_refuses(fn, OP, "dy", x, b, [[1.0]])
+    assert_refuses(fn, OP, "b", x, torch.ones(5), torch.ones(3, 4))
+
+
+@gpu
+def test_gpu_random_shapes():
+    for i, shape in enumerate(spec(OP).random_shapes(32, seed=16)):
+        check_at(shape, "heavy" if i % 2 else "normal", device="cuda", seed=i)
+    for shape in spec(OP).awkward + spec(OP).shapes["field"]:
+        check_at(shape, "heavy", device="cuda")
+
+
+@gpu
+def test_gpu_bitwise_deterministic_at_large_shape():
+    x, b = spec(OP).inputs(spec(OP).shapes["large"][0], device="cuda", dist="heavy")
+    dy = torch.randn_like(x)
+    first = _bwd().bias_gelu_backward(x, b, dy)
+    for _ in range(9):
+        _poison(x, b)
+        again = _bwd().bias_gelu_backward(x, b, dy)
+        assert all(torch.equal(a, c) for a, c in zip(first, again))
