@@ -142,3 +142,7 @@ class TensorMemo:
             self.items.pop(next(iter(self.items)))
         self.items[self._key(tensors, extra)] = (tuple(weakref.ref(t) for t in tensors), value)
         return value
+
+
+# The lean launch (kernels/_triton/launch.py): every launcher launches its kernel through it.
+from .launch import launch  # noqa: E402,F401 - after the helpers above, which it does not need

@@ -113,7 +113,7 @@ def bias_gelu(x, b, out=None, **config):
     tiles = (triton.cdiv(R, consts["BLOCK_R"]), triton.cdiv(C, consts["BLOCK_C"]))
     grid = (tiles[0] * tiles[1],) if consts["LINEAR"] else tiles
     even = R % consts["BLOCK_R"] == 0 and C % consts["BLOCK_C"] == 0
-    _bias_gelu_kernel[grid](x, b, out, R, C, x.stride(0), out.stride(0), EVEN=even, **consts, **launch)
+    common.launch(_bias_gelu_kernel, grid, x, b, out, R, C, x.stride(0), out.stride(0), EVEN=even, **consts, **launch)
     return out
 
 

@@ -201,7 +201,7 @@ def layernorm(x, gamma, beta, out=None, stats=None, **config):
     consts, launch = common.choose_split("layernorm", DEFAULTS, dict(R=R, C=C), config)
     block_c = min(common.pow2(C), consts.pop("MAX_BLOCK_C"))
     grid = (triton.cdiv(R, consts["BLOCK_R"]),)
-    _layernorm_kernel[grid](x, gamma, beta, out, R, C, x.stride(0), out.stride(0), EPS,
+    common.launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), EPS,
                             BLOCK_C=block_c, ONE_BLOCK=block_c >= C,
                             EVEN=block_c == C and R % consts["BLOCK_R"] == 0, **consts, **launch,
                             **({} if stats is None else dict(Mean=stats[0], Rstd=stats[1], STATS=True)))

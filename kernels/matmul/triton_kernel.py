@@ -179,7 +179,7 @@ def matmul(A, B, out=None, dtype=None, **config):
     Bk = B.t().contiguous() if kmajor else B
     stride_bk, stride_bn = (Bk.stride(1), Bk.stride(0)) if kmajor else (B.stride(0), B.stride(1))
     grid = (triton.cdiv(M, consts["BLOCK_M"]) * triton.cdiv(N, consts["BLOCK_N"]),)
-    _matmul_kernel[grid](A, Bk, out, M, N, K, A.stride(0), A.stride(1), stride_bk, stride_bn,
+    common.launch(_matmul_kernel, grid, A, Bk, out, M, N, K, A.stride(0), A.stride(1), stride_bk, stride_bn,
                          out.stride(0), out.stride(1), PRECISION=PRECISION[dtype],
                          OFFS_64=common.offsets_64(A, Bk, out), **consts, **launch)
     return out

@@ -246,7 +246,7 @@ def _launch(rowptr, col, w, x, out, max_degree, config, guard=None, lower_flags=
     if err is None:
         err = _ERR[x.device] = torch.zeros(1, dtype=torch.int32, device=x.device)
     grid = (plan["n_chunks"] + triton.cdiv(n, consts["BLOCK_R"]), fblocks)
-    _neighbor_agg_kernel[grid](rowptr, col, w, x, out, plan["hub_row"], plan["hub_first"], plan["chunk_hub"],
+    common.launch(_neighbor_agg_kernel, grid, rowptr, col, w, x, out, plan["hub_row"], plan["hub_first"], plan["chunk_hub"],
                                plan["part"], plan["flag"], err, n, F, n_src, x.stride(0), out.stride(0),
                                plan["n_chunks"], plan["split"], BLOCK_F=block_f, BLOCK_P=BLOCK_P, BLOCK_W=BLOCK_W,
                                INTERPRET=common.interpreting(), GUARD=guard, LOWER_FLAGS=lower_flags,

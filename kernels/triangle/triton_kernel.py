@@ -219,7 +219,7 @@ def triangle(A, B, out=None, dtype="fp32", **config):
         return road.channel_major(A, B, out, consts, launch, precision, offs_64)
     consts = {k: v for k, v in consts.items() if k not in ("LAYOUT", "STORE", "K_INNER")}
     grid = (triton.cdiv(N, consts["BLOCK_I"]) * triton.cdiv(N, consts["BLOCK_J"]), triton.cdiv(C, consts["BLOCK_C"]))
-    _triangle_kernel[grid](A, B, out, N, C, *A.stride(), *B.stride(), *out.stride(),
+    common.launch(_triangle_kernel, grid, A, B, out, N, C, *A.stride(), *B.stride(), *out.stride(),
                            OFFS_64=common.offsets_64(A, B, out), PRECISION=precision, **consts, **launch)
     return out
 
