@@ -36,3 +36,91 @@ def test_reuse_by_hand():
 def test_bad_input_names_the_argument(make, match):
     with pytest.raises(MageInputError, match=match):
         mage.run("matmul", "pytorch", *make())
+
+
+# ---- the Rust tensor-core column (precision fp32x3) -------------------------------------------------
+def _rust_fp32x3():
+    from mage.registry import get
+    return get("matmul", "rust", "fp32x3")
+
+
+def _awkward_large_shapes(n: int = 32, seed: int = 14):
+    """Shapes that miss the 128 x 128 x 16 tile in every way: ragged M and N, K odd or not a multiple
+    of 4 (unaligned rows), K up to 8192, a few exact multiples and thin edges."""
+    import random
+    rnd = random.Random(seed)
+    fixed = [dict(M=4096, K=8192, N=129), dict(M=1, K=8192, N=1), dict(M=257, K=8191, N=255),
+             dict(M=128, K=16, N=128), dict(M=127, K=17, N=3)]
+    rand = [dict(M=rnd.randint(1, 1100), K=rnd.choice([rnd.randint(1, 64), rnd.randint(1, 8192)]),
+                 N=rnd.randint(1, 1100)) for _ in range(n - len(fixed))]
+    return fixed + rand
+
+
+def test_rust_fp32x3_is_registered_at_its_precision():
+    im = _rust_fp32x3()
+    assert im.family == "rust" and im.dtype == "fp32x3" and im.needs_cuda
+    assert SPEC.tol("fp32x3") == SPEC.tol("fp32")  # FP32 accuracy is the point of the column
+
+
+def test_rust_fp32x3_refuses_bad_input_before_any_launch():
+    fn = _rust_fp32x3().fn
+    with pytest.raises(MageInputError, match=r"matmul: argument 'B' has size 5 in dim 0"):
+        fn(torch.randn(3, 4), torch.randn(5, 2))
+    with pytest.raises(MageInputError, match=r"matmul: argument 'A' must be on a CUDA device"):
+        fn(torch.randn(3, 4), torch.randn(4, 2))
+
+
+gpu = pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))
+
+
+@gpu
+@pytest.mark.parametrize("dist", ["normal", "heavy"])
+def test_gpu_rust_fp32x3_at_awkward_shapes(dist):
+    from mage.check import check
+    im = _rust_fp32x3()
+    if im.runs_on("cuda"):
+        pytest.skip(im.runs_on("cuda"))
+    failures = []
+    for k, shape in enumerate(_awkward_large_shapes()):
+        r = check(im, shape, trials=1, seed=k, dist=dist, device="cuda")
+        if not r.passed:
+            failures.append(f"{mage.ops.shape_key(shape)}: {r.reason}")
+    assert not failures, "\n".join(failures)
+
+
+@gpu
+@pytest.mark.parametrize("K", [1023, 4096, 8192])
+def test_gpu_rust_fp32x3_is_fp32_not_tf32(K):
+    # The tolerance must be able to see a slip to one TF32 product: cuBLAS in TF32 on the same inputs
+    # misses it, the three-product kernel meets it (and stays near cuBLAS FP32's own error).
+    im = _rust_fp32x3()
+    if im.runs_on("cuda"):
+        pytest.skip(im.runs_on("cuda"))
+    A, B = SPEC.inputs(dict(M=256, K=K, N=384), seed=K, device="cuda")
+    ref = A.double() @ B.double()
+    err = lambda C: float((C.double() - ref).norm() / ref.norm())  # noqa: E731
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        tf32 = err(A @ B)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        fp32 = err(A @ B)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    out = torch.full((256, 384), float("nan"), device="cuda")
+    got = im.fn(A, B, out=out)
+    assert got is out and not torch.isnan(out).any(), "output not fully written"
+    tol = SPEC.tol("fp32x3")
+    assert tf32 > tol, f"TF32 passed the FP32 check ({tf32:.2e}): the test cannot see a slip"
+    assert err(out) < min(tol, 10 * fp32), f"off by {err(out):.2e} (cuBLAS FP32 {fp32:.2e}, TF32 {tf32:.2e})"
+
+
+@gpu
+def test_gpu_rust_fp32x3_is_one_launch_of_its_kernel():
+    from mage.profile import profile
+    im = _rust_fp32x3()
+    if im.runs_on("cuda"):
+        pytest.skip(im.runs_on("cuda"))
+    A, B = SPEC.inputs(dict(M=300, K=200, N=100), device="cuda")
+    p = profile(lambda: im.fn(A, B), iters=3, warmup=1)
+    assert p.launches == 1 and all("fp32x3" in k for k in p.kernel_names), p.kernel_names
