@@ -1,0 +1,186 @@
+"""matmul's backward (kernels/matmul/triton_backward.py): gradients of the Triton operator against float64
+autograd of the spec's reference, every buffer PyTorch allocates poisoned with NaN first, at awkward,
+random, strided and heavy-tailed inputs; the operator's registration (opcheck), torch.compile, the
+training paths; on a GPU every precision at 30+ random shapes, bitwise determinism over 10 runs and
+Inductor's compiled backward."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from kernels._triton.testing import assert_refuses, cpu_only, gpu, impl, rel_err, spec
+from kernels.matmul import triton_backward as bwd
+from mage import registry
+from mage.ops import randn
+
+OP = "matmul"
+CPU_DTYPES = ("fp32", "fp32x3", "tf32")  # the interpreter multiplies bf16 wrongly: bf16 on the GPU only
+
+
+@pytest.fixture
+def poisoned():
+    """Every tensor PyTorch allocates (outputs, gradients, copies) starts as NaN, so an element a kernel
+    leaves unwritten fails the comparison instead of passing on leftover memory. warn_only: the float64
+    reference's cuBLAS calls would otherwise refuse to run without a fixed workspace setting."""
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    assert torch.utils.deterministic.fill_uninitialized_memory and torch.isnan(torch.empty(3)).all()
+    yield
+    torch.use_deterministic_algorithms(was)
+
+
+def reference_grads(A, B, dC):
+    """(dA, dB) by float64 autograd through the spec's reference."""
+    Ad, Bd = (t.detach().double().requires_grad_() for t in (A, B))
+    return torch.autograd.grad(spec(OP).reference(Ad, Bd), (Ad, Bd), dC.double())
+
+
+def triton_grads(A, B, dC, dtype):
+    """(dA, dB) through the column's registered training path."""
+    A, B = (t.detach().requires_grad_() for t in (A, B))
+    C = registry.train_fn(impl(OP, dtype))(A, B)
+    return torch.autograd.grad(C, (A, B), dC)
+
+
+def inputs(shape, dtype, dist="normal", seed=0, device="cpu"):
+    A, B = spec(OP).inputs(shape, seed=seed, device=device, dtype=dtype, dist=dist)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    dC = randn((shape["M"], shape["N"]), gen, device, dist).to(A.dtype)
+    return A, B, dC
+
+
+def assert_close_grads(A, B, dC, dtype, what=""):
+    tol = spec(OP).tol(dtype)
+    for name, got, want in zip(("dA", "dB"), triton_grads(A, B, dC, dtype), reference_grads(A, B, dC)):
+        assert got.shape == want.shape and got.dtype == A.dtype, (name, got.shape, got.dtype)
+        err = rel_err(got, want.to(got.device))
+        assert err <= tol, f"{dtype} {name} {what}: relative error {err:.2e} > {tol:.0e}"
+
+
+def small_random_shapes(n, seed=0):
+    rnd = random.Random(f"matmul-backward-{seed}")
+    return [dict(M=rnd.randint(1, 70), K=rnd.randint(1, 70), N=rnd.randint(1, 70)) for _ in range(n)]
+
+
+def test_reference_gradcheck():
+    A, B = (t.double().requires_grad_() for t in spec(OP).inputs(dict(M=5, K=7, N=3)))
+    assert torch.autograd.gradcheck(spec(OP).reference, (A, B))
+
+
+def test_every_precision_has_a_training_path():
+    for dtype in spec(OP).dtypes:
+        fn = registry.train_fn(impl(OP, dtype))
+        assert fn is not None and fn is not impl(OP, dtype).fn, dtype
+
+
+@cpu_only
+@pytest.mark.parametrize("dist", ["normal", "heavy"])
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+def test_gradients_at_awkward_and_random_shapes(poisoned, dtype, dist):
+    for seed, shape in enumerate(spec(OP).awkward + small_random_shapes(4)):
+        assert_close_grads(*inputs(shape, dtype, dist, seed), dtype, f"{shape} {dist}")
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+def test_both_operand_layouts_give_the_same_gradients(poisoned, dtype):
+    # the copy before each gradient is a layout choice only: the same sums in the same order
+    A, B, dC = inputs(dict(M=19, K=23, N=17), dtype, "heavy")
+    for copy in (False, True):
+        assert torch.equal(bwd.grad_a(dC, B, dtype, copy), bwd.grad_a(dC, B, dtype, not copy))
+        assert torch.equal(bwd.grad_b(A, dC, dtype, copy), bwd.grad_b(A, dC, dtype, not copy))
+
+
+@cpu_only
+def test_strided_inputs_and_gradients(poisoned):
+    # transposed and sliced forward inputs, and the stride-0 gradient that .sum() sends back
+    A, B, dC = inputs(dict(M=21, K=18, N=13), "fp32", "heavy")
+    At = A.t().contiguous().t()
+    Bs = torch.cat([B, B], dim=1)[:, ::2]
+    assert_close_grads(At, Bs, dC, "fp32", "strided inputs")
+    assert_close_grads(A, B, torch.ones(()).expand(21, 13), "fp32", "expanded dC")
+
+
+@cpu_only
+@pytest.mark.parametrize("needs", [(True, False), (False, True)])
+def test_only_the_gradients_asked_for(needs, monkeypatch):
+    A, B, dC = inputs(dict(M=9, K=6, N=5), "fp32")
+    A, B = A.requires_grad_(needs[0]), B.requires_grad_(needs[1])
+    calls = []
+    for name in ("grad_a", "grad_b"):
+        monkeypatch.setattr(bwd, name, (lambda f, n: lambda *a: calls.append(n) or f(*a))(getattr(bwd, name), name))
+    (registry.train_fn(impl(OP, "fp32"))(A, B) * dC).sum().backward()
+    assert calls == [name for name, need in zip(("grad_a", "grad_b"), needs) if need]
+    assert (A.grad is None) != needs[0] and (B.grad is None) != needs[1]
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+def test_opcheck(dtype):
+    A, B, _ = inputs(dict(M=7, K=5, N=6), dtype)
+    torch.library.opcheck(torch.ops.mage.triton_matmul.default,
+                          (A.requires_grad_(), B.requires_grad_(), dtype))
+
+
+@cpu_only
+def test_inside_torch_compile(poisoned):
+    # aot_eager traces forward and backward as torch.compile does, without generating code
+    A, B, dC = inputs(dict(M=13, K=9, N=11), "fp32x3", "heavy")
+    train = registry.train_fn(impl(OP, "fp32x3"))
+    step = torch.compile(lambda a, b: (train(a, b) * dC).sum(), backend="aot_eager", fullgraph=True)
+    got = torch.autograd.grad(step(*(t.requires_grad_() for t in (A, B))), (A, B))
+    want = triton_grads(A, B, dC, "fp32x3")
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+@cpu_only
+def test_bad_inputs_name_op_and_argument():
+    A, B, _ = inputs(dict(M=4, K=3, N=2), "fp32")
+    train = registry.train_fn(impl(OP, "fp32"))
+    assert_refuses(train, OP, "B", A.requires_grad_(), torch.randn(4, 2))
+    assert_refuses(train, OP, "A", A.double(), B)
+
+
+# ---- GPU ----------------------------------------------------------------------------------------------
+GPU_SHAPES = spec(OP).random_shapes(32, seed=16) + spec(OP).awkward + [dict(M=1024, K=1024, N=1024)]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["fp32", "fp32x3", "tf32", "bf16"])
+def test_gpu_gradients_at_random_shapes(poisoned, dtype):
+    for seed, shape in enumerate(GPU_SHAPES):
+        dist = ("normal", "heavy")[seed % 2]
+        assert_close_grads(*inputs(shape, dtype, dist, seed, "cuda"), dtype, f"{shape} {dist}")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["fp32", "fp32x3", "tf32", "bf16"])
+def test_gpu_fp32_class_gradients_at_long_reductions(poisoned, dtype):
+    # the reductions of dA (over N) and dB (over M) as long as the forward's K = 4096 check: a TF32 slip
+    # in an fp32 or fp32x3 gradient exceeds the FP32 tolerance here
+    for shape in (dict(M=4096, K=256, N=256), dict(M=256, K=256, N=4096)):
+        assert_close_grads(*inputs(shape, dtype, "heavy", 3, "cuda"), dtype, str(shape))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["fp32", "fp32x3", "tf32", "bf16"])
+def test_gpu_bitwise_deterministic_over_10_runs(dtype):
+    for shape in (dict(M=1024, K=1024, N=1024), dict(M=1000, K=777, N=1500), dict(M=4096, K=4096, N=4096)):
+        A, B, dC = inputs(shape, dtype, "heavy", 5, "cuda")
+        first = triton_grads(A, B, dC, dtype)
+        for run in range(9):
+            again = triton_grads(A, B, dC, dtype)
+            assert all(torch.equal(a, f) for a, f in zip(again, first)), f"{dtype} {shape}: run {run + 2} differs"
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["fp32", "fp32x3", "tf32", "bf16"])
+def test_gpu_inductor_backward_matches_eager(dtype):
+    A, B, dC = inputs(dict(M=384, K=200, N=130), dtype, "heavy", 7, "cuda")
+    train = registry.train_fn(impl(OP, dtype))
+    step = torch.compile(lambda a, b: (train(a, b).float() * dC.float()).sum(), fullgraph=True)
+    got = torch.autograd.grad(step(*(t.requires_grad_() for t in (A, B))), (A, B))
+    want = triton_grads(A, B, dC, dtype)
+    assert all(torch.equal(g, w) for g, w in zip(got, want)), dtype

@@ -1,0 +1,204 @@
+"""triangle's backward (kernels/triangle/triton_backward.py): gradients of the Triton operator against
+float64 autograd of the spec's reference, every buffer PyTorch allocates poisoned with NaN first, at
+awkward, random, strided and heavy-tailed inputs, on every road (the swapped views the backward passes
+must read correctly in place and through the channel-major copies); opcheck, torch.compile, the
+training paths; on a GPU both precisions at 30+ random shapes, bitwise determinism over 10 runs and
+Inductor's compiled backward."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from kernels._triton.testing import assert_refuses, cpu_only, gpu, impl, module, rel_err, spec
+from kernels.triangle import triton_backward as bwd
+from mage import registry
+from mage.ops import randn
+
+OP = "triangle"
+DTYPES = ("fp32", "fp32x3")
+
+
+def _cfg(layout, store="direct", k_inner=True, **tiles):
+    base = dict(LAYOUT=layout, STORE=store, K_INNER=k_inner, BLOCK_I=16, BLOCK_J=16, BLOCK_K=16, BLOCK_C=1,
+                GROUP_I=2, PER_CHANNEL=False)
+    return {**base, **tiles}
+
+
+# every road and epilogue, with tiles small enough for the interpreter
+ROADS = {
+    "in_place": _cfg("in_place", BLOCK_C=2),
+    "in_place_per_channel": _cfg("in_place", BLOCK_C=4, PER_CHANNEL=True),
+    "permute_k_inner": _cfg("channel_major", "permute"),
+    "permute_ij_inner": _cfg("channel_major", "permute", k_inner=False),
+    "direct_4_channels": _cfg("channel_major", "direct", k_inner=False, BLOCK_C=4),
+}
+
+
+@pytest.fixture
+def poisoned():
+    """Every tensor PyTorch allocates (outputs, gradients, scratch copies) starts as NaN. warn_only: the
+    float64 reference's cuBLAS calls would otherwise refuse to run without a fixed workspace setting."""
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    assert torch.isnan(torch.empty(3)).all()
+    yield
+    torch.use_deterministic_algorithms(was)
+
+
+def force_road(monkeypatch, config):
+    """Every call of the operator, forward and backward, at every shape, runs ``config``."""
+    for dtype, (_, sweep) in list(module(OP).BY_DTYPE.items()):
+        # a new dict, so the launcher's memo (keyed by the defaults' identity) cannot answer from the old
+        monkeypatch.setitem(module(OP).BY_DTYPE, dtype, ({k: dict(config) for k in ("field", "large", "sweep")}, sweep))
+
+
+def reference_grads(A, B, dO):
+    Ad, Bd = (t.detach().double().requires_grad_() for t in (A, B))
+    return torch.autograd.grad(spec(OP).reference(Ad, Bd), (Ad, Bd), dO.double())
+
+
+def triton_grads(A, B, dO, dtype):
+    A, B = (t.detach().requires_grad_() for t in (A, B))
+    return torch.autograd.grad(registry.train_fn(impl(OP, dtype))(A, B), (A, B), dO)
+
+
+def inputs(shape, dist="normal", seed=0, device="cpu"):
+    A, B = spec(OP).inputs(shape, seed=seed, device=device, dist=dist)
+    dO = randn(A.shape, torch.Generator(device=device).manual_seed(seed + 1), device, dist)
+    return A, B, dO
+
+
+def assert_close_grads(A, B, dO, dtype, what=""):
+    tol = spec(OP).tol(dtype)
+    for name, got, want in zip(("dA", "dB"), triton_grads(A, B, dO, dtype), reference_grads(A, B, dO)):
+        assert got.shape == want.shape and got.dtype == torch.float32, (name, got.shape, got.dtype)
+        err = rel_err(got, want.to(got.device))
+        assert err <= tol, f"{dtype} {name} {what}: relative error {err:.2e} > {tol:.0e}"
+
+
+def small_random_shapes(n, seed=0):
+    rnd = random.Random(f"triangle-backward-{seed}")
+    return [dict(N=rnd.randint(1, 24), C=rnd.randint(1, 12)) for _ in range(n)]
+
+
+def test_reference_gradcheck():
+    A, B = (t.double().requires_grad_() for t in spec(OP).inputs(dict(N=4, C=3)))
+    assert torch.autograd.gradcheck(spec(OP).reference, (A, B))
+
+
+def test_every_precision_has_a_training_path():
+    for dtype in spec(OP).dtypes:
+        fn = registry.train_fn(impl(OP, dtype))
+        assert fn is not None and fn is not impl(OP, dtype).fn, dtype
+
+
+@cpu_only
+@pytest.mark.parametrize("dist", ["normal", "heavy"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradients_at_awkward_and_random_shapes(poisoned, dtype, dist):
+    # the chosen configs (shapes outside the field and large sets take the 'sweep' entry)
+    for seed, shape in enumerate(spec(OP).awkward + small_random_shapes(3)):
+        assert_close_grads(*inputs(shape, dist, seed), dtype, f"{shape} {dist}")
+
+
+@cpu_only
+@pytest.mark.parametrize("road", sorted(ROADS))
+def test_every_road_reads_the_swapped_views(poisoned, monkeypatch, road):
+    force_road(monkeypatch, ROADS[road])
+    for seed, (shape, dtype) in enumerate(zip((dict(N=17, C=5), dict(N=5, C=9), dict(N=1, C=3)), DTYPES * 2)):
+        assert_close_grads(*inputs(shape, "heavy", seed), dtype, f"{road} {shape}")
+
+
+@cpu_only
+def test_strided_inputs_and_gradients(poisoned):
+    # channels not innermost, every other channel, and the stride-0 gradient that .sum() sends back
+    A, B, dO = inputs(dict(N=11, C=6), "heavy")
+    Ap = A.permute(0, 2, 1).contiguous().permute(0, 2, 1)
+    Bs = torch.cat([B, B], dim=2)[:, :, ::2]
+    assert_close_grads(Ap, Bs, dO, "fp32", "strided inputs")
+    assert_close_grads(A, B, torch.ones(()).expand(11, 11, 6), "fp32x3", "expanded dO")
+
+
+@cpu_only
+@pytest.mark.parametrize("needs", [(True, False), (False, True)])
+def test_only_the_gradients_asked_for(needs, monkeypatch):
+    A, B, dO = inputs(dict(N=6, C=3))
+    A, B = A.requires_grad_(needs[0]), B.requires_grad_(needs[1])
+    calls = []
+    for name in ("grad_a", "grad_b"):
+        monkeypatch.setattr(bwd, name, (lambda f, n: lambda *a: calls.append(n) or f(*a))(getattr(bwd, name), name))
+    (registry.train_fn(impl(OP, "fp32"))(A, B) * dO).sum().backward()
+    assert calls == [name for name, need in zip(("grad_a", "grad_b"), needs) if need]
+    assert (A.grad is None) != needs[0] and (B.grad is None) != needs[1]
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_opcheck(dtype):
+    A, B, _ = inputs(dict(N=5, C=3))
+    torch.library.opcheck(torch.ops.mage.triton_triangle.default, (A.requires_grad_(), B.requires_grad_(), dtype))
+
+
+@cpu_only
+def test_inside_torch_compile(poisoned):
+    A, B, dO = inputs(dict(N=9, C=4), "heavy")
+    train = registry.train_fn(impl(OP, "fp32x3"))
+    step = torch.compile(lambda a, b: (train(a, b) * dO).sum(), backend="aot_eager", fullgraph=True)
+    got = torch.autograd.grad(step(*(t.requires_grad_() for t in (A, B))), (A, B))
+    assert all(torch.equal(g, w) for g, w in zip(got, triton_grads(A, B, dO, "fp32x3")))
+
+
+@cpu_only
+def test_bad_inputs_name_op_and_argument():
+    A, B, _ = inputs(dict(N=4, C=2))
+    train = registry.train_fn(impl(OP, "fp32"))
+    assert_refuses(train, OP, "B", A.requires_grad_(), torch.randn(4, 4, 3))
+    assert_refuses(train, OP, "A", A.double(), B)
+
+
+# ---- GPU ----------------------------------------------------------------------------------------------
+GPU_SHAPES = (spec(OP).random_shapes(32, seed=16) + spec(OP).awkward + spec(OP).shapes["field"]
+              + spec(OP).shapes["large"] + [dict(N=383, C=127)])
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_gradients_at_random_shapes(poisoned, dtype):
+    for seed, shape in enumerate(GPU_SHAPES):
+        dist = ("normal", "heavy")[seed % 2]
+        assert_close_grads(*inputs(shape, dist, seed, "cuda"), dtype, f"{shape} {dist}")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("road", ["in_place", "permute", "direct"])
+def test_gpu_every_road_at_random_shapes(poisoned, monkeypatch, dtype, road):
+    # the GPU sweep's own tiles for each road, as the backward's swapped views meet them
+    pick = {"in_place": lambda c: c["LAYOUT"] == "in_place", "permute": lambda c: c["STORE"] == "permute",
+            "direct": lambda c: c["LAYOUT"] == "channel_major" and c["STORE"] == "direct"}[road]
+    force_road(monkeypatch, next(c for c in module(OP).BY_DTYPE[dtype][1] if pick(c)))
+    for seed, shape in enumerate(spec(OP).random_shapes(10, seed=road) + [dict(N=384, C=128)]):
+        assert_close_grads(*inputs(shape, "heavy", seed, "cuda"), dtype, f"{road} {shape}")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_bitwise_deterministic_over_10_runs(dtype):
+    for shape in spec(OP).shapes["field"] + spec(OP).shapes["large"] + [dict(N=201, C=37)]:
+        A, B, dO = inputs(shape, "heavy", 5, "cuda")
+        first = triton_grads(A, B, dO, dtype)
+        for run in range(9):
+            again = triton_grads(A, B, dO, dtype)
+            assert all(torch.equal(a, f) for a, f in zip(again, first)), f"{dtype} {shape}: run {run + 2} differs"
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_inductor_backward_matches_eager(dtype):
+    A, B, dO = inputs(dict(N=130, C=33), "heavy", 7, "cuda")
+    train = registry.train_fn(impl(OP, dtype))
+    step = torch.compile(lambda a, b: (train(a, b) * dO).sum(), fullgraph=True)
+    got = torch.autograd.grad(step(*(t.requires_grad_() for t in (A, B))), (A, B))
+    assert all(torch.equal(g, w) for g, w in zip(got, triton_grads(A, B, dO, dtype))), dtype
