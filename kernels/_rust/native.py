@@ -5,6 +5,7 @@ the binary as a file of the kernel's arguments (in its table's order)."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
 import tempfile
@@ -41,16 +42,57 @@ def args_file(kernel: str, values) -> bytes:
     return b"".join(out)
 
 
-def run(kernel: str, values, plan, graph: bool = True, device: int = 0, timeout: float = 600) -> dict:
-    """Runs rust_native on ``kernel`` with ``values`` under ``plan``; its JSON as a dict."""
+def block_args_file(values, outputs) -> bytes:
+    """The argument file of a model block (rust_native --block): its packed values in order, tensors
+    uploaded, except those at the indices ``outputs`` (the output, scratch), which travel as sizes and
+    start as zeros on the device; floats as f32 bits; other numbers as they are."""
+    out = [struct.pack("<I", len(values))]
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor):
+            data = v.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+            out.append(struct.pack("<BQ", 2, len(data)) if i in outputs else struct.pack("<BQ", 1, len(data)) + data)
+        elif isinstance(v, float):
+            out.append(struct.pack("<BQ", 0, _f32_bits(v)))
+        else:
+            out.append(struct.pack("<BQ", 0, int(v) & (2 ** 64 - 1)))
+    return b"".join(out)
+
+
+def cublas_dir() -> Optional[str]:
+    """The folder of the cuBLAS this process has loaded (PyTorch's, from pip's nvidia-cublas), else the
+    nvidia-cublas package's, else None: the binary has no Python to find it, so it is told."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                if "/libcublas.so" in path:
+                    return os.path.dirname(path)
+    except OSError:
+        pass
+    try:
+        import nvidia.cublas as nc
+        lib = os.path.join(list(nc.__path__)[0], "lib")
+        return lib if os.path.isdir(lib) else None
+    except ImportError:
+        return None
+
+
+def run(kernel: str, values, plan, graph: bool = True, device: int = 0, timeout: float = 600,
+        block: bool = False, outputs=(), out_path: Optional[str] = None) -> dict:
+    """Runs rust_native on ``kernel`` (a model block's name with ``block``) with ``values`` under
+    ``plan``; its JSON as a dict."""
     if available():
         raise RustKernelError(-1, "MAGE_NOT_BUILT", available())
+    env = dict(os.environ)
+    if block and not env.get("MAGE_CUBLAS") and cublas_dir():
+        env["MAGE_CUBLAS"] = cublas_dir()
     with tempfile.NamedTemporaryFile(prefix="mage_rust_args_", suffix=".bin") as f:
-        f.write(args_file(kernel, values))
+        f.write(block_args_file(values, outputs) if block else args_file(kernel, values))
         f.flush()
-        cmd = [str(NATIVE_PATH), "--kernel", kernel, "--args", f.name, "--plan", plan.to_json(),
-               "--device", str(device)] + ([] if graph else ["--no-graph"])
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        cmd = [str(NATIVE_PATH), "--block" if block else "--kernel", kernel, "--args", f.name, "--plan",
+               plan.to_json(), "--device", str(device)] + ([] if graph else ["--no-graph"])
+        cmd += ["--out", out_path] if out_path else []
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if done.returncode:
         raise RustKernelError(done.returncode, "RUST_NATIVE_FAILED", done.stderr.strip() or "no message")
     return json.loads(done.stdout)
@@ -76,3 +118,26 @@ def own_spans(op: str, kernel: str, args: Callable) -> Callable:
         out = ops.OPS[op].empty_out(*inputs)
         return run(kernel, args(*inputs, out), plan, graph)
     return spans
+
+
+def block_own_spans(op: str, values: Callable) -> Callable:
+    """The ``own_spans`` of a model block's 'rust_native': the whole block run by the binary on the
+    harness's input set; ``values(*inputs)`` -> (packed values, indices that travel as sizes)."""
+    def spans(inputs, shape: dict, shape_set: str, plan, graph: bool = True) -> dict:
+        inputs = tuple(t.to("cpu") for t in inputs)
+        vals, outputs = values(*inputs)
+        return run(op, vals, plan, graph, block=True, outputs=outputs)
+    return spans
+
+
+def block_output(op: str, values: Callable, inputs, timeout: float = 300) -> torch.Tensor:
+    """Block ``op``'s output as rust_native computes it (on the host, float32), for comparison."""
+    from mage.timing import SpanPlan
+    inputs = tuple(t.to("cpu") for t in inputs)
+    vals, outputs = values(*inputs)
+    y = ops.OPS[op].empty_out(*inputs)
+    with tempfile.NamedTemporaryFile(prefix="mage_rust_out_", suffix=".bin") as f:
+        run(op, vals, SpanPlan.make(n=1, rounds=1, block=1, warmup=0), graph=False, timeout=timeout, block=True,
+            outputs=outputs, out_path=f.name)
+        data = f.read()
+    return torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(y.shape) if data else y.zero_()

@@ -4,12 +4,16 @@
 value per kernel parameter, in its table's order) launched one of the three ways."""
 from __future__ import annotations
 
+import ctypes
+import functools
 from typing import Callable, Optional
+
+import torch
 
 from mage.errors import MageInputError
 from mage.registry import Impl, add
 
-from . import available, launch, native, pymodule
+from . import RustKernelError, _call, _f32_bits, available, launch, library, native, pymodule
 
 # How figures and prose name each implementation, its colour and its column within the Rust family.
 # label, column order (after PyTorch and Triton), colour (Okabe-Ito: vermillion, purple, black, yellow)
@@ -71,4 +75,87 @@ def variant(op: str, version: int) -> Impl:
                 prepare=got["prepare"], config=dict(got["config"], version=version))
 
 
-__all__ = ["register_op", "variant"]
+# ------------------------------------------------------------------------------ the model blocks
+# A block runs in Rust as a whole (host/src/blocks.rs): its kernels and cuBLAS GEMMs in order, from one
+# C call with its arguments packed one u64 each. Python validates (naming the block and the argument),
+# allocates the output and one scratch buffer (PyTorch's allocator: graph-safe), and calls once.
+_U64 = ctypes.c_uint64
+_BLOCK_SIGNATURES = {
+    "mage_rust_block_run": ([ctypes.c_char_p, ctypes.c_int, _U64, ctypes.POINTER(_U64), ctypes.c_int], ctypes.c_int),
+    "mage_rust_block_check": ([ctypes.c_char_p, ctypes.POINTER(_U64), ctypes.c_int], ctypes.c_int),
+    "mage_rust_block_info": ([ctypes.c_char_p, _U64, _U64, _U64, ctypes.POINTER(_U64)], ctypes.c_int),
+    "mage_rust_block_cublas": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _block_lib(lib):
+    for name, (argtypes, restype) in _BLOCK_SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, restype
+    return lib
+
+
+def block_lib():
+    """The library with its block entry points typed (raises RustKernelError when it is not built)."""
+    return _block_lib(library())
+
+
+def block_pack(values):
+    """The packed u64 array of a block's values: tensors as addresses, floats as their f32 bits, a size
+    below zero as its two's complement (the library refuses it)."""
+    out = []
+    for v in values:
+        if type(v) is torch.Tensor:
+            v = v.data_ptr()
+        elif isinstance(v, float):
+            v = _f32_bits(v)
+        out.append(int(v) & (2 ** 64 - 1))
+    return (_U64 * len(out))(*out)
+
+
+@functools.lru_cache(maxsize=4096)
+def block_info(op: str, rows: int, width: int, hidden: int) -> tuple:
+    """(floats of scratch, kernels launched per call) of block ``op`` at these sizes: the library's."""
+    lib, out = block_lib(), (_U64 * 2)()
+    _call("mage_rust_block_info", op.encode(), rows, width, hidden, out)
+    return int(out[0]), int(out[1])
+
+
+def block_check(op: str, values) -> None:
+    """The library's checks of a block's packed values, without a GPU (raises RustKernelError)."""
+    block_lib()
+    args = block_pack(values)
+    _call("mage_rust_block_check", op.encode(), args, len(args))
+
+
+def block_cublas(op: str) -> str:
+    """Loads cuBLAS for block ``op`` (no GPU needed); the file loaded. Raises RustKernelError
+    (MAGE_NO_CUBLAS, naming the block and MAGE_CUBLAS) when it cannot."""
+    block_lib()
+    path = ctypes.create_string_buffer(4096)
+    _call("mage_rust_block_cublas", op.encode(), path, len(path))
+    return path.value.decode()
+
+
+def block_run(op: str, device: int, values, stream: Optional[int] = None) -> None:
+    """Runs block ``op`` from Rust on the current stream of ``device`` with its packed ``values``."""
+    from . import _stream
+    lib = block_lib()
+    args = block_pack(values)
+    rc = lib.mage_rust_block_run(op.encode(), device, _stream(device) if stream is None else stream, args, len(args))
+    if rc:
+        raise RustKernelError(rc, lib.mage_rust_error_name(rc).decode(), lib.mage_rust_last_error().decode())
+
+
+def register_block(op: str, fn: Callable, native_values: Callable, config: dict,
+                   prepare: Optional[Callable] = None) -> None:
+    """Registers block ``op``'s Rust columns: 'rust' (``fn``, the C ABI) and 'rust_native' (the Rust
+    binary runs the whole block; ``native_values(*inputs)`` -> (packed values, indices of the outputs
+    and scratch, which travel as sizes))."""
+    add(_impl(op, "rust", fn, available=available, prepare=prepare, config=dict(config, launch="C ABI")))
+    add(_impl(op, "rust_native", None, available=native.available, own_spans=native.block_own_spans(op, native_values),
+              kernels_of="rust", config=dict(kernel=op)))
+
+
+__all__ = ["register_op", "variant", "register_block", "block_run", "block_info", "block_check", "block_cublas"]

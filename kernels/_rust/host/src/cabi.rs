@@ -39,6 +39,8 @@ pub extern "C" fn mage_rust_error_name(code: c_int) -> *const c_char {
         MAGE_BAD_ARGUMENT => c"MAGE_BAD_ARGUMENT",
         MAGE_NO_DRIVER => c"MAGE_NO_DRIVER",
         MAGE_MODULE_LOAD => c"MAGE_MODULE_LOAD",
+        MAGE_NO_CUBLAS => c"MAGE_NO_CUBLAS",
+        MAGE_CUBLAS_FAILED => c"MAGE_CUBLAS_FAILED",
         _ => {
             if let Ok(d) = driver() {
                 let mut p: *const c_char = std::ptr::null();
@@ -177,4 +179,84 @@ pub extern "C" fn mage_rust_bad_launch(device: c_int, s: u64) -> c_int {
         let mut ptrs: Vec<*mut c_void> = slots.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
         launch(md, 0, g, stream(s), &mut ptrs[..KERNELS[0].params.len()])
     })())
+}
+
+// ------------------------------------------------------------------------------ the model blocks
+/// The most packed arguments a block takes (mp_block's 23).
+const MAX_BLOCK_PARAMS: usize = 32;
+
+/// # Safety
+/// `name` is NUL-terminated or null.
+unsafe fn block_of(name: *const c_char) -> Result<usize, Error> {
+    if name.is_null() {
+        return Err(bad("block: the name is null".into()));
+    }
+    blocks::block_index(&CStr::from_ptr(name).to_string_lossy())
+}
+
+/// # Safety
+/// `args` holds `n` u64.
+unsafe fn block_packed<'a>(args: *const u64, n: c_int) -> Result<&'a [u64], Error> {
+    match usize::try_from(n) {
+        Ok(0) => Ok(&[]),
+        Ok(n) if !args.is_null() && n <= MAX_BLOCK_PARAMS => Ok(std::slice::from_raw_parts(args, n)),
+        _ => Err(bad(format!("{n} packed block arguments at {args:?}"))),
+    }
+}
+
+/// Checks block `name`'s packed arguments (as `mage_rust_block_run` takes them) without a GPU.
+///
+/// # Safety
+/// `name` is NUL-terminated; `args` holds `n` u64.
+#[no_mangle]
+pub unsafe extern "C" fn mage_rust_block_check(name: *const c_char, args: *const u64, n: c_int) -> c_int {
+    status((|| blocks::check_args(block_of(name)?, block_packed(args, n)?).map(|_| ()))())
+}
+
+/// Floats of scratch block `name` needs at these sizes (rows T or n, width d or F, hidden H), and the
+/// kernels it launches per call with at least one row, into `out` [2].
+///
+/// # Safety
+/// `name` is NUL-terminated; `out` holds 2 u64.
+#[no_mangle]
+pub unsafe extern "C" fn mage_rust_block_info(name: *const c_char, rows: u64, width: u64, hidden: u64, out: *mut u64) -> c_int {
+    status((|| {
+        let b = block_of(name)?;
+        if out.is_null() {
+            return Err(bad("block_info: out is null".into()));
+        }
+        *out = blocks::scratch_floats(b, rows, width, hidden);
+        *out.add(1) = blocks::LAUNCHES[b] as u64;
+        Ok(())
+    })())
+}
+
+/// Loads cuBLAS for block `name` (needs no GPU): 0, or MAGE_NO_CUBLAS with a message naming the block,
+/// what was tried and MAGE_CUBLAS. The loaded file's path into `path` (`cap` bytes) when given.
+///
+/// # Safety
+/// `name` is NUL-terminated; `path` holds `cap` bytes (or is null).
+#[no_mangle]
+pub unsafe extern "C" fn mage_rust_block_cublas(name: *const c_char, path: *mut c_char, cap: usize) -> c_int {
+    status((|| {
+        let b = block_of(name)?;
+        let c = cublas::cublas(blocks::BLOCKS[b])?;
+        if !path.is_null() && cap > 0 {
+            let bytes = c.path.as_bytes();
+            let k = bytes.len().min(cap - 1);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr() as *const c_char, path, k);
+            *path.add(k) = 0;
+        }
+        Ok(())
+    })())
+}
+
+/// Runs block `name` on stream `s` of `device`: its kernels and cuBLAS GEMMs in order (blocks.rs).
+/// Nothing runs when the checks fail.
+///
+/// # Safety
+/// `args` holds `n` u64; the addresses point to device memory of the lengths the block's sizes say.
+#[no_mangle]
+pub unsafe extern "C" fn mage_rust_block_run(name: *const c_char, device: c_int, s: u64, args: *const u64, n: c_int) -> c_int {
+    status((|| blocks::run(block_of(name)?, device, stream(s), block_packed(args, n)?))())
 }

@@ -67,6 +67,9 @@ driver_api! {
     memcpy_htod = "cuMemcpyHtoD_v2": fn(DevPtr, *const c_void, usize);
     memcpy_dtoh = "cuMemcpyDtoH_v2": fn(*mut c_void, DevPtr, usize);
     memset_d32 = "cuMemsetD32_v2": fn(DevPtr, c_uint, usize);
+    // the model blocks' residual copy and ones vector (stream-ordered, so a graph can capture them)
+    memcpy_dtod_async = "cuMemcpyDtoDAsync_v2": fn(DevPtr, DevPtr, usize, CUstream);
+    memset_d32_async = "cuMemsetD32Async": fn(DevPtr, c_uint, usize, CUstream);
     stream_create = "cuStreamCreate": fn(*mut CUstream, c_uint);
     stream_synchronize = "cuStreamSynchronize": fn(CUstream);
     event_create = "cuEventCreate": fn(*mut CUevent, c_uint);

@@ -4,7 +4,9 @@
 //! by its table index with its arguments packed one u64 each; the checks and geometry of each kernel
 //! are generated from its op's table (`kernels/<op>/rust_table.py`). Functions return 0 or an error code; the message of the
 //! last error on this thread is `mage_rust_last_error()`, the code's name `mage_rust_error_name`.
+pub mod blocks;
 pub mod cabi;
+pub mod cublas;
 pub mod driver;
 pub mod launch;
 pub mod plan;
@@ -22,6 +24,9 @@ pub static PTX: &str = concat!(include_str!("../../build/mage_kernels.ptx"), "\0
 pub const MAGE_BAD_ARGUMENT: i32 = 100_001;
 pub const MAGE_NO_DRIVER: i32 = 100_002;
 pub const MAGE_MODULE_LOAD: i32 = 100_003;
+/// cuBLAS (the model blocks' GEMMs) could not be loaded, or a cuBLAS call failed.
+pub const MAGE_NO_CUBLAS: i32 = 100_004;
+pub const MAGE_CUBLAS_FAILED: i32 = 100_005;
 
 /// Edges per neighbor_agg task: longer rows are cut into chunks of this many edges.
 pub const NEIGHBOR_SPLIT: usize = 128;

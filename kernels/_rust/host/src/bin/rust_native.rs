@@ -6,6 +6,9 @@
 //! "graph_us": per-call span of a replayed CUDA graph or null, "kernel_names": "..."}.
 //!
 //! rust_native --kernel NAME --args FILE --plan JSON [--device 0] [--no-graph]
+//! rust_native --block NAME --args FILE --plan JSON [...]   a whole model block (mage_rust::blocks):
+//!                                           its kernels and cuBLAS GEMMs, the FILE in its packed order;
+//!                                           --out PATH writes its output after the first call
 //! rust_native --dry-run --plan JSON     the round of every timed pass, in order (needs no GPU)
 //!
 //! FILE holds the kernel's arguments in its table's order (little-endian): a u32 count, then per
@@ -127,9 +130,15 @@ impl Passes for DryRun {
     }
 }
 
+/// What one call launches: one kernel by its table index, or a whole model block.
+enum Work {
+    Kernel(usize),
+    Block(usize),
+}
+
 struct Kernel {
     device: i32,
-    index: usize,
+    work: Work,
     args: Vec<u64>,
     stream: CUstream,
     start: CUevent,
@@ -138,7 +147,10 @@ struct Kernel {
 
 impl Kernel {
     fn launch(&self, st: CUstream) -> Result<(), Error> {
-        mage_rust::launch_packed(self.device, st, self.index, &self.args)
+        match self.work {
+            Work::Kernel(k) => mage_rust::launch_packed(self.device, st, k, &self.args),
+            Work::Block(b) => mage_rust::blocks::run(b, self.device, st, &self.args),
+        }
     }
     /// Microseconds from an idle GPU through `f`'s work, and the host's time inside `f`, as
     /// mage.timing.EventTimer.
@@ -205,6 +217,8 @@ impl Passes for Kernel {
 
 struct Args {
     kernel: String,
+    block: String,
+    out: String,
     args: String,
     plan: String,
     device: i32,
@@ -215,6 +229,8 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         kernel: String::new(),
+        block: String::new(),
+        out: String::new(),
         args: String::new(),
         plan: String::new(),
         device: 0,
@@ -226,6 +242,8 @@ fn parse_args() -> Result<Args, String> {
         let mut val = || it.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
             "--kernel" => a.kernel = val()?,
+            "--block" => a.block = val()?,
+            "--out" => a.out = val()?,
             "--args" => a.args = val()?,
             "--plan" => a.plan = val()?,
             "--device" => a.device = val()?.parse().map_err(|e| format!("--device: {e}"))?,
@@ -234,8 +252,10 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    if a.plan.is_empty() || (!a.dry_run && (a.kernel.is_empty() || a.args.is_empty())) {
+    let what = usize::from(!a.kernel.is_empty()) + usize::from(!a.block.is_empty());
+    if a.plan.is_empty() || (!a.dry_run && (what != 1 || a.args.is_empty())) {
         return Err("usage: rust_native --kernel NAME --args FILE --plan JSON|@FILE [--device 0] [--no-graph]\n\
+                    \x20      rust_native --block NAME --args FILE --plan JSON|@FILE [--device 0] [--no-graph]\n\
                     \x20      rust_native --dry-run --plan JSON|@FILE"
             .into());
     }
@@ -259,7 +279,11 @@ fn run(a: &Args) -> Result<String, Error> {
         let seq: Vec<String> = dry.0.iter().map(|r| r.to_string()).collect();
         return Ok(format!("{{\"round_sequence\": [{}], \"lead_in\": {}}}", seq.join(", "), plan.lead_in));
     }
-    let index = mage_rust::kernel_index(&a.kernel)?;
+    let work = if a.block.is_empty() {
+        Work::Kernel(mage_rust::kernel_index(&a.kernel)?)
+    } else {
+        Work::Block(mage_rust::blocks::block_index(&a.block)?)
+    };
     let d = driver()?;
     mage_rust::module(a.device)?;
     let bytes = std::fs::read(&a.args).map_err(|e| bad(format!("--args {}: {e}", a.args)))?;
@@ -272,16 +296,30 @@ fn run(a: &Args) -> Result<String, Error> {
         check((d.event_create)(&mut start, 0), "cuEventCreate")?;
         check((d.event_create)(&mut end, 0), "cuEventCreate")?;
     }
-    let mut k = Kernel { device: a.device, index, args, stream, start, end };
-    mage_rust::prepare(index, &k.args)?; // refuse bad arguments before anything is timed
+    let mut k = Kernel { device: a.device, work, args, stream, start, end };
+    match k.work {
+        // refuse bad arguments before anything is timed
+        Work::Kernel(i) => mage_rust::prepare(i, &k.args).map(|_| ())?,
+        Work::Block(b) => mage_rust::blocks::check_args(b, &k.args).map(|_| ())?,
+    }
     k.call(true)?; // once before the plan: loads the module, touches the inputs
+    if let (false, Work::Block(b)) = (a.out.is_empty(), &k.work) {
+        // --out FILE: the block's output after that first call, raw little-endian floats
+        let (y, bytes) = mage_rust::blocks::output(*b, &k.args)?;
+        let mut host = vec![0u8; bytes];
+        if bytes > 0 {
+            // SAFETY: y holds `bytes` bytes on the device (checked); host is as long.
+            check(unsafe { (d.memcpy_dtoh)(host.as_mut_ptr() as *mut c_void, y, bytes) }, "cuMemcpyDtoH")?;
+        }
+        std::fs::write(&a.out, host).map_err(|e| bad(format!("--out {}: {e}", a.out)))?;
+    }
     let (spans, host) = execute(&plan, &mut k)?;
     let graph = if a.graph { format!("{:?}", k.graph_span(10, 20)?) } else { "null".into() };
     Ok(format!(
         "{{\"spans_us\": {}, \"host_us\": {}, \"graph_us\": {graph}, \"kernel_names\": \"{}\"}}",
         json_rows(&spans),
         json_rows(&host),
-        a.kernel
+        if a.block.is_empty() { &a.kernel } else { &a.block }
     ))
 }
 

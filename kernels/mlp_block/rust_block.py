@@ -1,0 +1,67 @@
+"""The MLP block run from Rust: y = x + W2 gelu(W1 LN(x) + b1) + b2 as one call into the Rust library
+(kernels/_rust/host/src/blocks.rs), which launches the project's Rust LayerNorm and bias + GELU kernels
+and cuBLAS SGEMMs (loaded by the library at run time, IEEE FP32) in order on the caller's stream:
+
+    LN(x) -> z = LN W1^T -> g = gelu(z + b1) -> y = x (a copy) -> y += ones b2^T -> y += g W2^T
+
+Five kernels a call (``LAUNCHES``; the copy and the ones' memset are copies). 'rust_native' runs the
+same function from the Rust binary, with no Python in the loop. FP32 only for now (the Rust kernels
+read float32)."""
+from __future__ import annotations
+
+import torch
+
+from kernels import _rust
+from kernels._rust.register import block_info, block_run, register_block
+from kernels.layernorm.spec import EPS
+from mage import ops
+
+from .spec import ARGS, NAME, SPEC
+
+LAUNCHES = 5  # LayerNorm, SGEMM, bias + GELU, the bias as a depth-1 SGEMM, SGEMM (the library's count)
+
+
+def _prologue(inputs, out):
+    """(output, device) after the block's validation, naming the argument at fault."""
+    SPEC.validate(*inputs)
+    x = inputs[0]
+    ops.check_out(NAME, out, tuple(x.shape), x.dtype, x.device)
+    y = torch.empty_like(x) if out is None else out
+    return y, _rust.on_cuda(NAME, {**dict(zip(ARGS, inputs)), "out": y})
+
+
+def values(x, gamma, beta, W1, b1, W2, b2, y, scratch):
+    """The block's packed arguments, in blocks.rs's MLP_PARAMS order."""
+    T, d = x.shape
+    return (x, gamma, beta, W1, b1, W2, b2, y, scratch, T, d, W1.shape[0], scratch.numel(), EPS)
+
+
+def _scratch(x, W1):
+    T, d = x.shape
+    return torch.empty(block_info(NAME, T, d, W1.shape[0])[0], dtype=torch.float32, device=x.device)
+
+
+def mlp_block(x, gamma, beta, W1, b1, W2, b2, out=None):
+    """The block from Rust through the C ABI (see the module docstring)."""
+    inputs = (x, gamma, beta, W1, b1, W2, b2)
+    y, dev = _prologue(inputs, out)
+    if x.shape[0]:
+        block_run(NAME, dev, values(*inputs, y, _scratch(x, W1)))
+    return y
+
+
+def native_values(x, gamma, beta, W1, b1, W2, b2):
+    """What rust_native is given: the packed values, the output and scratch travelling as sizes."""
+    SPEC.validate(x, gamma, beta, W1, b1, W2, b2)
+    vals = values(x, gamma, beta, W1, b1, W2, b2, torch.empty_like(x), _scratch(x, W1))
+    return vals, {7, 8}
+
+
+def launches(config: dict) -> int:
+    """Kernels one call launches with at least one token (the GPU test counts them)."""
+    return LAUNCHES
+
+
+register_block(NAME, mlp_block, native_values,
+               config=dict(layernorm="Rust", gemm="cuBLAS SGEMM (loaded from Rust)", bias_gelu="Rust",
+                           bias2_residual="copy + depth-1 SGEMM", launches=LAUNCHES))

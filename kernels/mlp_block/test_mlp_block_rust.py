@@ -1,0 +1,141 @@
+"""The MLP block from Rust (rust_block.py, kernels/_rust/host/src/blocks.rs). CPU: bad input named by
+block and argument (in Python and in the library's own checks), the cuBLAS loader's error, the launch
+count the library states. GPU: against the float64 reference at 30+ random shapes, launches per call,
+and rust_native computing the same output."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernels._triton.testing import assert_refuses, gpu, rel_err
+from mage import ops, registry
+from mage.check import check
+
+rust = pytest.importorskip("kernels._rust")
+from kernels._rust import native, register  # noqa: E402
+from kernels.mlp_block import rust_block  # noqa: E402
+from kernels.mlp_block.test_mlp_block import _bad_cases, _good  # noqa: E402
+
+OP = "mlp_block"
+SPEC = ops.OPS[OP]
+built = pytest.mark.skipif(rust.available() is not None, reason=str(rust.available()))
+
+
+def test_bad_inputs_name_the_block_and_the_argument():
+    for arg, inputs in _bad_cases():
+        assert_refuses(rust_block.mlp_block, OP, arg, *inputs)
+    assert_refuses(rust_block.mlp_block, OP, "out", *_good(), out=torch.empty(5, 36))
+    if not torch.cuda.is_available():
+        assert_refuses(rust_block.mlp_block, OP, "x", *_good())  # on the CPU: needs a CUDA device
+
+
+def _packed(T=5, d=37, H=19, **change):
+    scratch = register.block_info(OP, T, d, H)[0]
+    v = dict(x=1 << 20, gamma=1 << 20, beta=1 << 20, W1=1 << 20, b1=1 << 20, W2=1 << 20, b2=1 << 20, y=1 << 20,
+             scratch=1 << 20, T=T, d=d, H=H, scratch_len=scratch, eps=1e-5)
+    v.update(change)
+    return list(v.values())
+
+
+@built
+@pytest.mark.parametrize("change,message", [
+    (dict(W1=0), "mlp_block: W1 is a null pointer"), (dict(y=0), "mlp_block: y is a null pointer"),
+    (dict(T=-3), "mlp_block: T = -3 must not be negative"), (dict(d=0), "mlp_block: d = 0"),
+    (dict(scratch_len=10), "mlp_block: scratch holds 10 floats"), (dict(eps=0.0), "mlp_block: eps = 0"),
+])
+def test_the_library_checks_name_the_block_and_the_argument(change, message):
+    register.block_check(OP, _packed())
+    with pytest.raises(rust.RustKernelError, match="MAGE_BAD_ARGUMENT") as e:
+        register.block_check(OP, _packed(**change))
+    assert message in str(e.value)
+
+
+@built
+def test_the_library_states_the_launches_and_the_scratch():
+    floats, launches = register.block_info(OP, 5, 37, 19)
+    assert launches == rust_block.LAUNCHES == rust_block.launches({})
+    assert floats >= 5 * 37 + 2 * 5 * 19 + 5  # LN output, z, g, ones
+    with pytest.raises(rust.RustKernelError, match="no block named"):
+        register.block_info("trimul_block", 1, 1, 1)
+
+
+@built
+def test_a_missing_cublas_is_named_with_the_block_and_the_override(tmp_path):
+    # in a process of its own: a cuBLAS already loaded here would be kept
+    missing = tmp_path / "libcublas.so.12"
+    code = ("from kernels._rust import register\n"
+            "try:\n    register.block_cublas('mlp_block')\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+    env = dict(os.environ, MAGE_CUBLAS=str(missing))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120).stdout
+    assert "RustKernelError MAGE_NO_CUBLAS" in out and "mlp_block: cannot load cuBLAS" in out, out
+    assert str(missing) in out and "MAGE_CUBLAS" in out and "nvidia-cublas-cu12" in out
+
+
+def test_rust_native_block_file_uploads_inputs_and_sizes_outputs():
+    x, y = torch.ones(2, 3), torch.empty(2, 3)
+    data = native.block_args_file((x, y, 2, 1e-5), outputs={1})
+    assert data[:4] == (4).to_bytes(4, "little")
+    assert len(data) == 4 + 4 * 9 + x.numel() * 4  # y travels as its size only
+
+
+@built
+def test_rust_native_refuses_an_unknown_block(tmp_path):
+    if native.available():
+        pytest.skip(native.available())
+    f = tmp_path / "args.bin"
+    f.write_bytes(native.block_args_file((1,), ()))
+    done = subprocess.run([str(rust.NATIVE_PATH), "--block", "nope", "--args", str(f), "--plan",
+                           '{"block": 1, "blocks": [[0, 1]], "lead_in": 1, "per_round": 1, "rounds": 1, '
+                           '"warm_s": 0.0, "warmup": 0}'], capture_output=True, text=True)
+    assert done.returncode == 1 and "no block named" in done.stderr, done.stderr
+
+
+# ---- on a GPU ---------------------------------------------------------------------------------------
+@gpu
+@built
+def test_gpu_rust_block_at_random_shapes():
+    impl = registry.get(OP, "rust")
+    assert impl.runs_on("cuda") is None, impl.runs_on("cuda")
+    failures = []
+    for k, shape in enumerate(SPEC.random_shapes(30, seed=7) + SPEC.awkward + SPEC.shapes["field"]):
+        r = check(impl, shape, trials=1, seed=k, dist="heavy" if k % 3 == 0 else "normal", device="cuda")
+        if not r.passed:
+            failures.append((shape, r.reason))
+    assert not failures, failures[:5]
+
+
+@gpu
+@built
+def test_gpu_rust_block_is_fp32_whatever_tf32_was_left_at():
+    torch.backends.cuda.matmul.allow_tf32 = True  # the library's own handle uses the default math mode
+    r = check(registry.get(OP, "rust"), SPEC.shapes["field"][0], trials=2, device="cuda")
+    assert r.passed, r.reason
+
+
+@gpu
+@built
+def test_gpu_launches_per_call():
+    from mage.profile import profile
+    impl = registry.get(OP, "rust")
+    for shape in (SPEC.shapes["field"][0], dict(T=67, d=130, hidden=257)):
+        inputs = SPEC.inputs(shape, seed=0, device="cuda")
+        counts = [profile(lambda: impl.fn(*inputs), iters=20) for _ in range(2)]
+        print(f"\n{OP}/rust {ops.shape_key(shape)}: {counts[0].launches:g} launches: {counts[0].kernel_names}")
+        assert counts[0].launches == counts[1].launches == rust_block.launches({}), counts[0].kernel_names
+
+
+@gpu
+@built
+def test_gpu_rust_native_computes_the_same_output():
+    if native.available():
+        pytest.skip(native.available())
+    for k, shape in enumerate([dict(T=67, d=130, hidden=257), dict(T=1, d=5, hidden=3), SPEC.shapes["field"][0]]):
+        inputs = SPEC.inputs(shape, seed=k, device="cuda")
+        via_c = registry.get(OP, "rust").fn(*inputs).cpu()
+        via_bin = native.block_output(OP, rust_block.native_values, inputs)
+        assert rel_err(via_bin, SPEC.reference(*inputs).cpu()) < SPEC.tol("fp32")
+        assert torch.equal(via_bin, via_c), float((via_bin - via_c).abs().max())

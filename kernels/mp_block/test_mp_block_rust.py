@@ -1,0 +1,120 @@
+"""The message-passing layer from Rust (rust_block.py, kernels/_rust/host/src/blocks.rs). CPU: bad input
+named by block and argument, the library's own checks, the cuBLAS loader's error, the launch count.
+GPU: against the float64 reference at 30+ random shapes, launches per call, rust_native's output."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernels._triton.testing import assert_refuses, gpu, rel_err
+from mage import ops, registry
+from mage.check import check
+
+rust = pytest.importorskip("kernels._rust")
+from kernels._rust import native, register  # noqa: E402
+from kernels.mp_block import rust_block  # noqa: E402
+
+OP = "mp_block"
+SPEC = ops.OPS[OP]
+built = pytest.mark.skipif(rust.available() is not None, reason=str(rust.available()))
+SMALL = dict(n=37, F=33, H=17, deg=24)
+
+
+def test_bad_inputs_name_the_block_and_the_argument():
+    graph, h, gamma, beta, W1, b1, W2, b2 = SPEC.inputs(SMALL, seed=1)
+    fn = rust_block.mp_block
+    assert_refuses(fn, OP, "graph", (graph.rowptr, graph.col, graph.w), h, gamma, beta, W1, b1, W2, b2)
+    assert_refuses(fn, OP, "h", graph, h[:-1], gamma, beta, W1, b1, W2, b2)
+    assert_refuses(fn, OP, "gamma", graph, h, gamma[:-1], beta, W1, b1, W2, b2)
+    assert_refuses(fn, OP, "W1", graph, h, gamma, beta, W1[:, :-1], b1, W2, b2)
+    assert_refuses(fn, OP, "b1", graph, h, gamma, beta, W1, b1[:-1], W2, b2)
+    assert_refuses(fn, OP, "W2", graph, h, gamma, beta, W1, b1, W2.t().contiguous(), b2)
+    assert_refuses(fn, OP, "b2", graph, h, gamma, beta, W1, b1, W2, b2.bfloat16())
+    assert_refuses(fn, OP, "out", graph, h, gamma, beta, W1, b1, W2, b2, out=torch.empty(37, 32))
+    if not torch.cuda.is_available():
+        assert_refuses(fn, OP, "rowptr", graph, h, gamma, beta, W1, b1, W2, b2)  # on the CPU: needs CUDA
+    bf = SPEC.inputs(SMALL, seed=1, dtype="bf16")
+    if torch.cuda.is_available():
+        bf = tuple(t.to("cuda") for t in bf)
+        assert_refuses(fn, OP, "h", *bf)  # the Rust kernels read float32
+
+
+def _packed(n=40, F=3, H=5, **change):
+    scratch = register.block_info(OP, n, F, H)[0]
+    p = 1 << 20
+    v = dict(rowptr=p, col=p, w=p, h=p, gamma=p, beta=p, W1=p, b1=p, W2=p, b2=p, y=p, plan=0, ws=0, flags=0,
+             scratch=p, n=n, E=3 * n, F=F, H=H, tasks=n, parts=0, scratch_len=scratch, eps=1e-5)
+    v.update(change)
+    return list(v.values())
+
+
+@built
+@pytest.mark.parametrize("change,message", [
+    (dict(col=0), "mp_block: col is a null pointer"), (dict(rowptr=0), "mp_block: rowptr is a null pointer"),
+    (dict(F=0), "mp_block: F = 0"), (dict(H=0), "mp_block: H = 0"),
+    (dict(tasks=7), "mp_block: without a plan there is one task per node"),
+    (dict(plan=1 << 20, ws=1 << 20, flags=1 << 20), "mp_block: a plan with no partial sums"),
+    (dict(parts=4, plan=1 << 20, flags=1 << 20), "mp_block: ws is a null pointer"),
+])
+def test_the_library_checks_name_the_block_and_the_argument(change, message):
+    register.block_check(OP, _packed())
+    with pytest.raises(rust.RustKernelError, match="MAGE_BAD_ARGUMENT") as e:
+        register.block_check(OP, _packed(**change))
+    assert message in str(e.value)
+
+
+@built
+def test_the_library_states_the_launches():
+    assert register.block_info(OP, 37, 33, 17)[1] == rust_block.LAUNCHES == rust_block.launches({})
+
+
+@built
+def test_a_missing_cublas_is_named_with_the_block(tmp_path):
+    code = ("from kernels._rust import register\n"
+            "try:\n    register.block_cublas('mp_block')\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+    env = dict(os.environ, MAGE_CUBLAS=str(tmp_path / "nothing-here.so"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120).stdout
+    assert "MAGE_NO_CUBLAS" in out and "mp_block: cannot load cuBLAS" in out and "nothing-here.so" in out, out
+
+
+# ---- on a GPU ---------------------------------------------------------------------------------------
+@gpu
+@built
+def test_gpu_rust_block_at_random_shapes():
+    impl = registry.get(OP, "rust")
+    assert impl.runs_on("cuda") is None, impl.runs_on("cuda")
+    failures = []
+    for k, shape in enumerate(SPEC.random_shapes(30, seed=7) + SPEC.awkward + SPEC.shapes["field"]):
+        r = check(impl, shape, trials=1, seed=k, dist="heavy" if k % 3 == 0 else "normal", device="cuda")
+        if not r.passed:
+            failures.append((shape, r.reason))
+    assert not failures, failures[:5]
+
+
+@gpu
+@built
+def test_gpu_launches_per_call():
+    from mage.profile import profile
+    impl = registry.get(OP, "rust")
+    for shape in (SPEC.shapes["field"][0], SMALL):
+        inputs = impl.prepare(*SPEC.inputs(shape, seed=0, device="cuda"))
+        counts = [profile(lambda: impl.fn(*inputs), iters=20) for _ in range(2)]
+        print(f"\n{OP}/rust {ops.shape_key(shape)}: {counts[0].launches:g} launches: {counts[0].kernel_names}")
+        assert counts[0].launches == counts[1].launches == rust_block.launches({}), counts[0].kernel_names
+
+
+@gpu
+@built
+def test_gpu_rust_native_computes_the_same_output():
+    if native.available():
+        pytest.skip(native.available())
+    for k, shape in enumerate([SMALL, dict(n=40, F=3, H=5, deg=2), SPEC.shapes["field"][0]]):
+        inputs = SPEC.inputs(shape, seed=k, device="cuda")
+        via_c = registry.get(OP, "rust").fn(*inputs).cpu()
+        via_bin = native.block_output(OP, rust_block.native_values, inputs)
+        assert rel_err(via_bin, SPEC.reference(*inputs).cpu()) < SPEC.tol("fp32")
+        assert torch.equal(via_bin, via_c), float((via_bin - via_c).abs().max())
