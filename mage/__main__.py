@@ -62,7 +62,9 @@ def cmd_measure(a):
     _known_impls("measure", a.impls)
     out = Path(a.out)
     _same_machine(out, a.force_machine)
-    st = m.Settings(iters=a.iters, spans=a.spans, rounds=a.rounds, graph=not a.no_graph)
+    from .passes import check_passes
+    st = m.Settings(iters=a.iters, spans=a.spans, rounds=a.rounds, graph=not a.no_graph,
+                    passes=check_passes(a.passes))
     t0 = time.perf_counter()
     m.prepare_run(out, st, _command_line(), log=m.stderr_log, pin=not a.no_pin, force_machine=a.force_machine)
     all_rows = []
@@ -79,6 +81,23 @@ def cmd_measure(a):
                         dtypes=a.dtypes, names=a.impls)
     print(m.summary_table(all_rows[0]) if all_rows else "")
     print(f"\nwrote {out}/ (run {st.run}) in {time.perf_counter() - t0:.0f} s")
+
+
+def cmd_train(a):
+    from . import train
+    blocks = [n for n, s in ops.OPS.items() if s.kind == "block"]
+    names = a.ops or blocks
+    bad = [n for n in names if n not in blocks]
+    if bad or not names:
+        raise MageInputError("train", "--ops", f"must name model blocks {blocks}, got {bad or names}")
+    _known_impls("train", a.impls)
+    _cuda_or_exit("train")
+    out = Path(a.out)
+    _same_machine(out, a.force_machine)
+    run, rows = train.measure(out, names, a.impls, a.shapes, a.precisions, steps=a.steps, iters=a.iters,
+                              command=_command_line(), pin=not a.no_pin, force_machine=a.force_machine)
+    print(train.summary(rows))
+    print(f"run {run}: {len(rows)} rows in {out / train.FILE}")
 
 
 def cmd_check(a):
@@ -158,6 +177,26 @@ def cmd_serve(a):
     print(f"run {run}: {len(rows)} rows in {out / FILE}")
 
 
+def cmd_amdahl(a):
+    with_parts = [n for n, s in ops.OPS.items() if s.parts]
+    blocks = a.ops or with_parts
+    if not blocks or any(n not in with_parts for n in blocks):
+        raise MageInputError("amdahl", "--ops", f"must name blocks that state their parts (Op.parts); these do: "
+                                                f"{with_parts}")
+    _known_impls("amdahl", [a.baseline, a.custom])
+    _cuda_or_exit("amdahl")
+    import pandas as pd
+
+    from . import amdahl, amdahl_gpu
+    from . import measure as m
+    out = Path(a.out)
+    _same_machine(out, a.force_machine)
+    run, rows = amdahl_gpu.measure(out, blocks, a.dtypes, a.shapes, a.baseline, a.custom, a.iters, _command_line(),
+                                   log=m.stderr_log, pin=not a.no_pin, force_machine=a.force_machine)
+    print(amdahl.summary(amdahl.table(pd.DataFrame(rows, columns=amdahl.COLUMNS))))
+    print(f"run {run}: {len(rows)} rows in {out / amdahl.FILE}")
+
+
 def cmd_ceilings(a):
     _cuda_or_exit("ceilings")
     from . import measure as m
@@ -220,9 +259,25 @@ def main(argv=None):
     sp.add_argument("--spans", type=_positive_int, default=300)
     sp.add_argument("--rounds", type=_positive_int, default=3)
     sp.add_argument("--no-graph", action="store_true")
+    sp.add_argument("--passes", nargs="+", default=["forward"], choices=["forward", "backward", "both"],
+                    help="forward (the call), backward (the gradients alone, the forward untimed), both")
     sp.add_argument("--out", required=True)
     force(sp)
     sp.set_defaults(fn=cmd_measure)
+
+    sp = sub.add_parser("train", help="a training step of each model block (forward, backward, AdamW): "
+                        "steps and items per second, FP32 and bf16 mixed precision (needs CUDA)")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--ops", nargs="+", default=None, help="blocks (default: every op of kind 'block')")
+    sp.add_argument("--impls", nargs="+", default=None)
+    sp.add_argument("--shapes", nargs="+", default=["field"], choices=["field", "large"])
+    sp.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"],
+                    help="fp32, or bf16 (autocast bf16, FP32 master weights)")
+    sp.add_argument("--steps", type=_positive_int, default=60, help="timed steps per implementation")
+    sp.add_argument("--iters", type=_positive_int, default=20, help="profiled steps")
+    sp.add_argument("--no-pin", action="store_true")
+    force(sp)
+    sp.set_defaults(fn=cmd_train)
 
     sp = sub.add_parser("check", help="correctness at awkward shapes (CPU where possible)")
     common(sp)
@@ -263,6 +318,19 @@ def main(argv=None):
     sp.add_argument("--no-pin", action="store_true")
     force(sp)
     sp.set_defaults(fn=cmd_serve)
+
+    sp = sub.add_parser("amdahl", help="each block's kernel time split by operation, the operations alone at the "
+                        "block's shapes, and the block speedup Amdahl's law predicts against the measured one (needs CUDA)")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--ops", nargs="+", default=None, help="blocks (default: every op that states Op.parts)")
+    sp.add_argument("--shapes", nargs="+", default=["field"], choices=["field", "large", "sweep"])
+    sp.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=list(ops.PRECISIONS))
+    sp.add_argument("--baseline", default="pytorch", help="the column whose time is split (default: eager)")
+    sp.add_argument("--custom", default="triton", help="the column whose speedup is predicted")
+    sp.add_argument("--iters", type=_positive_int, default=50, help="profiled calls per column and shape")
+    sp.add_argument("--no-pin", action="store_true")
+    force(sp)
+    sp.set_defaults(fn=cmd_amdahl)
 
     sp = sub.add_parser("ceilings", help="measure copy bandwidth, matmul rates and launch cost (needs CUDA)")
     sp.add_argument("--out", required=True)

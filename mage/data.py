@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .data_pass import with_pass
+
 # Every measurement row has these. ``round`` is 0 for a value over all rounds (or a view without rounds)
 # and 1..3 for one round of event spans; ``stat`` says which statistic ``value`` is.
 REQUIRED = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "value", "unit"]
@@ -25,7 +27,7 @@ OPTIONAL = ["family", "flops", "bytes", "floor_us", "achieved_gbps", "achieved_t
             # the service experiment (mage.service): which loop ('closed', 'open', 'batch_sweep'), the host
             # memory the requests live in ('pinned', 'pageable'), the batcher's limit B and wait D, the offered
             # load (a fraction of the measured peak) and rate (requests/s), and one histogram bin's batch size
-            "loop", "host_mem", "batch", "wait_us", "load", "rate", "batch_size"]
+            "loop", "host_mem", "batch", "wait_us", "load", "rate", "batch_size", "pass"]  # pass: mage.data_pass
 # host_time: the host's wall-clock time inside the call during the event spans (per round, and overall)
 VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches": "count",
          "copy_time": "us", "prepare_time": "s", "host_time": "us",
@@ -35,7 +37,8 @@ VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches"
          # other, queue; named in 'stage') and that part's share of the mean latency; items per second;
          # batches of one size ('batch_size'), and requests served
          "latency": "us", "latency_part": "us", "latency_share": "fraction", "throughput": "items/s",
-         "batch_hist": "batches", "requests": "count"}
+         "batch_hist": "batches", "requests": "count",
+         "train_step": "us", "train_part": "us"}  # a block's training step, and its parts (mage.train)
 SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service"}  # service: one request's shape
 CACHES = {"warm", "cold", "n/a"}
 CHECK_COLUMNS = ["op", "impl", "dtype", "shape", "dist", "error", "tolerance", "passed", "trials", "reason", "run"]
@@ -52,11 +55,11 @@ class DataError(ValueError):
 
 # Columns that name one measured value. Within one run a re-measured value replaces the old row; rows of
 # different runs never replace each other (``merge_csv`` always adds ``run``), and ``load`` picks one run.
-IDENTITY = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "run", "config",
+IDENTITY = ["op", "impl", "dtype", "shape", "shape_set", "cache", "pass", "view", "round", "stat", "run", "config",
             "tile_of", "stage", "loop", "host_mem", "batch", "wait_us", "load", "batch_size"]
 # What one case is: the rows one implementation got at one shape in one run (a service case also by its
 # loop, host memory, batcher and load; files without these columns group exactly as before).
-CASE = ["op", "impl", "dtype", "shape", "cache", "shape_set", "config", "tile_of", "loop", "host_mem", "batch",
+CASE = ["op", "impl", "dtype", "shape", "cache", "pass", "shape_set", "config", "tile_of", "loop", "host_mem", "batch",
         "wait_us", "load"]
 CHECK_CASE = ["op", "impl", "dtype", "shape", "dist", "config"]
 NUMERIC_OPTIONAL = ["flops", "bytes", "floor_us", "achieved_gbps", "achieved_tflops", "frac_of_floor",
@@ -126,7 +129,8 @@ def merge_csv(df: pd.DataFrame, path: Path, key: list[str]) -> pd.DataFrame:
             for k in key:  # a column new to this file: the old rows had no value there
                 if k not in old.columns:
                     old[k] = ""
-            as_text = lambda t: t[key].fillna("").astype(str).apply(tuple, axis=1)  # noqa: E731 - blank == NaN
+            # blank == NaN == a key column the rows do not carry (service rows have no pass, say)
+            as_text = lambda t: t.reindex(columns=key).fillna("").astype(str).apply(tuple, axis=1)  # noqa: E731
             keep = ~as_text(old).isin(set(as_text(df)))
             df = pd.concat([old[keep], df], ignore_index=True)
         save_csv(df, path)
@@ -263,7 +267,8 @@ def load(path, run=None) -> pd.DataFrame:
     frames = []
     for f in files:
         raw = _read(f)
-        frames.append(validate(raw.assign(_file=str(f), _line=raw.index + 2), str(f)))
+        raw = with_pass(raw.assign(_file=str(f), _line=raw.index + 2), str(f), DataError)
+        frames.append(validate(raw, str(f)))
     df = pd.concat(frames, ignore_index=True)
     _no_duplicates(df, IDENTITY)
     df = df.drop(columns=["_file", "_line"])

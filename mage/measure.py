@@ -5,24 +5,24 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import sys
 import time
 
 import pandas as pd
 import torch
 
-from . import ops, registry
+from . import ops, passes, registry
 from .check import check
 from .data import merge_csv
 from .env import clock_warnings, clocks
 from .profile import ProfileError, profile
 from .session import (TILE_SETTINGS, Settings, new_run_id, prepare_run, quick,  # noqa: F401 - the loop's API
                       steady_process, summary_table)
-from .timing import SpanPlan, SpanRounds, graph_span, spans, summarize
+from .span_rows import _span_rows, own_rows  # noqa: F401 - _span_rows: the tests' entry too
+from .timing import SpanPlan, graph_span, spans
 
 # One value of one run: a later run adds its rows beside the earlier runs' (mage.data.load picks a run)
-KEY = ["op", "impl", "dtype", "shape", "cache", "view", "round", "stat", "run"]
+KEY = ["op", "impl", "dtype", "shape", "cache", "pass", "view", "round", "stat", "run"]
 COLD_FACTOR = 2.5  # input sets cover this many L2 sizes, so each call finds its inputs evicted
 COLD_MAX_SETS, COLD_MAX_BYTES = 64, 8 * 2**30
 
@@ -56,7 +56,10 @@ def _cycling(fn, arg_sets, state=None):
 
 
 def derived(view, value, flops, nbytes_, dtype, ceil):
-    """Floor (the larger of bytes over bandwidth and FLOPs over rate) and the achieved rates."""
+    """Floor (the larger of bytes over bandwidth and FLOPs over rate) and the achieved rates; no floor
+    where the cost is not stated (a backward whose spec gives no grad_flops / grad_bytes)."""
+    if flops is None or nbytes_ is None:
+        return {}
     out = {"flops": flops, "bytes": nbytes_}
     if view in ("kernel_time", "event_span", "graph_span") and ceil:
         floor_us = max(nbytes_ / (ceil["copy_gbps"] * 1e3), flops / (ops.peak_tflops(ceil, dtype) * 1e6))
@@ -67,9 +70,33 @@ def derived(view, value, flops, nbytes_, dtype, ceil):
     return out
 
 
+def pass_cost(spec, shape, dtype, probe, pass_):
+    """(FLOPs, bytes) of one call of ``pass_``: forward's, backward's (the spec's grad cost), or both summed."""
+    fwd = spec.cost(shape, dtype, inputs=probe)
+    if pass_ == "forward":
+        return fwd
+    bwd = spec.grad_cost(shape, dtype, inputs=probe)
+    if pass_ == "backward" or bwd[0] is None:
+        return bwd
+    return fwd[0] + bwd[0], fwd[1] + bwd[1]
+
+
+def _row_maker(base, shape, pass_, cost, ceilings):
+    """row(im, view, value, unit, ...) -> one tidy row of this case and pass, with its floor and rates."""
+    def row(im, view, value, unit, rnd=0, stat="mean", **extra):
+        config = im.config_at(shape)
+        r = dict(base, impl=im.name, family=im.family, view=view, round=rnd, stat=stat, value=value, unit=unit,
+                 config=json.dumps(config, sort_keys=True) if config else "", **{"pass": pass_})
+        r.update(derived(view, value, *cost, base["dtype"], ceilings))
+        r.update(extra)
+        return r
+    return row
+
+
 def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
-    """Rows and check rows for one (op, shape, dtype group, cache). Implementations that fail the check
-    are recorded as failing and not timed."""
+    """Rows and check rows for one (op, shape, dtype group, cache), for each pass of ``st.passes``.
+    Implementations that fail the check are recorded as failing and not timed; for backward and both,
+    only those with a training path whose gradients pass ``passes.grad_check``."""
     rows, checks = [], []
     dtype = impls[0].dtype
     key = ops.shape_key(shape)
@@ -83,10 +110,23 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
             good.append(im)
         else:
             log(f"  refusing to time {im.name} {key}: {c.reason}")
+    trained = []  # those whose backward is timed: a training path, gradients checked
+    if set(st.passes) - {"forward"}:
+        for im in good:
+            fn = registry.train_fn(im)
+            if fn is None:
+                log(f"  no backward for {im.name} {key}: it registers no training path")
+                continue
+            c = passes.grad_check(im, fn, shape, seed=st.seed + 29)
+            checks.append({**c.row(), "run": st.run})
+            if c.passed:
+                trained.append(im)
+            else:
+                log(f"  refusing to time the backward of {im.name} {key}: {c.reason}")
     # Those that time themselves make one input set in their own process (warm only), and launch the
     # kernels of ``kernels_of``: timed only when that implementation passed its check.
     own_ok = []
-    for im in own if cache == "warm" else []:
+    for im in own if cache == "warm" and "forward" in st.passes else []:
         if im.kernels_of in {i.name for i in impls}:
             passed = im.kernels_of in {i.name for i in good}
         else:
@@ -102,112 +142,73 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
     probe = spec.inputs(shape, seed=st.seed, device="cuda", dtype=dtype)
     k = n_sets(cache, nbytes(probe), st.l2_bytes)
     sets = [probe] + [spec.another_set(shape, probe, st.seed + i, dtype) for i in range(1, k)]
-    flops, nb = spec.cost(shape, dtype, inputs=probe)
     base = dict(op=spec.name, dtype=dtype, shape=key, shape_set=shape_set, cache=cache, run=st.run,
                 source="measured")
-
-    def row(im, view, value, unit, rnd=0, stat="mean", **extra):
-        config = im.config_at(shape)
-        r = dict(base, impl=im.name, family=im.family, view=view, round=rnd, stat=stat, value=value, unit=unit,
-                 config=json.dumps(config, sort_keys=True) if config else "")
-        r.update(derived(view, value, flops, nb, dtype, st.ceilings))
-        r.update(extra)
-        return r
-
-    calls, kernel = {}, {}
-    turn = {"i": 0}  # the input set the next call reads, shared by all implementations of this case
+    prepared = {}  # name -> (the prepared input sets, seconds it took), shared by every pass
     for im in good:
         t0 = time.perf_counter()
         arg_sets = [im.prepare(*s) if im.prepare else s for s in sets]
         torch.cuda.synchronize()
-        prep = time.perf_counter() - t0
-        calls[im.name] = _cycling(im.fn, arg_sets, turn)
-        rows.append(row(im, "prepare_time", prep, "s", prepare_s=prep))
+        prepared[im.name] = arg_sets, time.perf_counter() - t0
+
+    for pass_ in st.passes:
+        timed = good if pass_ == "forward" else trained
+        row = _row_maker(base, shape, pass_, pass_cost(spec, shape, dtype, probe, pass_), st.ceilings)
+        got, kernel = _time_pass(spec, key, pass_, timed, prepared, st, row, log)
+        rows += got
+        if pass_ == "forward":
+            rows += own_rows(own_ok, probe, shape, shape_set, st, row, log, spec, key, kernel)
+    return rows, checks
+
+
+def _time_pass(spec, key, pass_, timed, prepared, st, row, log):
+    """Profile, graph replay and the spans of one pass, the implementations taking turns."""
+    rows, calls, kernel = [], {}, {}
+    turn = {"i": 0}  # the input set the next call reads, shared by all implementations of this case
+    for im in timed:
+        arg_sets, prep = prepared[im.name]
+        if pass_ == "forward":
+            calls[im.name] = _cycling(im.fn, arg_sets, turn)
+            one_set = [_cycling(im.fn, [a]) for a in arg_sets]
+            rows.append(row(im, "prepare_time", prep, "s", prepare_s=prep))
+        else:
+            fn = registry.train_fn(im)
+            try:
+                one_set = [passes.PassSet(fn, a, pass_, st.seed + 31 + i) for i, a in enumerate(arg_sets)]
+            except Exception as e:  # noqa: BLE001 - the check passed, so say why this set could not run
+                log(f"  {pass_} of {im.name} {key} could not start: {type(e).__name__}: {e}")
+                continue
+            calls[im.name] = passes.cycling(one_set)
         try:
             p = profile(calls[im.name], iters=st.iters)
         except ProfileError as e:
-            raise ProfileError(f"{spec.name} {im.name} {key}: {e}") from e
+            raise ProfileError(f"{spec.name} {im.name} {key} {pass_}: {e}") from e
         kernel[im.name] = p
         names = "|".join(p.kernel_names)
-        flags = ";".join(p.flags)
-        rows.append(row(im, "kernel_time", p.kernel_us, "us", kernel_names=names, flags=flags))
-        rows.append(row(im, "launches", p.launches, "count", kernel_names=names, flags=flags))
-        if p.copy_us:
-            rows.append(row(im, "copy_time", p.copy_us, "us", kernel_names=names))
+        flags = list(p.flags)
         if st.graph:
             try:
                 # about 2 ms of work per replay: enough to average, not so much that slow kernels dominate
                 repeat = max(1, min(10, int(2000 / max(p.kernel_us, 1.0))))
-                g = graph_span([_cycling(im.fn, [a]) for a in arg_sets], replays=20 if p.kernel_us < 1000 else 5,
-                               repeat=repeat)
+                g = graph_span(one_set, replays=20 if p.kernel_us < 1000 else 5, repeat=repeat)
                 rows.append(row(im, "graph_span", g, "us"))
             except Exception as e:  # noqa: BLE001 - not every call can be captured; say so, keep going
-                log(f"  graph capture failed for {im.name} {key}: {type(e).__name__}: {e}")
+                log(f"  graph capture failed for {im.name} {key} {pass_}: {type(e).__name__}: {e}")
+                flags.append(f"no_graph:{type(e).__name__}")  # recorded beside the kernel time: why no replay
                 torch.cuda.synchronize()
-
-    readings = []
-    plan = SpanPlan.make(st.spans, st.rounds, st.block, st.warmup, st.warm_s)
-    if good:
+        rows.append(row(im, "kernel_time", p.kernel_us, "us", kernel_names=names, flags=";".join(flags)))
+        rows.append(row(im, "launches", p.launches, "count", kernel_names=names, flags=";".join(p.flags)))
+        if p.copy_us:
+            rows.append(row(im, "copy_time", p.copy_us, "us", kernel_names=names))
+    if calls:
+        readings = []
+        plan = SpanPlan.make(st.spans, st.rounds, st.block, st.warmup, st.warm_s)
         sp = spans(calls, plan=plan, between=lambda r: readings.append(clocks()))
         round_flags = clock_warnings(readings)
-        for im in good:
+        for im in [i for i in timed if i.name in calls]:
             window = lambda r: [readings[a] for a in sp.round_window(r)]  # noqa: E731 - clocks before and after
             rows += _span_rows(im, sp, kernel[im.name], round_flags, window, row)
-    for im in own_ok:
-        before = clocks()
-        try:
-            got = im.own_spans(probe, shape, shape_set, plan, st.graph)  # the inputs the others ran on
-        except Exception as e:  # noqa: BLE001 - an optional path; the log says why it is absent
-            log(f"  {im.name} skipped for {spec.name} {key}: {type(e).__name__}: {e}")
-            continue
-        after = clocks()
-        own_sp = SpanRounds({im.name: got["spans_us"]}, [[im.name]] * plan.rounds,
-                            {im.name: got.get("host_us") or [[] for _ in range(plan.rounds)]}, list(plan.blocks))
-        shared = kernel.get(im.kernels_of)
-        rows += _span_rows(im, own_sp, shared, clock_warnings([before, after]), lambda r: [before, after], row,
-                           kernel_names=got.get("kernel_names", ""))
-        if got.get("graph_us") is not None:
-            rows.append(row(im, "graph_span", float(got["graph_us"]), "us"))
-    return rows, checks
-
-
-def _span_rows(im, sp, p, round_flags, window, row, kernel_names=None):
-    """The event_span and host_time rows of one implementation, from its raw spans."""
-    rows, name = [], im.name
-    per_round = sp.samples[name]
-    names = "|".join(p.kernel_names) if p else (kernel_names or "")
-    for r, samples in enumerate(per_round, start=1):
-        s = summarize(samples)
-        extra = {"order": ">".join(sp.orders[r - 1]),
-                 "clocks": json.dumps(window(r - 1), sort_keys=True),
-                 "flags": ";".join(round_flags + ([f"outliers:{s['outliers']}"] if s["outliers"] else []))}
-        for stat in ("n", "mean", "median", "p20", "p80", "min"):
-            rows.append(row(im, "event_span", s[stat], "us", rnd=r, stat=stat, **extra))
-    host = sp.host_means(name)
-    for r, h in enumerate(host, start=1):
-        if not math.isnan(h):  # a round without host times writes no row; the others keep their numbers
-            rows.append(row(im, "host_time", h, "us", rnd=r, order=">".join(sp.orders[r - 1])))
-    host = [h for h in host if not math.isnan(h)]
-    whole = summarize([x for r in per_round for x in r])
-    flags = list(round_flags)
-    if p is not None and p.kernel_us > 1.02 * whole["mean"]:
-        flags.append("untracked_work")  # kernel time above the span: work outside the measured call?
-    if p is not None and whole["mean"] > 2 * p.kernel_us:
-        flags.append("launch_bound")
-    # The rounds are interleaved over the window, so drift shows in time order, not between rounds:
-    # thirds of the window whose span medians differ by > 3%, and whether the host's time did it.
-    def moved(seg):  # range of the thirds' medians, as a share of the span's median
-        return (max(seg) - min(seg)) / whole["median"] if seg else 0.0
-    drift, host_drift = moved(sp.segment_medians(name)), moved(sp.segment_medians(name, host=True))
-    if drift > 0.03:
-        flags.append(f"span_drift:{100 * drift:.1f}%")
-    if host_drift > 0.03:
-        flags.append("host_speed_moved")  # the host's time in the call moved by > 3% of the span
-    if host:
-        rows.append(row(im, "host_time", statistics.fmean(host), "us"))
-    for stat in ("n", "mean", "median", "p10", "p90", "min", "max"):
-        rows.append(row(im, "event_span", whole[stat], "us", stat=stat, flags=";".join(flags), kernel_names=names))
-    return rows
+    return rows, kernel
 
 
 def plan(op_names, impl_names, shape_sets, caches, dtypes=None):
@@ -266,6 +267,8 @@ def run_cases(cases, out_dir, st: Settings, log=print):
 def write(out_dir, rows: pd.DataFrame, checks: pd.DataFrame):
     if rows.empty and checks.empty:
         return
+    if len(rows) and "pass" not in rows.columns:  # rows made before the pass dimension measured forward calls
+        rows = rows.assign(**{"pass": "forward"})
     for shape_set, part in (rows.groupby("shape_set") if len(rows) else []):
         merge_csv(part, out_dir / f"{shape_set}.csv", KEY)
     if len(checks):

@@ -180,6 +180,26 @@ class Batching:
     resident: tuple = ()
 
 
+# ------------------------------------------------------------------------------------------ parts
+@dataclass(frozen=True)
+class Part:
+    """One operation a block calls, for the Amdahl attribution (``mage.amdahl``): which operation, the
+    shapes the block calls it at, and the kernel names that are its work in a profile of the block.
+
+    A kernel belongs to the first part, in the block's order, with a pattern that finds it in the
+    kernel's name (``re.search``, case-insensitive); a kernel no part claims is 'other'."""
+
+    op: str  # an operation's name (a spec under kernels/), or a label with no spec ('gate', 'elementwise')
+    patterns: tuple  # regular expressions searched in kernel names
+    # block shape -> the operation's shapes, one per call the block makes of it; None: no spec to measure
+    shapes: Optional[Callable] = None
+    custom: str = "triton"  # the operation's implementation that the block's custom column runs
+    # another part whose kernels can also be this part's work: where a column runs both through one
+    # library (an einsum and a projection both become cuBLAS GEMMs), the names cannot tell them apart,
+    # and that part's time is shared out in proportion to the two operations' own times at these shapes
+    split_from: str = ""
+
+
 # ---------------------------------------------------------------------------------------- the spec
 @dataclass(frozen=True)
 class Op:
@@ -216,6 +236,14 @@ class Op:
     actual_shape: Optional[Callable] = None
     # how requests batch when the op serves requests (a block); None: not served (mage.service)
     batch: Optional[Batching] = None
+    # the operations a block calls and the kernel names of each (mage.amdahl); () for an operation
+    parts: tuple = ()
+    # The backward's cost (issue 16), as flops and bytes are the forward's: grad_flops(shape) -> FLOPs of
+    # the gradients of every floating input; grad_bytes(shape, itemsize) -> their compulsory bytes (what
+    # backward must read: the saved tensors and the output's gradient; and write: the inputs' gradients).
+    # None: not stated yet, and the backward rows carry no floor.
+    grad_flops: Optional[Callable] = None
+    grad_bytes: Optional[Callable] = None
 
     def inputs(self, shape: dict, seed: int = 0, device="cpu", dtype="fp32", dist="normal"):
         """Fresh inputs from a seeded generator on ``device``; 'heavy' draws heavy-tailed values."""
@@ -232,6 +260,14 @@ class Op:
         if inputs is not None and self.actual_shape:
             shape = self.actual_shape(shape, inputs)
         return self.flops(shape), self.bytes(shape, 2 if dtype == "bf16" else 4)
+
+    def grad_cost(self, shape: dict, dtype: str = "fp32", inputs=None) -> tuple:
+        """(FLOPs, compulsory bytes) of the backward at ``shape``; (None, None) where the spec states none."""
+        if self.grad_flops is None or self.grad_bytes is None:
+            return None, None
+        if inputs is not None and self.actual_shape:
+            shape = self.actual_shape(shape, inputs)
+        return self.grad_flops(shape), self.grad_bytes(shape, 2 if dtype == "bf16" else 4)
 
     def tol(self, dtype: str) -> float:
         return (self.tolerance or TOLERANCE)[dtype]

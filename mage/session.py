@@ -37,16 +37,20 @@ class Settings:
     run: str = ""
     ceilings: dict = field(default_factory=dict)
     l2_bytes: int = 60 * 2**20
+    passes: tuple = ("forward",)  # mage.passes.PASSES: forward, backward (alone), both
 
 
 # The tile sweep's protocol: many configs, so fewer calls each; no CUDA graph, no timed warm-up.
 TILE_SETTINGS = dict(iters=20, spans=60, rounds=3, block=10, warmup=3, warm_s=0.0, graph=False)
 
 
-def _protocol(iters, spans, rounds, block, warmup, warm_s, graph, **_) -> dict:
+def _protocol(iters, spans, rounds, block, warmup, warm_s, graph, passes=("forward",), **_) -> dict:
     """How a run measured, as written to its environment."""
     return dict(profiled_calls=iters, spans=spans, rounds=rounds, passes_per_block=block,
-                rounds_interleaved=True, warmup_calls=warmup, warmup_s=warm_s, cuda_graph=graph)
+                rounds_interleaved=True, warmup_calls=warmup, warmup_s=warm_s, cuda_graph=graph,
+                passes=list(passes),
+                # what a backward call is (mage.passes): the forward outside the timed region
+                backward="torch.autograd.grad(out, floating inputs, seeded grad_out, retain_graph=True)")
 
 
 def steady_process(pin: bool = True) -> dict:
@@ -111,11 +115,11 @@ def prepare_run(out_dir, st: Settings, command: str, log=print, pin: bool = True
 
 
 def summary_table(rows: pd.DataFrame) -> str:
-    """One line per (op, impl, dtype, shape, cache): the three views and graph replay side by side."""
+    """One line per (op, impl, dtype, shape, cache, pass): the three views and graph replay side by side."""
     if rows.empty:
         return "(no rows)"
     top = rows[(rows["round"] == 0) & (rows["stat"] == "mean")]
-    idx = ["op", "shape_set", "shape", "impl", "dtype", "cache"]
+    idx = ["op", "shape_set", "shape", "impl", "dtype", "cache"] + (["pass"] if "pass" in top.columns else [])
     t = top.pivot_table(index=idx, columns="view", values="value", aggfunc="first")
     t = t[[c for c in ("kernel_time", "event_span", "graph_span", "launches") if c in t.columns]]
     if "frac_of_floor" in top.columns:

@@ -1,0 +1,145 @@
+"""The ``pass`` dimension of a measurement: what one timed call does.
+
+- ``forward``: the implementation's own call (every row measured before passes existed is one).
+- ``backward``: the gradients of the output with respect to every floating input, alone. The forward
+  runs once per input set outside every timed region, its graph kept, and each timed call is
+  ``torch.autograd.grad(out, inputs, grad_out, retain_graph=True)``: the same graph walked again, so the
+  call holds the backward's kernels and nothing else.
+- ``both``: forward and backward in one call, as a training step runs them.
+
+Backward and both run through the implementation's training path (``registry.train_fn``): PyTorch
+columns are their own; any other column must register one with ``registry.differentiable``. Each call
+here is a zero-argument callable, so the harness's one loop (profile, graph replay, the SpanPlan's
+spans) times it exactly as it times a forward call.
+
+Before any of it is timed, ``grad_check`` compares the path's gradients with float64 autograd of the
+spec's reference, as ``mage.check`` does for the output.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import ops
+from .check import CheckResult, rel_error
+from .errors import MageInputError
+
+PASSES = ("forward", "backward", "both")
+DEFAULT = ("forward",)
+# Gradients are sums over the other axes (a bias's gradient sums T rows; a weight's is a GEMM over T), so
+# their rounding grows with those sums where the forward's did not: held to this multiple of the
+# forward's tolerance, still far below what a wrong term or index gives (an error of order 1).
+GRAD_TOL_FACTOR = 4.0
+
+
+def check_passes(passes, where: str = "measure") -> tuple:
+    """The passes asked for, in their canonical order; an unknown one names the option."""
+    passes = tuple(passes or DEFAULT)
+    bad = [p for p in passes if p not in PASSES]
+    if bad or not passes:
+        raise MageInputError(where, "--passes", f"must be among {list(PASSES)}, got {list(passes)}")
+    return tuple(p for p in PASSES if p in passes)
+
+
+def floating(args) -> list[int]:
+    """Positions of the floating tensors among ``args``: what backward differentiates with respect to."""
+    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+
+
+def leaves(args) -> tuple[list, list]:
+    """The arguments with every floating tensor made a leaf that requires its gradient (sharing storage
+    with the original), and those leaves."""
+    args = list(args)
+    for i in floating(args):
+        args[i] = args[i].detach().requires_grad_(True)
+    return args, [args[i] for i in floating(args)]
+
+
+def grad_out_like(out: torch.Tensor, seed: int) -> torch.Tensor:
+    """A seeded gradient of the output, of its shape, dtype and device (O(1) values, as a loss gives)."""
+    gen = torch.Generator(device=out.device).manual_seed(seed)
+    return torch.randn(out.shape, generator=gen, device=out.device).to(out.dtype)
+
+
+def _grad(out, wrt, g, retain):
+    # allow_unused: an input a path does not differentiate (a graph's structure) gets no gradient
+    return torch.autograd.grad(out, wrt, g, retain_graph=retain, allow_unused=True)
+
+
+class PassSet:
+    """One input set of one implementation, ready for a pass: leaves, and for ``backward`` the forward
+    already run with its graph kept."""
+
+    def __init__(self, fn, args, pass_: str, seed: int):
+        self.fn, self.pass_ = fn, pass_
+        self.args, self.wrt = leaves(args) if pass_ != "forward" else (list(args), [])
+        self.out = self.g = None
+        if pass_ != "forward":
+            with torch.enable_grad():
+                out = fn(*self.args)
+            if not isinstance(out, torch.Tensor) or not out.requires_grad:
+                raise MageInputError("measure", "pass", f"{pass_}: the training path's output does not require "
+                                     "a gradient (no input's gradient flows through it)")
+            self.g = grad_out_like(out, seed)
+            self.out = out if pass_ == "backward" else None  # both: a fresh forward every call
+
+    def __call__(self):
+        if self.pass_ == "forward":
+            return self.fn(*self.args)
+        if self.pass_ == "backward":
+            return _grad(self.out, self.wrt, self.g, True)
+        with torch.enable_grad():
+            return _grad(self.fn(*self.args), self.wrt, self.g, False)
+
+
+def cycling(sets: list) -> "callable":
+    """One zero-argument call walking through the prepared sets (as ``measure._cycling`` does)."""
+    if len(sets) == 1:
+        return sets[0]
+    state = {"i": 0}
+
+    def call():
+        i = state["i"]
+        state["i"] = (i + 1) % len(sets)
+        return sets[i]()
+
+    return call
+
+
+def grad_check(impl, fn, shape: dict, seed: int, device: str = "cuda") -> CheckResult:
+    """The training path's gradients against float64 autograd of the reference, on one fresh input set
+    (relative error in norm, over every floating input whose gradient both give); never raises."""
+    spec = ops.get(impl.op)
+    tol = spec.tol(impl.dtype) * GRAD_TOL_FACTOR
+    res = CheckResult(impl.op, impl.name, impl.dtype, ops.shape_key(shape), "grad", math.nan, tol, False, 1)
+    try:
+        raw = spec.inputs(shape, seed=seed, device=device, dtype=impl.dtype)
+        args = impl.prepare(*raw) if impl.prepare else raw
+        # the positions both sides differentiate: a floating input the path receives as it is
+        pos = [i for i in floating(raw) if i < len(args) and isinstance(args[i], torch.Tensor)
+               and args[i].shape == raw[i].shape and args[i].is_floating_point()]
+        args, _ = leaves(args)
+        with torch.enable_grad():
+            out = fn(*args)
+            g = grad_out_like(out, seed + 1)
+            got = _grad(out, [args[i] for i in pos], g, False)
+            ref_args, _ = leaves([a.double() if i in pos else a for i, a in enumerate(raw)])
+            ref_out = spec.reference(*ref_args)
+            want = _grad(ref_out, [ref_args[i] for i in pos], g.double(), False)
+    except Exception as e:  # noqa: BLE001 - a raising path is a failed check, with its message
+        res.error, res.reason = math.inf, f"raised {type(e).__name__}: {e}"
+        return res
+    worst, why = 0.0, ""
+    for i, a, b in zip(pos, got, want):
+        if b is None:
+            continue  # the reference does not depend on it either
+        err = math.inf if a is None else rel_error(a, b)
+        if not err <= worst:
+            worst, why = err, f"gradient of {spec.args[i] if i < len(spec.args) else i}"
+    res.error = worst
+    if not worst <= tol:
+        res.reason = f"{why}: relative error {worst:.3g} > {tol:.0e}" + (" (none given)" if worst == math.inf else "")
+        return res
+    res.passed = True
+    return res
