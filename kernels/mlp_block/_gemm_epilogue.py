@@ -6,9 +6,14 @@ projection's bias and residual cost one read of the residual and no launch of th
 FP32 storage at FP32 accuracy on the tensor cores: ``tf32x3`` (each operand split into a TF32 high part
 and a remainder, three TF32 products a step, as ``kernels.matmul``'s fp32x3 row). W arrives [N, K] with
 K contiguous, so B = W^T is K-major: the layout wgmma reads a 4-byte operand in, with no copy.
+
+bf16 storage: the same kernel on bf16 operands is the tensor cores' bf16 product with the FP32
+accumulator ("ieee" names no decomposition: tf32x3 splits FP32 operands only); the bias, GELU and
+residual run on that FP32 accumulator and the store rounds once to bf16.
 """
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -24,7 +29,7 @@ def _gemm_epilogue_kernel(
     stride_am, stride_ak, stride_wn, stride_wk, stride_rm, stride_rn, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,  # tile rows walked before moving right (a wave shares W's panels in L2)
-    PRECISION: tl.constexpr,  # "tf32x3": FP32 accuracy on the tensor cores
+    PRECISION: tl.constexpr,  # "tf32x3": FP32 accuracy on the tensor cores; "ieee" for bf16 operands
     GELU: tl.constexpr,  # exact (erf) GELU of A W^T + bias
     RESIDUAL: tl.constexpr,  # add the residual after the bias
     OFFS_64: tl.constexpr,  # an element offset passes 2^31: indices in int64
@@ -52,11 +57,12 @@ def _gemm_epilogue_kernel(
         b_ptrs += BLOCK_K * stride_wk
     cmask = cols < N
     mask = (rows < M)[:, None] & cmask[None, :]
-    acc += tl.load(Bias + cols, mask=cmask, other=0.0)[None, :]
+    acc += tl.load(Bias + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]  # (a no-op at FP32)
     if GELU:
         acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))  # erf(z / sqrt 2)
     if RESIDUAL:
-        acc += tl.load(Res + rows[:, None] * stride_rm + cols[None, :] * stride_rn, mask=mask, other=0.0)
+        acc += tl.load(Res + rows[:, None] * stride_rm + cols[None, :] * stride_rn, mask=mask,
+                       other=0.0).to(tl.float32)
     tl.store(C + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(C.dtype.element_ty), mask=mask)
 # </kernel>
 
@@ -70,11 +76,16 @@ def gemm_epilogue(A, W, bias, out, residual=None, gelu=False, BLOCK_M=128, BLOCK
         return out
     bias = bias.contiguous()
     res = residual if residual is not None else out  # never read without RESIDUAL
+    precision = "tf32x3" if A.dtype == torch.float32 else "ieee"
+    if A.dtype == torch.bfloat16 and common.interpreting():
+        # Triton 3.6's interpreter multiplies bf16 tiles as their raw 16-bit patterns; the FP32 product
+        # of two bf16 values is exact, so FP32 copies give the sums the tensor cores form
+        A, W = A.float(), W.float()
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
     _gemm_epilogue_kernel[grid](
         A, W, bias, res, out, M, N, K, A.stride(0), A.stride(1), W.stride(0), W.stride(1),
         res.stride(0), res.stride(1), out.stride(0), out.stride(1),
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, PRECISION="tf32x3", GELU=gelu,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, PRECISION=precision, GELU=gelu,
         RESIDUAL=residual is not None, OFFS_64=common.offsets_64(A, W, res, out),
         num_warps=num_warps, num_stages=num_stages)
     return out

@@ -18,7 +18,11 @@ written and read back: 2 x T x hidden x 4 bytes saved, and a launch), bias + res
 matmul's fp32x3 row), which is what can make them faster than cuBLAS's FP32 SGEMM, not only the fusion.
 It is the default nowhere until a GPU tile sweep has measured it against the cuBLAS road.
 
-Both run at fp32 only for now: the project's Triton LayerNorm and bias + GELU accept fp32 only.
+Precisions: fp32 and bf16, one launcher. At bf16 every tensor between the kernels is bf16 (x, LN(x),
+the hidden activations, y) and every kernel computes in FP32: the LayerNorm's statistics, the bias and
+GELU, each GEMM's accumulator (cuBLAS's bf16 GEMM accumulates in FP32; the fused road's ``tl.dot`` on
+bf16 tiles is the tensor cores' bf16 product with an FP32 accumulator). The cuBLAS road's residual is
+x + b2 rounded to bf16 once before the GEMM adds into it. Launches per call are the same at both.
 """
 from __future__ import annotations
 
@@ -50,16 +54,22 @@ CUBLAS = {"GEMM": "cublas"}
 # baseline every fused config is measured against.
 SWEEP = [CUBLAS, _fused(128, 64, 32, 4, 4), _fused(64, 128, 32, 4, 4), _fused(128, 128, 32, 8, 4),
          _fused(128, 128, 64, 8, 3, group=16)]
+# bf16: the tensor cores' bf16 rate is twice TF32's and six times tf32x3's, and a bf16 tile is half
+# the bytes, so the tiles grow along K (64: one 128-byte line of bf16 a row); 128x256 with 8 warps is
+# the widest accumulator (128 FP32 registers a thread) that leaves room for the epilogue.
+SWEEP_BF16 = [CUBLAS, _fused(128, 128, 64, 8, 3), _fused(128, 64, 64, 4, 4), _fused(64, 128, 64, 4, 4),
+              _fused(128, 256, 64, 8, 3), _fused(128, 128, 64, 8, 4, group=16)]
+SWEEPS = {"fp32": SWEEP, "bf16": SWEEP_BF16}
 DEFAULT = CUBLAS  # the measured kernels; the fused road is a prediction until the GPU tile sweep
 
 
-def _config(config: dict) -> dict:
+def _config(config: dict, dtype: str = "fp32") -> dict:
     """The full config a call runs with: the default, or the road ``config`` names with its missing
-    keys from that road's first entry in the sweep."""
+    keys from that road's first entry in the precision's sweep."""
     if not config:
         return DEFAULT
     road = config.get("GEMM", DEFAULT["GEMM"])
-    base = next((c for c in SWEEP if c["GEMM"] == road), None)
+    base = next((c for c in SWEEPS[dtype] if c["GEMM"] == road), None)
     if base is None:
         raise MageInputError(NAME, "config", f"GEMM must be 'cublas' or 'fused', got {road!r}")
     unknown = set(config) - set(base)
@@ -72,10 +82,7 @@ def _config(config: dict) -> dict:
 def mlp_block(x, gamma, beta, W1, b1, W2, b2, out=None, **config):
     """y = x + W2 gelu(W1 LN(x) + b1) + b2 with W1 [hidden, d] and W2 [d, hidden] (``Linear``'s layout)."""
     SPEC.validate(x, gamma, beta, W1, b1, W2, b2)
-    if x.dtype != torch.float32:  # the spec accepts bf16; this block's kernels do not yet
-        raise MageInputError(NAME, "x", f"must be float32 for the Triton block (its LayerNorm and bias + "
-                                        f"GELU kernels are FP32 only), got {str(x.dtype).replace('torch.', '')}")
-    cfg = _config(config)
+    cfg = _config(config, "bf16" if x.dtype == torch.bfloat16 else "fp32")
     T, d = x.shape
     ops.check_out(NAME, out, (T, d), x.dtype, x.device)
     # refused here, naming the block, before the LayerNorm launcher would refuse it naming itself
@@ -84,11 +91,11 @@ def mlp_block(x, gamma, beta, W1, b1, W2, b2, out=None, **config):
     if cfg["GEMM"] == "fused":
         tiles = {k: v for k, v in cfg.items() if k != "GEMM"}
         a = gemm_epilogue(h, W1, b1, torch.empty((T, W1.shape[0]), dtype=x.dtype, device=x.device), gelu=True,
-                          **tiles)
+                          **tiles)  # tf32x3 on FP32 operands, the bf16 tensor-core product on bf16 ones
         y = torch.empty((T, d), dtype=x.dtype, device=x.device) if out is None else out
         return gemm_epilogue(a, W2, b2, y, residual=x, **tiles)
     # IEEE FP32 GEMMs whatever a TF32 row measured before this call left the switch at (the FP32
-    # tolerance fails a TF32 product)
+    # tolerance fails a TF32 product); bf16 GEMMs do not read it
     torch.backends.cuda.matmul.allow_tf32 = False
     a = torch.mm(h, W1.t())  # B = W1^T: K-major, read in place (no copy) through cuBLAS's transpose flag
     bias_gelu(a, b1, out=a)
@@ -96,16 +103,17 @@ def mlp_block(x, gamma, beta, W1, b1, W2, b2, out=None, **config):
     return y.addmm_(a, W2.t())
 
 
-def _variant(**config) -> Impl:
-    """An unregistered Impl running with ``config`` (the tile sweep's entries)."""
-    full = _config(config)
-    return Impl(op=NAME, name="triton", fn=functools.partial(mlp_block, **full), dtype="fp32", family="triton",
+def _variant(dtype, **config) -> Impl:
+    """An unregistered Impl at ``dtype`` running with ``config`` (the tile sweep's entries)."""
+    full = _config(config, dtype)
+    return Impl(op=NAME, name="triton", fn=functools.partial(mlp_block, **full), dtype=dtype, family="triton",
                 order=ORDER, label=LABEL, color=COLOR, needs_cuda=True, interpret=True, config=dict(full))
 
 
-register(NAME, "triton", dtype="fp32", family="triton", order=ORDER, label=LABEL, color=COLOR,
-         interpret=True, needs_cuda=True, config_for=lambda shape: dict(DEFAULT),
-         sweep=tuple(dict(c) for c in SWEEP), variant=_variant)(mlp_block)
+for _dtype in ("fp32", "bf16"):  # one launcher: the inputs' dtype picks the precision
+    register(NAME, "triton", dtype=_dtype, family="triton", order=ORDER, label=LABEL, color=COLOR,
+             interpret=True, needs_cuda=True, config_for=lambda shape: dict(DEFAULT),
+             sweep=tuple(dict(c) for c in SWEEPS[_dtype]), variant=functools.partial(_variant, _dtype))(mlp_block)
 
 
 @torch.library.custom_op("mage::triton_mlp_block", mutates_args=())
@@ -118,8 +126,6 @@ def mlp_block_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, W1: t
 @mlp_block_op.register_fake
 def _(x, gamma, beta, W1, b1, W2, b2):
     SPEC.validate(x, gamma, beta, W1, b1, W2, b2)  # metadata only: a call with any 'meta' input lands here
-    if x.dtype != torch.float32:
-        raise MageInputError(NAME, "x", "must be float32 for the Triton block")
     return torch.empty_like(x)
 
 

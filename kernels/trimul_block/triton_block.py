@@ -11,8 +11,12 @@
 6. the output projection as a cuBLAS GEMM, written into ``out``;
 7. one Triton launch for the output gate, out *= sigmoid(p[:, 4H:]), in place.
 
-FP32 only: the Triton LayerNorm validates FP32, and the bf16 block is a follow-up. GEMMs stay on
-cuBLAS in IEEE FP32 (TF32 off, set on every call), the contraction on the FMA units ("ieee").
+Precisions: fp32 and bf16, one launcher (the inputs' dtype picks the tiles: DEFAULTS or
+DEFAULTS_BF16). At fp32 the GEMMs stay on cuBLAS in IEEE FP32 (TF32 off, set on every call) and the
+contraction on the FMA units ("ieee" on FP32 tiles). At bf16 every tensor between the kernels is bf16
+(zn, p, a and b, o, LN(o), the output) and every kernel computes in FP32: LayerNorm statistics, the
+sigmoid gates, cuBLAS's bf16 GEMMs and the contraction's ``tl.dot`` on bf16 tiles accumulate in FP32
+(the tensor cores' bf16 product: "ieee" names no FP32 decomposition), each rounded once at its store.
 """
 from __future__ import annotations
 
@@ -57,12 +61,13 @@ def _gate_kernel(
         hs = hs.to(tl.int64)
     vmask = vs < N
     mask = vmask[:, None] & (hs < H)[None, :]
-    m = tl.load(M + u * sm_u + vs * sm_v, mask=vmask, other=0.0)
+    # bf16 storage: the gates in FP32, rounded once at the store (no-op conversions at FP32)
+    m = tl.load(M + u * sm_u + vs * sm_v, mask=vmask, other=0.0).to(tl.float32)
     p = P + (u * sp_u + vs * sp_v)[:, None] * stride_p + hs[None, :]
-    a_gate = tl.load(p, mask=mask, other=0.0)
-    a_val = tl.load(p + H, mask=mask, other=0.0)
-    b_gate = tl.load(p + 2 * H, mask=mask, other=0.0)
-    b_val = tl.load(p + 3 * H, mask=mask, other=0.0)
+    a_gate = tl.load(p, mask=mask, other=0.0).to(tl.float32)
+    a_val = tl.load(p + H, mask=mask, other=0.0).to(tl.float32)
+    b_gate = tl.load(p + 2 * H, mask=mask, other=0.0).to(tl.float32)
+    b_val = tl.load(p + 3 * H, mask=mask, other=0.0).to(tl.float32)
     a = tl.sigmoid(a_gate) * a_val * m[:, None]
     b = tl.sigmoid(b_gate) * b_val * m[:, None]
     dst = hs[None, :] * N * N + u * N + vs[:, None]
@@ -81,9 +86,9 @@ def _out_gate_kernel(
     if OFFS_64:
         rows = rows.to(tl.int64)
     mask = (rows < R)[:, None] & (cols < C)[None, :]
-    g = tl.load(P + rows[:, None] * stride_p + g0 + cols[None, :], mask=mask, other=0.0)
+    g = tl.load(P + rows[:, None] * stride_p + g0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     y_ptrs = Y + rows[:, None] * C + cols[None, :]
-    y = tl.load(y_ptrs, mask=mask, other=0.0)
+    y = tl.load(y_ptrs, mask=mask, other=0.0).to(tl.float32)  # (as in the gate kernel)
     tl.store(y_ptrs, tl.sigmoid(g) * y, mask=mask)
 # </kernel>
 
@@ -118,6 +123,27 @@ SWEEP = [
 DEFAULTS = {"field": FIRST, "large": FIRST, "sweep": FIRST}
 
 
+def _tensor_cores(store, bi, bj, bk, bc, warps, stages, group=8):
+    """A contraction config for bf16 tiles on the tensor cores: k innermost in the copies (both
+    operands K-major, as wgmma reads them), BLOCK_K = 64 (one 128-byte line of bf16 a row)."""
+    return dict(STORE=store, K_INNER=True, BLOCK_I=bi, BLOCK_J=bj, BLOCK_K=bk, BLOCK_C=bc, GROUP_I=group,
+                num_warps=warps, num_stages=stages)
+
+
+# bf16 (predictions until a GPU sweep): 128x128 tiles, one channel a program, and the transposing copy
+# ('permute'); 'direct' with BLOCK_C channels a program stores runs of BLOCK_C bf16 values (16 fill a
+# 32-byte sector), trading the copy's extra pass for a narrower accumulator tile.
+FIRST_BF16 = _config(_tensor_cores("permute", 128, 128, 64, 1, 8, 3), ln=(8, 4, 1))
+SWEEP_BF16 = [
+    FIRST_BF16,
+    _config(_tensor_cores("permute", 128, 128, 64, 1, 8, 4), ln=(8, 4, 1)),
+    _config(_tensor_cores("permute", 128, 64, 64, 1, 4, 4), ln=(8, 4, 1)),
+    _config(_tensor_cores("direct", 64, 64, 64, 8, 8, 3), ln=(8, 4, 1)),
+    _config(_tensor_cores("direct", 64, 32, 64, 16, 8, 3), ln=(8, 4, 1)),  # 128 FP32 values a thread
+]
+DEFAULTS_BF16 = {"field": FIRST_BF16, "large": FIRST_BF16, "sweep": FIRST_BF16}
+
+
 def _refuse_bad_config(c: dict) -> None:
     def no(why):
         raise MageInputError(NAME, "config", why)
@@ -135,20 +161,18 @@ def launches(config: dict) -> int:
 
 
 def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out, out=None, **config):
-    """The triangle update (outgoing edges) on FP32 inputs; ``config`` overrides the tiles."""
+    """The triangle update (outgoing edges) on FP32 or bf16 inputs; ``config`` overrides the tiles."""
     inputs = (z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out)
     SPEC.validate(*inputs)
     common.on_device(NAME, dict(zip(ARGS, inputs)))
-    if z.dtype != torch.float32:
-        raise MageInputError(NAME, "z", f"must be float32 for the Triton block (bf16 is not built yet), got "
-                                        f"{str(z.dtype)[6:]}")
     N, _, C = z.shape
     H = gamma_out.shape[0]
     ops.check_out(NAME, out, (N, N, C), z.dtype, z.device)
     out = torch.empty((N, N, C), dtype=z.dtype, device=z.device) if out is None else out
     if N == 0:
         return out
-    consts, launch = common.choose_split(NAME, DEFAULTS, dict(N=N, C=C, H=H), config)
+    defaults = DEFAULTS if z.dtype == torch.float32 else DEFAULTS_BF16
+    consts, launch = common.choose_split(NAME, defaults, dict(N=N, C=C, H=H), config)
     _refuse_bad_config(consts)
     set_precision("fp32")  # IEEE FP32 GEMMs, whatever an earlier TF32 call left set
     R = N * N
@@ -184,6 +208,10 @@ def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
     half, the copy of A and B, the gate kernel has already done)."""
     H, N, _ = at.shape
     view = o if scratch is None else scratch.permute(1, 2, 0)  # (i, j, c) strides either way
+    if at.dtype == torch.bfloat16 and common.interpreting():
+        # Triton 3.6's interpreter multiplies bf16 tiles as their raw 16-bit patterns; the FP32 product
+        # of two bf16 values is exact, so FP32 copies give the sums the tensor cores form
+        at, bt = at.float(), bt.float()
     bc = consts["BLOCK_C"]
     grid = (triton.cdiv(N, consts["BLOCK_I"]) * triton.cdiv(N, consts["BLOCK_J"]) * triton.cdiv(H, bc),)
     road._batched_gemm_kernel[grid](at, bt, view, N, H, *view.stride(),
@@ -195,6 +223,7 @@ def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
 
 
 register_kernel(NAME, trimul_block, DEFAULTS, SWEEP, precision="fp32")
+register_kernel(NAME, trimul_block, DEFAULTS_BF16, SWEEP_BF16, precision="bf16")
 
 
 @torch.library.custom_op("mage::triton_trimul_block", mutates_args=())
