@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernels._triton import common, stages
-from kernels._triton.testing import assert_refuses, cpu_only, module
+from kernels._triton.testing import assert_refuses, cpu_only, gpu, module
 from mage import data, launch_path, ops, registry
 
 TRITON_OPS = [i.op for i in registry.impls(names=["triton"], dtype="fp32")]
@@ -125,3 +125,16 @@ def test_stages_of_a_call_on_a_graph():
     assert any(k.endswith(".col") for k in named) and all(isinstance(v, torch.Tensor) for v in named.values())
     out = launch_path.rows_for(im, shape, "field", "20990101T000000Z-test", device="cpu", calls=2, batches=2)
     assert {r["stage"] for r in out} >= {"argument checks", "whole call"}
+
+
+@gpu
+def test_gpu_stages_show_the_lean_launch_beside_tritons():
+    """On a GPU the Triton column's launch stages are present: the lean launch, its key, and Triton's
+    own JITFunction.run of the same launch, which costs more."""
+    im = registry.get("layernorm", "triton")
+    out = launch_path.rows_for(im, dict(R=64, C=1024), "field", "20990101T000000Z-test", device="cuda",
+                               calls=20, batches=5)
+    med = {r["stage"]: r["value"] for r in out if r["stat"] == "median"}
+    for stage in (stages.LAUNCH, stages.BIND, stages.DRIVER, stages.TRITON_RUN, stages.TRITON_BIND):
+        assert stage in med, stage
+    assert med[stages.LAUNCH] < med[stages.TRITON_RUN]

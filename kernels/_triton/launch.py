@@ -34,33 +34,40 @@ FACTS_TENSOR = frozenset(_TENSORS)
 _MAX_ENTRIES = 256  # specializations kept per kernel (a sweep may make a few dozen)
 
 
-def _int_fact(x: int):
-    # Triton makes 1 a constant; any other int is i32, i64 or u64 by its range and 16-divisible or not
-    # (C and Python agree on x % 16 == 0 for negatives too); past 64 bits Triton refuses the value
-    if x == 1:
-        return 1
-    return (x & 15 == 0, I32_LO <= x < I32_HI, x >= U64_LO, I64_LO <= x < U64_HI)
+# The facts of each kind of argument as inline expressions, the cheapest Python can compute them: a
+# generated function per pattern of positional types (the pattern is in the key, so a function only
+# ever sees the types it was made for).
+_EXPR = {
+    # a pointer: its dtype and 16-byte alignment; on a CUDA device, since pointers are passed as integers
+    "tensor": ("{a}.dtype, {p} & 15 == 0, {a}.is_cuda", "{p}"),
+    # Triton makes 1 a constant; any other int is i32, i64 or u64 by its range (past 64 bits it refuses
+    # it) and 16-divisible or not (C and Python agree on x % 16 == 0 for negatives too)
+    int: ("{a} == 1, {a} & 15 == 0, I32_LO <= {a} < I32_HI, I64_LO <= {a} < U64_LO, U64_LO <= {a} < U64_HI", "{a}"),
+    bool: ("{a}", "{a}"),  # Triton: 'u1', not specialised (the value: a finer key, never a wrong one)
+    float: ("", "{a}"),  # Triton: 'fp32', not specialised
+    type(None): ("", "{a}"),  # Triton: the constant None
+    "constexpr": ("{a}", "{a}"),
+}
 
 
-def _bool_fact(x: bool):
-    return x  # Triton: 'u1', not specialised (the value: a finer key, never a wrong one)
-
-
-def _float_fact(x: float):
-    return None  # Triton: 'fp32', not specialised
-
-
-def _none_fact(x):
-    return None  # Triton: the constant None
-
-
-def _tensor_fact(t):
-    return (t.dtype, t.data_ptr() & 15 == 0, t.is_cuda)
-
-
-# facts of a runtime (non-constexpr) argument, by exact type; any other type takes Triton's path
-FACTS = {int: _int_fact, bool: _bool_fact, float: _float_fact, type(None): _none_fact}
-FACTS.update({t: _tensor_fact for t in _TENSORS})
+def _facts_function(const: tuple, types: tuple):
+    """A function of the positional arguments returning (their facts, flat; their values, pointers
+    as integers). KeyError for a type with no facts (the call then takes Triton's path)."""
+    facts, vals, pre = [], [], []
+    for i, (c, t) in enumerate(zip(const, types)):
+        a, p = f"a{i}", f"p{i}"
+        kind = "constexpr" if c else ("tensor" if t in FACTS_TENSOR else t)
+        fact, val = _EXPR[kind]
+        if kind == "tensor":
+            pre.append(f"    {p} = {a}.data_ptr()")
+        if fact:
+            facts.append(fact.format(a=a, p=p))
+        vals.append(val.format(a=a, p=p))
+    names = ", ".join(f"a{i}" for i in range(len(types)))
+    body = "\n".join(pre + [f"    return ({', '.join(facts)},), [{', '.join(vals)}]"])
+    scope = dict(I32_LO=I32_LO, I32_HI=I32_HI, I64_LO=I64_LO, U64_LO=U64_LO, U64_HI=U64_HI)
+    exec(f"def facts({names}):\n{body}\n", scope)  # noqa: S102 - code built only from the table above
+    return scope["facts"]
 
 
 def _current_device() -> int:
@@ -86,12 +93,18 @@ class _Lean:
         # a runtime argument given by keyword would need its facts, not its value, in the key
         self.runtime_names = frozenset(p.name for p in kernel.params if not p.is_constexpr)
         self.entries: dict = {}
+        self.facts: dict = {}  # positional types -> the generated function of their facts
 
     def key(self, device: int, args: tuple, kw: dict):
-        """The specialization key of a call (KeyError for an argument of a type it does not know)."""
-        facts = tuple([a if c else FACTS[type(a)](a) for c, a in zip(self.const, args)])
-        return (device, tuple(map(type, args)), facts, tuple(kw.items()), tuple(map(type, kw.values())),
-                knobs.runtime.debug, knobs.compilation.instrumentation_mode)
+        """(the specialization key of a call, its positional values with pointers as integers);
+        KeyError for an argument of a type it does not know, TypeError for an unhashable constexpr."""
+        types = tuple(map(type, args))
+        facts = self.facts.get(types)
+        if facts is None:
+            facts = self.facts[types] = _facts_function(self.const, types)
+        fact, vals = facts(*args)
+        return (device, types, fact, tuple(kw.items()), tuple(map(type, kw.values())),
+                knobs.runtime.debug, knobs.compilation.instrumentation_mode), vals
 
     def entry(self, args: tuple, kw: dict, compiled):
         """What a hit needs: the C launcher, the kernel handle and metadata, and the recipe of the
@@ -135,7 +148,7 @@ def launch(kernel, grid, *args, **kw):
         return kernel[grid](*args, **kw)
     device = _current_device()
     try:
-        key = lean.key(device, args, kw)
+        key, vals = lean.key(device, args, kw)
         hit = lean.entries.get(key)
     except (KeyError, TypeError):  # an argument of another type, an unhashable constexpr
         return kernel[grid](*args, **kw)
@@ -143,7 +156,6 @@ def launch(kernel, grid, *args, **kw):
         return _first(lean, key, grid, args, kw)
     call, function, coop, pdl, packed, tail, compiled = hit
     n = len(grid)
-    vals = [a.data_ptr() if type(a) in FACTS_TENSOR else a for a in args]
     call(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, _current_stream(device), function,
          coop, pdl, None, None, packed, None, None, None, *vals, *tail)
     return compiled

@@ -1,9 +1,12 @@
 """The launch-path stages of a Triton column (``mage.launch_path`` times each alone).
 
 One real call is watched first: the config choices the launcher asks for and every Triton launch it
-makes (kernel, grid, arguments) are recorded, then each stage is replayed on its own with exactly those
-arguments. Under TRITON_INTERPRET=1 nothing goes through Triton's JIT launcher, so the launch stages
-are absent and the interpreted kernel lands in the whole call's unnamed remainder.
+makes through ``common.launch`` (kernel, grid, arguments) are recorded, then each stage is replayed on
+its own with exactly those arguments. The launch is the lean one (``kernels/_triton/launch.py``): its
+key and look-up are the 'binding', the rest its driver call; Triton's own ``JITFunction.run`` of the
+same launches is timed beside it as two entries (whole, and its binder alone), for comparison. Under
+TRITON_INTERPRET=1 there is no compiled kernel, so the launch stages are absent and the interpreted
+kernel lands in the whole call's unnamed remainder.
 """
 from __future__ import annotations
 
@@ -14,10 +17,12 @@ import torch
 from mage import ops
 
 from . import common
+from . import launch as lean
 
 CHECKS, CHOICE, ALLOC = "argument checks", "config choice", "allocation"
 LAUNCH, BIND, DRIVER = "Triton launch", "launcher argument binding", "driver launch"
 OPERATOR, DISPATCH = "torch.library operator", "custom-op dispatch"
+TRITON_RUN, TRITON_BIND = "JITFunction.run launch", "JITFunction.run binding"
 
 
 def _tensors(inputs) -> dict:
@@ -38,9 +43,9 @@ def _tensors(inputs) -> dict:
 @contextlib.contextmanager
 def _watch(seen: dict):
     """Record the launcher's config choices (``common.choose``/``choose_split``, outermost calls only)
-    and its Triton launches while the block runs."""
+    and its launches of compiled Triton kernels while the block runs."""
     from triton.runtime.jit import JITFunction
-    choose, choose_split, run = common.choose, common.choose_split, JITFunction.run
+    choose, choose_split, go = common.choose, common.choose_split, common.launch
     depth = [0]
 
     def spying(fn):
@@ -54,23 +59,23 @@ def _watch(seen: dict):
                 depth[0] -= 1
         return spy
 
-    def spy_run(self, *args, grid, warmup, **kw):
-        if not warmup:
-            seen["launch"].append((self, args, grid, dict(kw)))
-        return run(self, *args, grid=grid, warmup=warmup, **kw)
+    def spy_launch(kernel, grid, *args, **kw):
+        if type(kernel) is JITFunction:
+            seen["launch"].append((kernel, grid, args, dict(kw)))
+        return go(kernel, grid, *args, **kw)
 
-    common.choose, common.choose_split, JITFunction.run = spying(choose), spying(choose_split), spy_run
+    common.choose, common.choose_split, common.launch = spying(choose), spying(choose_split), spy_launch
     try:
-        yield run
+        yield
     finally:
-        common.choose, common.choose_split, JITFunction.run = choose, choose_split, run
+        common.choose, common.choose_split, common.launch = choose, choose_split, go
 
 
 def hook(op: str, fixed: dict, impl, inputs) -> dict:
     """The stages of one call of ``impl`` (a registered Triton column) on ``inputs``."""
     spec = ops.OPS[op]
     seen = {"choose": [], "launch": []}
-    with _watch(seen) as run:
+    with _watch(seen):
         impl.fn(*inputs)
     named = _tensors(inputs)
 
@@ -83,17 +88,30 @@ def hook(op: str, fixed: dict, impl, inputs) -> dict:
             fn(*a, **k)
 
     def launch():
-        for jit, args, grid, kw in seen["launch"]:
-            run(jit, *args, grid=grid, warmup=False, **kw)
+        for kernel, grid, args, kw in seen["launch"]:
+            lean.launch(kernel, grid, *args, **kw)
 
-    def bind():  # Triton's binder, specialisation key and cache look-up, without the launch
-        for jit, args, grid, kw in seen["launch"]:
-            run(jit, *args, grid=grid, warmup=True, **kw)
+    def bind():  # the lean launch's key and look-up, without the launch
+        for kernel, grid, args, kw in seen["launch"]:
+            try:
+                kernel._mage_lean.entries.get(kernel._mage_lean.key(lean._current_device(), args, kw)[0])
+            except (KeyError, TypeError):  # a call the lean launch hands to Triton: no key to time
+                pass
+
+    def triton_run():
+        for kernel, grid, args, kw in seen["launch"]:
+            kernel.run(*args, grid=grid, warmup=False, **kw)
+
+    def triton_bind():  # Triton's binder, specialisation key and cache look-up, without the launch
+        for kernel, grid, args, kw in seen["launch"]:
+            kernel.run(*args, grid=grid, warmup=True, **kw)
 
     stages = [(CHECKS, checks), (CHOICE, choice), (ALLOC, lambda: spec.empty_out(*inputs))]
     if seen["launch"]:
         stages += [(LAUNCH, launch), (BIND, bind)]
     parts = {"stages": stages, "nested": {BIND}, "derived": [(DRIVER, LAUNCH, BIND)], "entries": []}
+    if seen["launch"]:
+        parts["entries"] += [(TRITON_RUN, triton_run), (TRITON_BIND, triton_bind)]
     operator = getattr(getattr(torch.ops, "mage", None), f"triton_{op}", None)
     if operator is not None:
         try:
