@@ -31,6 +31,9 @@ class Profile:
     copy_us: float  # GPU time in memcpy/memset per call
     launches: float  # kernels per call
     kernel_names: list = field(default_factory=list)  # distinct kernel names, most frequent first
+    # GPU time per call inside each kernel name (same order as kernel_names): what a block's time
+    # splits into, operation by operation (mage.amdahl)
+    kernel_us_by_name: dict = field(default_factory=dict)
     per_iter_launches: list = field(default_factory=list)  # host launch calls seen in each iteration
     flags: list = field(default_factory=list)
 
@@ -94,5 +97,9 @@ def summarize_events(events, iters: int, exclude=()) -> Profile:
     if not any(per_iter):
         flags.append("host_launches_not_traced")
     names = [name for name, _ in Counter(e.name for e in kernels).most_common()]
+    by_name = dict.fromkeys(names, 0.0)
+    for e in kernels:
+        by_name[e.name] += dur(e) / iters
     return Profile(iters=iters, kernel_us=sum(map(dur, kernels)) / iters, copy_us=sum(map(dur, copies)) / iters,
-                   launches=n_kernels / iters, kernel_names=names, per_iter_launches=per_iter, flags=flags)
+                   launches=n_kernels / iters, kernel_names=names, per_iter_launches=per_iter, flags=flags,
+                   kernel_us_by_name=by_name)

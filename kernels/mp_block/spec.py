@@ -19,9 +19,10 @@ import math
 
 import torch
 
+from kernels.mlp_block.spec import ELEMENTWISE, GELU, GEMM, LAYERNORM
 from kernels.neighbor_agg.graph import CSRGraph
 from mage.errors import MageInputError
-from mage.ops import FLOAT, Op, dim, randn, same_device, tensor, torch_dtype
+from mage.ops import FLOAT, Op, Part, dim, randn, same_device, tensor, torch_dtype
 
 from . import _radius
 
@@ -165,6 +166,21 @@ def _at(n):
     return dict(n=n, F=128, H=128, deg=24)
 
 
+# The operations the layer calls, at its shape. The aggregation's PyTorch kernels are a gather
+# (indexSelect...), the weighting (the layer's only MulFunctor), the zeroed sum (FillFunctor) and the
+# scatter-add (indexFunc...); the custom column's is the project's _neighbor_agg_kernel. Its operation
+# is measured on the aggregation's own uniform random graph at the layer's size and mean degree, not on
+# the radius graph (the same rows and degrees; neighbours less local in memory).
+PARTS = (Part("neighbor_agg", (r"index_?add", r"indexfunc", r"index_?select", r"indexselect", r"scatter",
+                               r"mulfunctor", r"fillfunctor", r"neighbor_agg", r"spmm", r"csr"),
+              lambda s: [dict(n=s["n"], F=s["F"], deg=int(round(s["deg"])), dist="uniform")]),
+         Part("layernorm", LAYERNORM, lambda s: [dict(R=s["n"], C=s["F"])]),
+         Part("bias_gelu", GELU, lambda s: [dict(R=s["n"], C=s["H"])]),
+         Part("matmul", GEMM, lambda s: [dict(M=s["n"], K=s["F"], N=s["H"]), dict(M=s["n"], K=s["H"], N=s["F"])],
+              custom="pytorch"),
+         Part("elementwise", ELEMENTWISE))  # the residual
+
+
 SPEC = Op(
     name=OP, label="message-passing layer", short="message passing", order=120, marker="x", work="flops",
     kind="block", args=("graph", "h", "gamma", "beta", "W1", "b1", "W2", "b2"),
@@ -187,4 +203,5 @@ SPEC = Op(
     # bits of mantissa, so the output's own rounding is already ~1e-3 of it; 2e-2 is the project's
     # bf16 tolerance, the operations' own.
     tolerance={"fp32": 5e-5, "bf16": 2e-2},
+    parts=PARTS,
 )

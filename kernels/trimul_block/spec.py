@@ -27,8 +27,9 @@ from __future__ import annotations
 import torch
 
 from kernels.layernorm.spec import EPS
+from kernels.mlp_block.spec import ELEMENTWISE, GEMM, LAYERNORM
 from mage.errors import MageInputError
-from mage.ops import FLOAT, Op, dim, randn, same_device, tensor, torch_dtype
+from mage.ops import FLOAT, Op, Part, dim, randn, same_device, tensor, torch_dtype
 
 NAME = "trimul_block"
 ARGS = ("z", "mask", "gamma_in", "beta_in", "w_in", "b_in", "gamma_out", "beta_out", "w_out", "b_out")
@@ -133,6 +134,21 @@ def random_shape(rnd):
     return dict(N=rnd.randint(1, 200), C=rnd.randint(1, 160), H=rnd.randint(1, 160))
 
 
+# The operations the update calls, at its shape. The custom column runs both LayerNorms, the gates and
+# the contraction as the project's Triton kernels and keeps the projections on cuBLAS. The PyTorch
+# columns run the einsum as layout copies and a cuBLAS batched GEMM, whose kernel names are the
+# projections' own: that GEMM time is shared between the two by their own times at these shapes.
+PARTS = (Part("layernorm", LAYERNORM, lambda s: [dict(R=s["N"] ** 2, C=s["C"]), dict(R=s["N"] ** 2, C=s["H"])]),
+         # the sigmoid gates and the mask: PyTorch's sigmoid and MulFunctor kernels, the block's own
+         # _gate_kernel and _out_gate_kernel (no operation of their own: their speedup is not measured)
+         Part("gate", (r"sigmoid", r"_gate_kernel", r"mulfunctor")),
+         Part("triangle", (r"_batched_gemm", r"_transpose", r"_triangle", r"copy", r"clone"),
+              lambda s: [dict(N=s["N"], C=s["H"])], split_from="matmul"),
+         Part("matmul", GEMM, lambda s: [dict(M=s["N"] ** 2, K=s["C"], N=4 * s["H"] + s["C"]),
+                                         dict(M=s["N"] ** 2, K=s["H"], N=s["C"])], custom="pytorch"),
+         Part("elementwise", ELEMENTWISE))  # the biases
+
+
 SPEC = Op(
     name=NAME, label="triangle multiplicative update", short="triangle update", order=110,
     marker="triangle-down", work="flops", kind="block", args=ARGS,
@@ -160,4 +176,5 @@ SPEC = Op(
     # CPU): a property of bf16 storage at those sizes, not of an implementation. The seeded checks of
     # the awkward shapes pass.
     tolerance={"fp32": 5e-5, "bf16": 2e-2},
+    parts=PARTS,
 )
