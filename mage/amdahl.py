@@ -11,7 +11,8 @@ library). The prediction is Amdahl's law,
     S = 1 / ((1 - sum p_i) + sum p_i / s_i),
 
 against the measured speedup, the baseline block's kernel time over the custom block's. A part without
-an operation to measure (a gate, the residual) keeps s = 1 in the prediction, and its row says so.
+an operation to measure (a gate, the residual) keeps s = 1 in the prediction, and its row says so; an
+operation that could not be measured (no column at that precision) leaves the case unpredicted.
 
 Rows are tidy (one value each) and live in ``<data folder>/amdahl/amdahl.csv``, beside the measurement
 tables rather than among them (their quantities are not the harness's views), with the run's
@@ -203,21 +204,27 @@ def rows_for_case(block: str, dtype: str, shape: str, shape_set: str, run: str, 
     if baseline not in profiles:
         return rows
     p = shares(by_part[baseline], sum(profiles[baseline].values()))
-    s = {}
+    s, missing = {}, []
     for part in parts:
         row(baseline, part.op, "share", p[part.op])
-        if part.custom == baseline:
+        mine = part.custom or custom
+        if mine == baseline:
             s[part.op] = 1.0  # the custom block runs the library's own kernels for it
-            row(part.custom, part.op, "speedup", 1.0, ["same_impl"])
+            row(mine, part.op, "speedup", 1.0, ["same_impl"])
             continue
-        b, c = op_us.get((part.op, baseline), math.nan), op_us.get((part.op, part.custom), math.nan)
+        b, c = op_us.get((part.op, baseline), math.nan), op_us.get((part.op, mine), math.nan)
         if b == b and c == c and c > 0:
             s[part.op] = b / c
-            row(part.custom, part.op, "speedup", b / c)
-        else:
-            row(part.custom, part.op, "speedup", math.nan, ["not_measured:assumed_1"])
+            row(mine, part.op, "speedup", b / c)
+        elif part.shapes is None:  # no operation of its own to measure: taken as not sped up
+            row(mine, part.op, "speedup", math.nan, ["not_measured:assumed_1"])
+        else:  # an operation that was not measured (no column at this precision, a failed check)
+            missing.append(part.op)
+            row(mine, part.op, "speedup", math.nan, ["not_measured"])
     row(baseline, OTHER, "share", p[OTHER])
-    row(custom, "", "predicted", predict({k: v for k, v in p.items() if k != OTHER}, s))
+    # no prediction while an operation's speedup is unknown: s = 1 there would predict too little
+    predicted = math.nan if missing else predict({k: v for k, v in p.items() if k != OTHER}, s)
+    row(custom, "", "predicted", predicted, [f"unpredicted:{'+'.join(missing)}"] if missing else [])
     if custom in profiles:
         row(custom, "", "measured", sum(profiles[baseline].values()) / sum(profiles[custom].values()))
     return rows

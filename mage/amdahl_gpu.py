@@ -56,7 +56,7 @@ def measure_case(spec, shape: dict, shape_set: str, dtype: str, run: str, baseli
     for part in spec.parts:
         if part.shapes is None or part.op not in ops.OPS:
             continue
-        for name in dict.fromkeys([baseline, part.custom]):
+        for name in dict.fromkeys([baseline, part.custom or custom]):
             total, library = 0.0, 0.0
             for s in part.shapes(shape):
                 got = profile_at(_impl(part.op, name, dtype), s, iters, log)

@@ -193,7 +193,9 @@ class Part:
     patterns: tuple  # regular expressions searched in kernel names
     # block shape -> the operation's shapes, one per call the block makes of it; None: no spec to measure
     shapes: Optional[Callable] = None
-    custom: str = "triton"  # the operation's implementation that the block's custom column runs
+    # the operation's implementation that the block's custom column runs for it: "" for the column's own
+    # (the Triton block runs the Triton kernel, the Rust block the Rust one), or a library column by name
+    custom: str = ""
     # another part whose kernels can also be this part's work: where a column runs both through one
     # library (an einsum and a projection both become cuBLAS GEMMs), the names cannot tell them apart,
     # and that part's time is shared out in proportion to the two operations' own times at these shapes

@@ -136,11 +136,21 @@ def test_rows_load_from_a_data_folder_latest_run_per_case(tmp_path):
 
 
 def test_a_missing_custom_column_still_predicts():
-    op_us = {("layernorm", "pytorch"): 8.0, ("layernorm", "triton"): 4.0}
+    op_us = {("layernorm", "pytorch"): 8.0, ("layernorm", "triton"): 4.0, ("bias_gelu", "pytorch"): 1.0,
+             ("bias_gelu", "triton"): 1.0}
     rows = amdahl.rows_for_case("mlp_block", "bf16", "T=1", "field", "r", MLP.parts, "pytorch", "triton",
                                 {"pytorch": EAGER_MLP}, op_us)
     r = amdahl.table(pd.DataFrame(rows)).iloc[0]
-    assert math.isnan(r.measured) and r.within is None and r.predicted == pytest.approx(1 / (0.90 + 0.10 / 2))  # only LayerNorm measured
+    assert math.isnan(r.measured) and r.within is None and r.predicted == pytest.approx(1 / (0.90 + 0.10 / 2))
+
+
+def test_an_unmeasured_operation_leaves_the_case_unpredicted():
+    op_us = {("layernorm", "pytorch"): 8.0, ("layernorm", "triton"): 4.0}  # bias + GELU has no column here
+    rows = amdahl.rows_for_case("mlp_block", "bf16", "T=1", "field", "r", MLP.parts, "pytorch", "triton",
+                                {"pytorch": EAGER_MLP, "triton": EAGER_MLP}, op_us)
+    r = amdahl.table(pd.DataFrame(rows)).iloc[0]
+    assert math.isnan(r.predicted) and r.measured == pytest.approx(1.0) and r.within is None
+    assert "unpredicted:bias_gelu" in r.notes
 
 
 def test_the_command_refuses_what_is_not_a_block(capsys):
