@@ -128,7 +128,11 @@ SUM_CONFIG = dict(BLOCK_N=8, BLOCK_C=256, num_warps=4)
 def _config(C, config):
     cfg = {**CONFIG, **config}
     block_c = min(common.pow2(C), cfg.pop("MAX_BLOCK_C"))
-    cfg.setdefault("BLOCK_R", max(1, min(8, 2048 // block_c)))
+    if "BLOCK_R" not in cfg:  # short rows: several a step, as many as divide ROWS
+        br = max(1, min(8, 2048 // block_c))
+        while cfg["ROWS"] % br:
+            br //= 2
+        cfg["BLOCK_R"] = br
     cfg.setdefault("num_warps", 8 if cfg["BLOCK_R"] * block_c >= 4096 else 4)
     unknown = set(cfg) - {"ROWS", "BLOCK_R", "num_warps", "num_stages"}
     if unknown or cfg["ROWS"] % cfg["BLOCK_R"]:

@@ -1,0 +1,164 @@
+"""layernorm's Triton backward: the saved statistics, gradients against float64 autograd of the
+reference (normal and heavy-tailed inputs, one-block and chunked rows, awkward and random shapes,
+outputs poisoned), bitwise determinism, both operators under opcheck and torch.compile, bad gradients."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels._triton.testing import assert_refuses, cpu_only, gpu, spec
+from mage import registry
+
+OP = "layernorm"
+# Norm-wise error of each gradient against float64. dx: two row sums of C terms and a few roundings an
+# element; dgamma, dbeta: sums over R rows in a fixed tree. Measured ~3e-7; 1e-5 leaves room for
+# heavy-tailed rows, whose xhat still lies within sqrt(C) of zero.
+GRAD_TOL = 1e-5
+TINY = [dict(R=1, C=1), dict(R=3, C=70), dict(R=9, C=300), dict(R=70, C=5), dict(R=0, C=16)]
+
+
+def _bwd():
+    from kernels.layernorm import triton_backward
+    return triton_backward
+
+
+def _poison(*likes):
+    # NaN-filled blocks of the gradients' sizes, freed just before the backward allocates (see bias_gelu)
+    for t in [torch.full_like(t, float("nan")) for t in likes]:
+        del t
+
+
+def grads_of(fn, inputs, dy):
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    y = fn(*leaves)
+    _poison(*leaves)
+    y.backward(dy)
+    return [t.grad for t in leaves]
+
+
+def reference_grads(inputs, dy):
+    return grads_of(spec(OP).reference, [t.double() for t in inputs], dy.double())
+
+
+def assert_close(got, want, what):
+    for g, r, name in zip(got, want, ("dx", "dgamma", "dbeta")):
+        assert g.dtype == torch.float32 and g.shape == r.shape, (what, name)
+        err = float((g.double() - r).norm() / r.norm().clamp_min(1e-300)) if r.numel() else 0.0
+        assert err <= GRAD_TOL and bool(torch.isfinite(g).all()), (what, name, err)
+
+
+def _dy(shape, seed, device):
+    return torch.randn((shape["R"], shape["C"]), generator=torch.Generator(device).manual_seed(seed + 1), device=device)
+
+
+def check_at(shape, dist, device="cpu", seed=0, fn=None):
+    inputs = spec(OP).inputs(shape, seed=seed, device=device, dist=dist)
+    dy = _dy(shape, seed, device)
+    assert_close(grads_of(fn or _bwd().train, inputs, dy), reference_grads(inputs, dy), (shape, dist))
+
+
+def test_reference_gradients_pass_gradcheck():
+    x, g, b = spec(OP).inputs(dict(R=3, C=6))
+    assert torch.autograd.gradcheck(spec(OP).reference, tuple(t.double().requires_grad_() for t in (x, g, b)))
+
+
+def test_training_path_is_registered():
+    assert registry.train_fn(registry.get(OP, "triton")) is _bwd().train
+
+
+@cpu_only
+def test_saved_statistics_and_unchanged_output():
+    x, g, b = spec(OP).inputs(dict(R=3, C=2100), dist="heavy")  # chunked rows in the forward's default
+    x[1] *= 1e25  # a row whose squares overflow: the statistics are saved in x's units all the same
+    for shape_x in (x, x[:, :700].contiguous()):  # chunked and one-block
+        y, mean, rstd = torch.ops.mage.triton_layernorm_train(shape_x, g[:shape_x.shape[1]], b[:shape_x.shape[1]])
+        xd = shape_x.double()
+        assert torch.equal(y, torch.ops.mage.triton_layernorm(shape_x, g[:shape_x.shape[1]], b[:shape_x.shape[1]]))
+        assert torch.allclose(mean.double(), xd.mean(1), rtol=1e-5, atol=0)
+        assert torch.allclose(rstd.double(), 1 / torch.sqrt(xd.var(1, unbiased=False) + 1e-5), rtol=1e-5, atol=0)
+
+
+@cpu_only
+@pytest.mark.parametrize("dist", ["normal", "heavy"])
+def test_gradients_at_awkward_shapes(dist):
+    for shape in spec(OP).awkward + TINY:
+        if shape["C"] and (dist == "normal" or shape["C"] < 4096):  # the interpreter's time: long rows once
+            check_at(shape, dist)
+
+
+@cpu_only
+def test_plain_operator_is_differentiable_too():
+    check_at(dict(R=6, C=40), "heavy", fn=torch.ops.mage.triton_layernorm)
+
+
+@cpu_only
+def test_forced_tiles_chunked_rows_and_broadcast_gradient():
+    shape = dict(R=13, C=300)
+    x, g, b = spec(OP).inputs(shape, dist="heavy")
+    dy = _dy(shape, 0, "cpu")
+    want = reference_grads((x, g, b), dy)
+    _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, g, b)
+    for cfg in (dict(ROWS=4, BLOCK_R=2), dict(MAX_BLOCK_C=64), dict(MAX_BLOCK_C=128, ROWS=2, BLOCK_R=2),
+                dict(ROWS=1, BLOCK_R=1)):
+        assert_close(_bwd().layernorm_backward(x, g, mean, rstd, dy, **cfg), want, cfg)
+    ones = torch.ones(300).expand(13, 300)  # y.sum()'s gradient: row stride 0, read as is
+    assert_close(_bwd().layernorm_backward(x, g, mean, rstd, ones), reference_grads((x, g, b), torch.ones(13, 300)),
+                 "expanded dy")
+
+
+@cpu_only
+def test_bitwise_deterministic():
+    shape = dict(R=45, C=100)
+    x, g, b = spec(OP).inputs(shape, dist="heavy")
+    dy = _dy(shape, 0, "cpu")
+    _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, g, b)
+    for cfg in (dict(ROWS=8, BLOCK_R=2), dict(ROWS=4, MAX_BLOCK_C=32)):
+        first = _bwd().layernorm_backward(x, g, mean, rstd, dy, **cfg)
+        for _ in range(9):
+            again = _bwd().layernorm_backward(x, g, mean, rstd, dy, **cfg)
+            assert all(torch.equal(a, c) for a, c in zip(first, again)), cfg
+
+
+@cpu_only
+def test_opcheck_and_compiled_backward():
+    x, g, b = spec(OP).inputs(dict(R=5, C=9))
+    req = tuple(t.clone().requires_grad_() for t in (x, g, b))
+    torch.library.opcheck(torch.ops.mage.triton_layernorm.default, req)
+    torch.library.opcheck(torch.ops.mage.triton_layernorm_train.default, req)
+    _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, g, b)
+    torch.library.opcheck(torch.ops.mage.triton_layernorm_backward.default, (x, g, mean, rstd, torch.randn(5, 9)))
+    dy = torch.randn(5, 9)
+    compiled = torch.compile(_bwd().train, backend="aot_eager", fullgraph=True)
+    assert_close(grads_of(compiled, (x, g, b), dy), reference_grads((x, g, b), dy), "compiled")
+
+
+def test_bad_gradients_name_op_and_argument():
+    x, g = torch.ones(3, 4), torch.ones(4)
+    mean, rstd = torch.zeros(3), torch.ones(3)
+    fn = _bwd().layernorm_backward
+    assert_refuses(fn, OP, "dy", x, g, mean, rstd, torch.ones(3, 5))
+    assert_refuses(fn, OP, "dy", x, g, mean, rstd, torch.ones(3, 4, dtype=torch.float64))
+    assert_refuses(fn, OP, "mean", x, g, torch.zeros(4), rstd, torch.ones(3, 4))
+    assert_refuses(fn, OP, "rstd", x, g, mean, rstd.double(), torch.ones(3, 4))
+
+
+@gpu
+def test_gpu_random_shapes():
+    for i, shape in enumerate(spec(OP).random_shapes(32, seed=16)):
+        check_at(shape, "heavy" if i % 2 else "normal", device="cuda", seed=i)
+    for shape in spec(OP).awkward + spec(OP).shapes["field"]:
+        if shape["C"]:
+            check_at(shape, "heavy", device="cuda")
+
+
+@gpu
+def test_gpu_bitwise_deterministic_at_large_shape():
+    shape = spec(OP).shapes["large"][0]
+    x, g, b = spec(OP).inputs(shape, device="cuda", dist="heavy")
+    dy = _dy(shape, 0, "cuda")
+    _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, g, b)
+    first = _bwd().layernorm_backward(x, g, mean, rstd, dy)
+    for _ in range(9):
+        _poison(x, g, g)
+        again = _bwd().layernorm_backward(x, g, mean, rstd, dy)
+        assert all(torch.equal(a, c) for a, c in zip(first, again))
