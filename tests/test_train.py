@@ -1,0 +1,128 @@
+"""The training step (mage.train) on the CPU: which inputs are weights, activations and items, a step
+that moves every weight (FP32 and autocast bf16, the weights staying FP32), the rows' round trip through
+a data folder beside measurement rows, and bad arguments naming the option."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from mage import ops, registry, train
+from mage.data import IDENTITY, load, merge_csv
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"mlp_block": dict(T=5, d=8, hidden=12), "trimul_block": dict(N=4, C=6, H=5)}
+
+
+@pytest.mark.parametrize("name, want", [("mlp_block", (["gamma", "beta", "W1", "b1", "W2", "b2"], "x")),
+                                        ("trimul_block", (None, "z")), ("mp_block", (None, "h"))])
+def test_weights_and_activations_come_from_the_spec(name, want):
+    spec = ops.get(name)
+    weights, acts, first = train.roles(spec, spec.shapes["sweep"][0])
+    if want[0]:
+        assert [spec.args[i] for i in weights] == want[0]
+    assert spec.args[first] == want[1] and first in acts and not set(weights) & set(acts)
+
+
+def test_items_are_the_leading_dimensions():
+    assert train.items_per_step(torch.empty(7, 3)) == 7
+    assert train.items_per_step(torch.empty(4, 4, 9)) == 16
+
+
+@pytest.mark.parametrize("name", list(TINY))
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_step_moves_every_weight_and_keeps_them_fp32(name, precision):
+    spec = ops.get(name)
+    im = registry.get(name, "pytorch", "fp32")
+    step = train.Step(spec, im, registry.train_fn(im), TINY[name], precision, seed=2, device="cpu")
+    before = [p.detach().clone() for p in step.params]
+    assert step.verify() == ""
+    assert all(p.dtype == torch.float32 for p in step.params)
+    assert all((p != b).any() for p, b in zip(step.params, before) if p.numel() > 1)
+    assert step.args[step.first].grad is not None  # the block's input gets its gradient, as in a network
+    assert step.amp == (precision == "bf16")
+
+
+def test_bf16_mixed_precision_computes_in_bf16():
+    spec, shape = ops.get("mlp_block"), dict(T=16, d=64, hidden=128)
+    im = registry.get("mlp_block", "pytorch", "fp32")
+    outs = {}
+    for precision in ("fp32", "bf16"):
+        step = train.Step(spec, im, registry.train_fn(im), shape, precision, seed=2, device="cpu")
+        with torch.no_grad(), step._autocast():
+            outs[precision] = step.fn(*step.args).double()
+    err = float((outs["bf16"] - outs["fp32"]).norm() / outs["fp32"].norm())
+    assert 1e-4 < err < 5e-2  # bf16's rounding (8 bits), not FP32's, and not a different function
+
+
+def test_a_path_that_cannot_learn_is_named():
+    spec = ops.get("mlp_block")
+    im = registry.get("mlp_block", "pytorch", "fp32")
+    frozen = lambda x, *w: registry.train_fn(im)(x, *(t.detach() for t in w))  # noqa: E731 - weights get no grad
+    step = train.Step(spec, im, frozen, TINY["mlp_block"], "fp32", device="cpu")
+    assert "unchanged" in step.verify()
+
+
+def test_train_rows_load_beside_measurements(tmp_path):
+    base = dict(op="mlp_block", impl="pytorch", family="pytorch", dtype="bf16", shape="T=5,d=8,hidden=12",
+                shape_set="field", cache="warm", run="20990101T000000Z-x", source="measured", config="{}",
+                round=0, stat="mean", **{"pass": "step"})
+    rows = [dict(base, view="train_step", value=100.0, unit="us"),
+            dict(base, view="throughput", value=5e4, unit="items/s", stage="items per step: 5"),
+            dict(base, view="train_part", value=40.0, unit="us", stage="forward"),
+            dict(base, view="train_part", value=50.0, unit="us", stage="backward")]
+    merge_csv(pd.DataFrame(rows), tmp_path / train.FILE, IDENTITY)
+    pd.DataFrame([dict(base, dtype="fp32", view="kernel_time", value=3.0, unit="us", **{"pass": ""})]).to_csv(
+        tmp_path / "field.csv", index=False)
+    df = load(tmp_path)
+    assert sorted(df["pass"]) == ["forward"] + ["step"] * 4
+    text = train.summary(rows)
+    assert "train_step" in text and "part:backward" in text and "throughput" in text
+
+
+def _mage(*args):
+    return subprocess.run([sys.executable, "-m", "mage", *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_bad_arguments_name_the_option(tmp_path):
+    r = _mage("train", "--out", str(tmp_path), "--ops", "matmul")
+    assert r.returncode == 2 and "--ops" in r.stderr and "mlp_block" in r.stderr
+    r = _mage("train", "--out", str(tmp_path), "--precisions", "fp16")
+    assert r.returncode == 2 and "--precisions" in r.stderr
+    r = _mage("train", "--out", str(tmp_path), "--steps", "0")
+    assert r.returncode == 2 and "--steps" in r.stderr
+
+
+def test_a_case_writes_every_view_and_they_load(tmp_path):
+    """The session's case on the CPU, the GPU's profile and event timer faked: steps per round and over
+    all rounds, items per second, the three parts, kernel time and launches; then read back."""
+    from mage.env import clock_warnings
+    from mage.profile import Profile
+    from mage.timing import SpanPlan, spans
+
+    class Timer:
+        last_host_us = 2.0
+
+        def __call__(self, fn):
+            fn()
+            return 50.0
+
+    def profile(fn, iters=20):
+        fn()
+        return Profile(iters=iters, kernel_us=30.0, copy_us=0.0, launches=12.0, kernel_names=["k"])
+
+    fake_spans = lambda calls, plan, between: spans(calls, plan=plan, timer=Timer(), between=between)  # noqa: E731
+    spec = ops.get("mlp_block")
+    rows = train._case(spec, TINY["mlp_block"], "field", "bf16", ["pytorch"], SpanPlan.make(6, 3, 2, warmup=1),
+                       5, 0, "20990101T000000Z-x", print, profile, fake_spans, lambda: {}, clock_warnings, device="cpu")
+    df = pd.DataFrame(rows)
+    top = df[(df["round"] == 0) & (df["stat"] == "mean")].fillna({"stage": ""}).set_index(["view", "stage"])["value"]
+    assert top[("train_step", "")] == 50.0 and top[("kernel_time", "")] == 30.0
+    assert top[("throughput", "items per step: 5")] == pytest.approx(5 / 50e-6)
+    assert {s for v, s in top.index if v == "train_part"} == {"forward", "backward", "optimizer"}
+    assert sorted(df[df["view"] == "train_step"]["round"].unique()) == [0, 1, 2, 3]
+    assert set(df["pass"]) == {"step"} and set(df["dtype"]) == {"bf16"} and "autocast bf16" in df["config"][0]
+    merge_csv(df, tmp_path / train.FILE, IDENTITY)
+    assert len(load(tmp_path)) == len(df)
