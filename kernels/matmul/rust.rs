@@ -1,11 +1,11 @@
 //! C = A B in FP32, three versions. `matmul_scalar` (markers `<kernel-scalar>`): one thread, one
 //! output, the loop a newcomer writes. `matmul` (markers `<kernel>`): a 128 x 128 tile per block,
 //! BLOCK_K = 8 slices of A and B staged through double-buffered shared memory, an 8 x 8 register
-//! block per thread, 16-byte loads. `matmul_fp32x3` (markers `<kernel-fp32x3>`): the same tile on
+//! block per thread, 16-byte loads (`matmul_k16`: the same with BLOCK_K = 16). `matmul_fp32x3` (markers `<kernel-fp32x3>`): the same tile on
 //! the tensor cores, each FP32 operand split into TF32 high and low parts and three TF32 products
 //! per step (`mma.sync` through inline PTX), so FP32 accuracy at a third of the TF32 rate.
-use crate::gpu::{self, In, Out, barrier, fma};
-use crate::mma::{mma_tf32, split};
+use crate::gpu::{self, In, Out, Tile, barrier, fma};
+use crate::mma::{mma_tf32, split, split_bits};
 use crate::{shared_tile, unroll};
 
 // <kernel-scalar>
@@ -31,16 +31,15 @@ pub fn matmul_scalar(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, 
 
 const BLOCK_M: usize = 128;
 const BLOCK_N: usize = 128;
-const BLOCK_K: usize = 8;
-const TILE: usize = BLOCK_K * BLOCK_M; // one buffer of one operand: 1024 floats
-// The literal unroll counts below: 8 k steps a slice, 8 x 8 outputs a thread of a 16 x 16 thread grid
-// (two 4-row halves 64 apart), 4 floats a staged load.
-const _: () = assert!(BLOCK_K == 8 && BLOCK_M == 16 * 8 && BLOCK_N == 16 * 8 && BLOCK_M / 2 == 64);
-// the shared tiles hold two buffers of each operand
-const _: () = assert!(2 * TILE == 2048 && BLOCK_K * BLOCK_N == TILE);
+// The literal unroll counts below: 8 k steps per unrolled run (one or two runs a slice), 8 x 8 outputs
+// a thread of a 16 x 16 thread grid (two 4-row halves 64 apart), 4 floats a staged load.
+const _: () = assert!(BLOCK_M == 16 * 8 && BLOCK_N == 16 * 8 && BLOCK_M / 2 == 64);
 
+// two buffers of each operand: 8-deep slices (`matmul`), 16-deep slices (`matmul_k16`)
 shared_tile!(a_tiles, MATMUL_A, 2048);
 shared_tile!(b_tiles, MATMUL_B, 2048);
+shared_tile!(a16_tiles, MATMUL_A16, 4096);
+shared_tile!(b16_tiles, MATMUL_B16, 4096);
 
 // <kernel>
 /// One k step of a thread's 8 x 8 register block: 8 values of A's column times 8 of B's row, 64
@@ -56,65 +55,103 @@ pub(crate) fn outer8x8(acc: &mut [[f32; 8]; 8], a0: [f32; 4], a1: [f32; 4], b0: 
     });
 }
 
-/// 256 threads; thread (tx, ty) = (tid % 16, tid / 16) owns rows ty*4 + {0..4} and 64 + ty*4 + {0..4}
-/// and the same pattern of columns, so a warp's 16-byte shared loads touch consecutive addresses.
+/// BLOCK_K = 8 slices (the first tiled version).
 #[inline(always)]
 pub fn matmul(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
+    tiled::<8, 2048>(a_tiles(), b_tiles(), a, b, c, m, k, n)
+}
+
+/// BLOCK_K = 16 slices: half the barriers a K, and twice the bytes in flight while a slice is
+/// multiplied (two 16-byte loads of each operand a thread instead of one).
+#[inline(always)]
+pub fn matmul_k16(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
+    tiled::<16, 4096>(a16_tiles(), b16_tiles(), a, b, c, m, k, n)
+}
+
+/// 256 threads; thread (tx, ty) = (tid % 16, tid / 16) owns rows ty*4 + {0..4} and 64 + ty*4 + {0..4}
+/// and the same pattern of columns, so a warp's 16-byte shared loads touch consecutive addresses.
+/// BK: the slice depth (8 or 16); N: both buffers of one operand, 2 * BK * 128 floats.
+#[inline(always)]
+fn tiled<const BK: usize, const N: usize>(
+    a_tiles: Tile<N>,
+    b_tiles: Tile<N>,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    m: u32,
+    k: u32,
+    n: u32,
+) {
+    const { assert!((BK == 8 || BK == 16) && N == 2 * BK * BLOCK_M && BK * BLOCK_N == BK * BLOCK_M) };
+    let tile = BK * BLOCK_M; // one buffer of one operand
+    let per = BK / 8; // 16-byte staged loads of each operand a thread
     let (m, k, n) = (m as usize, k as usize, n as usize);
     // SAFETY: the host checked each pointer against this kernel's table `lengths` (the same sizes).
     let (a, b, c) = unsafe { (In::new(a, m * k), In::new(b, k * n), Out::new(c, m * n)) };
-    let (a_tiles, b_tiles) = (a_tiles(), b_tiles());
     let tid = gpu::thread().x as usize;
     let blk = gpu::block();
     let (row0, col0) = (blk.y as usize * BLOCK_M, blk.x as usize * BLOCK_N);
     let (tx, ty) = (tid % 16, tid / 16);
-    // which 4 floats of the A slice (row a_r, k a_k..a_k+4) and B slice (k b_k, cols b_c..) this thread stages
-    let (a_r, a_k) = (tid / 2, (tid % 2) * 4);
-    let (b_k, b_c) = (tid / 32, (tid % 32) * 4);
+    // which 4 floats of the A slice (row a_r, k a_k..a_k+4) and B slice (k b_k, cols b_c..) this
+    // thread stages, for its h-th load (h < per)
+    let a_at = |h: usize| ((tid + 256 * h) / (BK / 4), ((tid + 256 * h) % (BK / 4)) * 4);
+    let b_at = |h: usize| ((tid + 256 * h) / 32, ((tid + 256 * h) % 32) * 4);
 
-    let load_a = |k0: usize| -> [f32; 4] {
+    let load_a = |k0: usize, h: usize| -> [f32; 4] {
+        let (a_r, a_k) = a_at(h);
         let (row, cols) = (row0 + a_r, k0 + a_k);
-        if row >= m {
+        if h >= per || row >= m {
             return [0.0; 4];
         }
         if cols + 4 <= k { a.get4(row * k + cols) } else { a.get4_masked(row * k + cols, k - cols.min(k)) }
     };
-    let load_b = |k0: usize| -> [f32; 4] {
+    let load_b = |k0: usize, h: usize| -> [f32; 4] {
+        let (b_k, b_c) = b_at(h);
         let (kk, cols) = (k0 + b_k, col0 + b_c);
-        if kk >= k {
+        if h >= per || kk >= k {
             return [0.0; 4];
         }
         if cols + 4 <= n { b.get4(kk * n + cols) } else { b.get4_masked(kk * n + cols, n - cols.min(n)) }
     };
-    let store = |buf: usize, av: [f32; 4], bv: [f32; 4]| {
-        // A is stored transposed, k-major, so the compute loop reads 4 consecutive rows at once
-        unroll!(q in 4 => {
-            a_tiles.set(buf * TILE + (a_k + q) * BLOCK_M + a_r, av[q]);
+    let loads = |k0: usize| ([load_a(k0, 0), load_a(k0, 1)], [load_b(k0, 0), load_b(k0, 1)]);
+    let store = |buf: usize, (av, bv): ([[f32; 4]; 2], [[f32; 4]; 2])| {
+        unroll!(h in 2 => {
+            if h < per {
+                let ((a_r, a_k), (b_k, b_c)) = (a_at(h), b_at(h));
+                // A is stored transposed, k-major, so the compute loop reads 4 consecutive rows at once
+                unroll!(q in 4 => {
+                    a_tiles.set(buf * tile + (a_k + q) * BLOCK_M + a_r, av[h][q]);
+                });
+                b_tiles.set4(buf * tile + b_k * BLOCK_N + b_c, bv[h]);
+            }
         });
-        b_tiles.set4(buf * TILE + b_k * BLOCK_N + b_c, bv);
     };
 
     let mut acc = [[0.0f32; 8]; 8];
-    let k_tiles = k.div_ceil(BLOCK_K);
-    store(0, load_a(0), load_b(0));
+    let k_tiles = k.div_ceil(BK);
+    store(0, loads(0));
     barrier();
     let mut kt = 0;
     while kt < k_tiles {
         let buf = kt & 1;
         let next = kt + 1 < k_tiles;
         // the next slices' global loads are in flight while this slice is multiplied
-        let (na, nb) =
-            if next { (load_a((kt + 1) * BLOCK_K), load_b((kt + 1) * BLOCK_K)) } else { ([0.0; 4], [0.0; 4]) };
+        let staged = if next { loads((kt + 1) * BK) } else { ([[0.0; 4]; 2], [[0.0; 4]; 2]) };
         // windows on this slice: the thread's first rows (columns), the others at constant offsets
         let (a_view, b_view) =
-            (a_tiles.view(buf * TILE + ty * 4, TILE - 60), b_tiles.view(buf * TILE + tx * 4, TILE - 60));
-        unroll!(kk in 8 => {
-            let (a0, a1) = (a_view.get4(kk * BLOCK_M), a_view.get4(kk * BLOCK_M + 64));
-            let (b0, b1) = (b_view.get4(kk * BLOCK_N), b_view.get4(kk * BLOCK_N + 64));
-            outer8x8(&mut acc, a0, a1, b0, b1);
+            (a_tiles.view(buf * tile + ty * 4, tile - 60), b_tiles.view(buf * tile + tx * 4, tile - 60));
+        unroll!(run in 2 => {
+            if run < per {
+                unroll!(kk in 8 => {
+                    let at = (run * 8 + kk) * BLOCK_M;
+                    let (a0, a1) = (a_view.get4(at), a_view.get4(at + 64));
+                    let (b0, b1) = (b_view.get4(at), b_view.get4(at + 64));
+                    outer8x8(&mut acc, a0, a1, b0, b1);
+                });
+            }
         });
         if next {
-            store(buf ^ 1, na, nb);
+            store(buf ^ 1, staged);
         }
         barrier();
         kt += 1;
@@ -176,9 +213,12 @@ fn grouped_tile(m: usize, n: usize) -> (usize, usize) {
 /// 256 threads as 8 warps in a 2 x 4 grid, each warp a 64 x 32 output tile = 4 x 4 mma tiles of
 /// 16 x 8. Within a 16-deep stage, the k index is permuted (the sum does not care, A and B agree):
 /// k8 step j takes physical k = 4t + 2j for the fragment's column t and 4t + 2j + 1 for t + 4, so
-/// a lane's A values for both steps are one 16-byte load.
+/// a lane's A values for both steps are one 16-byte load. `CVT`: split with `cvt.rna.tf32.f32`
+/// (true) or with integer operations (false, [`split_bits`]): the same products, and a measurement
+/// says which issues faster.
 #[inline(always)]
-pub fn matmul_fp32x3(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
+pub fn matmul_fp32x3<const CVT: bool>(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
+    let halves = |x: f32| if CVT { split(x) } else { split_bits(x) };
     let (m, k, n) = (m as usize, k as usize, n as usize);
     // SAFETY: the host checked each pointer against this kernel's table `lengths` (the same sizes).
     let (a, b, c) = unsafe { (In::new(a, m * k), In::new(b, k * n), Out::new(c, m * n)) };
@@ -239,7 +279,7 @@ pub fn matmul_fp32x3(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, 
             unroll!(nt in 4 => {
                 let w = b_tiles.window(buf * TC_STAGE + b_base[nt], 3 * TC_BN + 1);
                 unroll!(h in 2 => {
-                    (bh[nt][h], bl[nt][h]) = split(w.get((2 * j + h) * TC_BN));
+                    (bh[nt][h], bl[nt][h]) = halves(w.get((2 * j + h) * TC_BN));
                 });
             });
             unroll!(mt in 4 => {
@@ -247,7 +287,7 @@ pub fn matmul_fp32x3(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, 
                 let x = [ra[mt][0][2 * j], ra[mt][1][2 * j], ra[mt][0][2 * j + 1], ra[mt][1][2 * j + 1]];
                 let (mut ah, mut al) = ([0.0f32; 4], [0.0f32; 4]);
                 unroll!(r in 4 => {
-                    (ah[r], al[r]) = split(x[r]);
+                    (ah[r], al[r]) = halves(x[r]);
                 });
                 unroll!(nt in 4 => {
                     // the small products first, so they are not lost against the large one
@@ -284,22 +324,34 @@ mod tests {
     use crate::testing::*;
 
     #[test]
-    fn matmul_both_versions() {
+    fn matmul_fma_versions() {
         let mut rng = Rng(1);
-        for &(m, k, n) in &[(1, 1, 1), (17, 33, 29), (130, 7, 65), (67, 200, 3), (128, 16, 128), (5, 12, 8), (3, 0, 4)]
-        {
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (17, 33, 29),
+            (130, 7, 65),
+            (67, 200, 3),
+            (128, 16, 128),
+            (5, 12, 8),
+            (3, 0, 4),
+            (129, 40, 130),
+        ] {
             let (a, b) = (rng.vec(m * k), rng.vec(k * n));
             let want = matmul_ref(&a, &b, m, k, n);
-            for tiled in [false, true] {
+            for version in 0..3 {
                 let mut c = vec![f32::NAN; m * n];
                 let (pa, pb, pc) = (p!(a), p!(b), c.as_mut_ptr() as usize);
                 let (mu, ku, nu) = (m as u32, k as u32, n as u32);
-                run(launch::matmul(mu, nu, tiled).unwrap(), move || {
+                run(launch::matmul(mu, nu, version > 0).unwrap(), move || {
                     let (a, b, c) = (pa as *const f32, pb as *const f32, pc as *mut f32);
-                    if tiled { super::matmul(a, b, c, mu, ku, nu) } else { super::matmul_scalar(a, b, c, mu, ku, nu) }
+                    match version {
+                        0 => super::matmul_scalar(a, b, c, mu, ku, nu),
+                        1 => super::matmul(a, b, c, mu, ku, nu),
+                        _ => super::matmul_k16(a, b, c, mu, ku, nu),
+                    }
                 });
                 let e = rel(&c, &want);
-                assert!(e < 1e-5, "matmul tiled={tiled} {m}x{k}x{n}: rel error {e:e}");
+                assert!(e < 1e-5, "matmul version {version} {m}x{k}x{n}: rel error {e:e}");
             }
         }
     }
@@ -316,13 +368,22 @@ mod tests {
             let b = rng.vec(k * n);
             let want = matmul_ref(&a, &b, m, k, n);
             let mut c = vec![f32::NAN; m * n];
-            let (pa, pb, pc) = (p!(a), p!(b), c.as_mut_ptr() as usize);
+            let (pa, pb) = (p!(a), p!(b));
             let (mu, ku, nu) = (m as u32, k as u32, n as u32);
-            run(launch::matmul(mu, nu, true).unwrap(), move || {
-                super::matmul_fp32x3(pa as *const f32, pb as *const f32, pc as *mut f32, mu, ku, nu)
-            });
-            let e = rel(&c, &want);
-            assert!(e < 2e-6, "matmul_fp32x3 {m}x{k}x{n}: rel error {e:e}");
+            for cvt in [true, false] {
+                c.fill(f32::NAN);
+                let pc = c.as_mut_ptr() as usize;
+                run(launch::matmul(mu, nu, true).unwrap(), move || {
+                    let (a, b, c) = (pa as *const f32, pb as *const f32, pc as *mut f32);
+                    if cvt {
+                        super::matmul_fp32x3::<true>(a, b, c, mu, ku, nu)
+                    } else {
+                        super::matmul_fp32x3::<false>(a, b, c, mu, ku, nu)
+                    }
+                });
+                let e = rel(&c, &want);
+                assert!(e < 2e-6, "matmul_fp32x3 cvt={cvt} {m}x{k}x{n}: rel error {e:e}");
+            }
         }
     }
 

@@ -1,23 +1,33 @@
 """The Rust columns of matmul: 'rust' (the tiled kernel through the C ABI), 'rust_scalar' (one thread an
 output), 'rust_ptx_py' and 'rust_native' (kernels/_rust), and 'rust' at precision fp32x3 (FP32 accuracy
 on the tensor cores: three TF32 mma.sync products a step). The kernels are in rust.rs, what they take in
-rust_table.py."""
+rust_table.py. The fp32x3 row sweeps its kernel versions (``python -m mage measure --tiles-only --impls
+rust --dtypes fp32x3``), so one run compares them with every version checked first. The FMA row has no
+sweep: the default tile sweep (fp32) would mix its versions into the Triton kernel's tile table; its
+versions are compared by ``_rust.variant`` (test_matmul.py's GPU comparison)."""
+import dataclasses
 import functools
-
-from mage.registry import Impl, add
 
 from kernels import _rust
 from kernels._rust.register import LOOK
+from mage.registry import Impl, add
 
 # The kernels by version number (``_rust.variant("matmul", v)``): scalar, tiled, tiled for 2 blocks/SM,
-# and the tensor-core kernel (precision fp32x3).
-VERSIONS = ("matmul_scalar", "matmul", "matmul_2cta", "matmul_fp32x3")
+# tiled with 16-deep slices, and the tensor-core kernel with either split of the operands.
+VERSIONS = ("matmul_scalar", "matmul", "matmul_2cta", "matmul_k16", "matmul_fp32x3", "matmul_fp32x3_bits")
 DEFAULT = 1  # what 'rust' runs at fp32
-FP32X3 = 3  # what 'rust' runs at fp32x3
-CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=8, threads=256, per_thread="8x8")
+FP32X3 = 4  # what 'rust' runs at fp32x3
+_FMA = dict(BLOCK_M=128, BLOCK_N=128, threads=256, per_thread="8x8")
+_TC = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=16, threads=256, warp_tile="64x32", GROUP_M=8,
+           mma="m16n8k8.tf32", products=3, stages=2)
+CONFIGS = {  # kernel -> the config recorded with its rows
+    "matmul": dict(_FMA, BLOCK_K=8), "matmul_2cta": dict(_FMA, BLOCK_K=8, blocks_per_sm=2),
+    "matmul_k16": dict(_FMA, BLOCK_K=16),
+    "matmul_fp32x3": dict(_TC, split="cvt.rna.tf32.f32"), "matmul_fp32x3_bits": dict(_TC, split="integer"),
+}
+CONFIG = CONFIGS[VERSIONS[DEFAULT]]
 SCALAR_CONFIG = dict(threads="16x16", per_thread="1 output")
-FP32X3_CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=16, threads=256, warp_tile="64x32", GROUP_M=8,
-                     mma="m16n8k8.tf32", products=3, stages=2)
+SWEEP = {"fp32x3": ("matmul_fp32x3", "matmul_fp32x3_bits")}
 
 
 def _out_shape(A, B):
@@ -35,14 +45,32 @@ _rust.register_op("matmul", VERSIONS[DEFAULT], args, _prologue, CONFIG,
                   versions=VERSIONS, extra={"rust_scalar": (VERSIONS[0], SCALAR_CONFIG)})
 
 
-def matmul_fp32x3(A, B, out=None):
-    """C = A @ B at FP32 accuracy on the tensor cores (the same checks as every Rust column)."""
-    y, dev = _prologue((A, B), out)
-    if y.numel():  # K = 0 still launches: the kernel writes the zeros
-        _rust.launch(VERSIONS[FP32X3], dev, _rust.addresses(args(A, B, y)))
-    return y
+def _launcher(kernel: str):
+    def fn(A, B, out=None):
+        """C = A @ B by ``kernel`` (the same checks as every Rust column)."""
+        y, dev = _prologue((A, B), out)
+        if y.numel():  # K = 0 still launches: the kernel writes the zeros
+            _rust.launch(kernel, dev, _rust.addresses(args(A, B, y)))
+        return y
+    fn.__name__ = fn.__qualname__ = f"rust_{kernel}"
+    return fn
+
+
+def _variant(base: Impl, kernel: str = "") -> Impl:
+    """``base`` running ``kernel`` instead (one of its dtype's SWEEP)."""
+    from mage.errors import MageInputError
+    if kernel not in SWEEP[base.dtype]:
+        raise MageInputError("matmul", "kernel", f"must be one of {SWEEP[base.dtype]} at {base.dtype}, got {kernel!r}")
+    return dataclasses.replace(base, fn=_launcher(kernel), config=dict(CONFIGS[kernel], kernel=kernel, launch="C ABI"),
+                               sweep=(), variant=None)
+
+
+def _with_sweep(impl: Impl) -> Impl:
+    return dataclasses.replace(impl, sweep=tuple(dict(kernel=k) for k in SWEEP[impl.dtype]),
+                               variant=lambda **cfg: _variant(impl, **cfg))
 
 
 _label, _order, _color = LOOK["rust"]
-add(Impl(op="matmul", name="rust", fn=matmul_fp32x3, dtype="fp32x3", family="rust", label=_label, order=_order,
-         color=_color, needs_cuda=True, available=_rust.available, config=dict(FP32X3_CONFIG, launch="C ABI")))
+add(_with_sweep(Impl(op="matmul", name="rust", fn=_launcher(VERSIONS[FP32X3]), dtype="fp32x3", family="rust",
+                     label=_label, order=_order, color=_color, needs_cuda=True, available=_rust.available,
+                     config=dict(CONFIGS[VERSIONS[FP32X3]], launch="C ABI"))))

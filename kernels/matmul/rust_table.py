@@ -12,8 +12,15 @@ KERNELS = [
     # the same kernel with a register budget for two blocks per SM
     {"name": "matmul_2cta", "call": "matmul", "params": _MATMUL_PARAMS, "threads": 256, "blocks_per_sm": 2,
      "lengths": _MATMUL_LENGTHS, "work": "m * n", "require": [], "geometry": "launch::matmul(m, n, true)"},
-    # FP32 accuracy on the tensor cores (precision fp32x3): the same 128 x 128 tile and block of 256
-    {"name": "matmul_fp32x3", "call": "matmul_fp32x3", "params": _MATMUL_PARAMS, "threads": 256,
+    # 16-deep slices: half the barriers, twice the loads in flight
+    {"name": "matmul_k16", "call": "matmul_k16", "params": _MATMUL_PARAMS, "threads": 256, "blocks_per_sm": 1,
+     "lengths": _MATMUL_LENGTHS, "work": "m * n", "require": [], "geometry": "launch::matmul(m, n, true)"},
+    # FP32 accuracy on the tensor cores (precision fp32x3): the same 128 x 128 tile and block of 256;
+    # the operands split by cvt.rna.tf32.f32, or by integer operations (the same products)
+    {"name": "matmul_fp32x3", "call": "matmul_fp32x3::<true>", "params": _MATMUL_PARAMS, "threads": 256,
+     "blocks_per_sm": 1, "lengths": _MATMUL_LENGTHS, "work": "m * n", "require": [],
+     "geometry": "launch::matmul(m, n, true)"},
+    {"name": "matmul_fp32x3_bits", "call": "matmul_fp32x3::<false>", "params": _MATMUL_PARAMS, "threads": 256,
      "blocks_per_sm": 1, "lengths": _MATMUL_LENGTHS, "work": "m * n", "require": [],
      "geometry": "launch::matmul(m, n, true)"},
 ]

@@ -1,4 +1,6 @@
 """matmul's definition: the float64 reference against loops, the cost model by hand, bad input."""
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -98,7 +100,8 @@ def test_gpu_rust_fp32x3_is_fp32_not_tf32(K):
         pytest.skip(im.runs_on("cuda"))
     A, B = SPEC.inputs(dict(M=256, K=K, N=384), seed=K, device="cuda")
     ref = A.double() @ B.double()
-    err = lambda C: float((C.double() - ref).norm() / ref.norm())  # noqa: E731
+    def err(C):
+        return float((C.double() - ref).norm() / ref.norm())
     old = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -124,3 +127,31 @@ def test_gpu_rust_fp32x3_is_one_launch_of_its_kernel():
     A, B = SPEC.inputs(dict(M=300, K=200, N=100), device="cuda")
     p = profile(lambda: im.fn(A, B), iters=3, warmup=1)
     assert p.launches == 1 and all("fp32x3" in k for k in p.kernel_names), p.kernel_names
+
+
+@gpu
+def test_gpu_rust_versions_compared():
+    """Not a pass/fail of speed: every Rust matmul version checked at 4096^3 and its kernel time printed
+    (run with -s), the FMA versions beside cuBLAS FP32 and the tensor-core versions beside both. A
+    development comparison; the recorded numbers come from `python -m mage measure`."""
+    from kernels import _rust
+    from kernels.matmul import rust_impl
+    from mage.check import check
+    from mage.profile import profile
+    shape = dict(M=4096, K=4096, N=4096)
+    A, B = SPEC.inputs(shape, device="cuda")
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        cublas = profile(lambda: A @ B, iters=20).kernel_us
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    print(f"\ncuBLAS FP32 4096^3: {cublas:.0f} us")
+    for v, kernel in enumerate(rust_impl.VERSIONS):
+        if kernel == "matmul_scalar":
+            continue
+        im = _rust.variant("matmul", v)
+        r = check(im, dict(M=1000, K=4099, N=1031), trials=1, dist="heavy", device="cuda")
+        assert r.passed, (kernel, r.reason)
+        us = profile(functools.partial(im.fn, A, B), iters=20).kernel_us
+        print(f"{kernel:>20}: {us:7.0f} us, cuBLAS FP32 / it = {cublas / us:.2f}, error (heavy) {r.error:.1e}")

@@ -45,6 +45,17 @@ pub fn split(x: f32) -> (f32, f32) {
     (hi, to_tf32(x - hi))
 }
 
+/// The same split in integer arithmetic, for a kernel whose conversions would queue: hi's rounding
+/// is two integer operations (add half of the dropped unit to the magnitude bits, clear the 13
+/// bits: for finite x the value cvt.rna gives), and lo keeps its low bits plus that half unit,
+/// which the mma ignores (it reads the top 19 bits), so lo is read rounded to nearest as well.
+/// `mma_tf32` gives the same products for either split; only the register contents differ.
+#[inline(always)]
+pub fn split_bits(x: f32) -> (f32, f32) {
+    let hi = f32::from_bits((x.to_bits().wrapping_add(0x1000)) & 0xFFFF_E000);
+    (hi, f32::from_bits((x - hi).to_bits().wrapping_add(0x1000)))
+}
+
 /// d += A B for the warp's 16 x 8 x 8 tile, each lane holding its fragments (layout above).
 /// All 32 lanes call it together, from warp-uniform control flow.
 #[inline(always)]
@@ -101,14 +112,15 @@ mod hw {
         let tf = |x: f32| f32::from_bits(x.to_bits() & 0xFFFF_E000) as f64;
         let all = crate::emulate::warp_gather([a[0], a[1], a[2], a[3], b[0], b[1]]);
         let (mut am, mut bm) = ([[0.0f64; 8]; 16], [[0.0f64; 8]; 8]);
-        for lane in 0..32 {
-            for r in 0..4 {
-                let (i, k) = super::frag_a(lane, r);
-                am[i][k] = tf(all[lane][r]);
-            }
-            for r in 0..2 {
-                let (k, j) = super::frag_b(lane, r);
-                bm[k][j] = tf(all[lane][4 + r]);
+        for (lane, got) in all.iter().enumerate() {
+            for (r, x) in got.iter().enumerate() {
+                if r < 4 {
+                    let (i, k) = super::frag_a(lane, r);
+                    am[i][k] = tf(*x);
+                } else {
+                    let (k, j) = super::frag_b(lane, r - 4);
+                    bm[k][j] = tf(*x);
+                }
             }
         }
         let lane = crate::gpu::lane() as usize;
@@ -154,6 +166,12 @@ mod tests {
             let err = ((hi as f64 + lo as f64) - x as f64).abs();
             assert!(err <= x.abs() as f64 * 2f64.powi(-21), "{x:e}: {hi:e} + {lo:e}");
         }
+        for _ in 0..10000 {
+            // the integer split: the same hi, and lo as the mma reads it (top 19 bits) the same
+            let x = rng.f() * 10f32.powi(rng.below(20) as i32 - 10);
+            let ((hi, lo), (bh, bl)) = (split(x), split_bits(x));
+            assert_eq!((hi.to_bits(), lo.to_bits()), (bh.to_bits(), bl.to_bits() & 0xFFFF_E000), "{x:e}");
+        }
         assert_eq!(to_tf32(1.0 + 2f32.powi(-11)), 1.0 + 2f32.powi(-10)); // a tie goes away from zero
         assert_eq!(to_tf32(-(1.0 + 2f32.powi(-11))), -(1.0 + 2f32.powi(-10)));
     }
@@ -172,8 +190,10 @@ mod tests {
             let (a, b, c) = (pa as *const f32, pb as *const f32, pc as *mut f32);
             // SAFETY: the test's vectors, 16 x 8, 8 x 8 and 16 x 8; each lane writes its own 4 outputs.
             let (fa, fb) = unsafe {
-                ([0, 1, 2, 3].map(|r| *a.add(frag_a(lane, r).0 * 8 + frag_a(lane, r).1)),
-                 [0, 1].map(|r| *b.add(frag_b(lane, r).0 * 8 + frag_b(lane, r).1)))
+                (
+                    [0, 1, 2, 3].map(|r| *a.add(frag_a(lane, r).0 * 8 + frag_a(lane, r).1)),
+                    [0, 1].map(|r| *b.add(frag_b(lane, r).0 * 8 + frag_b(lane, r).1)),
+                )
             };
             let (ah, al) = (fa.map(|x| split(x).0), fa.map(|x| split(x).1));
             let (bh, bl) = (fb.map(|x| split(x).0), fb.map(|x| split(x).1));
