@@ -204,11 +204,6 @@ def test_errors_say_what_was_expected():
 
 
 @cpu_only
-def test_triton_block_refuses_bf16_naming_x():
-    from kernels.mlp_block.triton_block import mlp_block
-    assert_refuses(mlp_block, OP, "x", *SPEC.inputs(SMALL, dtype="bf16"))
-
-
 # ---- on a GPU ---------------------------------------------------------------------------------------
 def _cuda_impls():
     return [(i.name, i.dtype) for i in registry.impls(OP) if i.callable]

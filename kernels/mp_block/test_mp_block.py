@@ -200,11 +200,6 @@ def test_a_graph_changed_in_place_is_refused_naming_the_block():
 
 
 @cpu_only
-def test_triton_block_refuses_bf16_naming_h():
-    from kernels.mp_block.triton_block import mp_block
-    assert_refuses(mp_block, OP, "h", *SPEC.inputs(SMALL, dtype="bf16"))
-
-
 @cpu_only
 def test_operator_validates_raw_csr_tensors():
     graph, *rest = _good()
