@@ -289,10 +289,16 @@ pub fn matmul_fp32x3<const CVT: bool>(a: *const f32, b: *const f32, c: *mut f32,
                 unroll!(r in 4 => {
                     (ah[r], al[r]) = halves(x[r]);
                 });
+                // the small products first, so they are not lost against the large one; each
+                // product over the four n tiles in turn, so consecutive mma are independent and
+                // an accumulator's next product waits three instructions, not none
                 unroll!(nt in 4 => {
-                    // the small products first, so they are not lost against the large one
                     mma_tf32(&mut acc[mt][nt], al, bh[nt]);
+                });
+                unroll!(nt in 4 => {
                     mma_tf32(&mut acc[mt][nt], ah, bl[nt]);
+                });
+                unroll!(nt in 4 => {
                     mma_tf32(&mut acc[mt][nt], ah, bh[nt]);
                 });
             });
