@@ -177,10 +177,12 @@ def test_gpu_bitwise_deterministic_over_10_runs(dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", ["fp32", "fp32x3", "tf32", "bf16"])
-def test_gpu_inductor_backward_matches_eager(dtype):
+def test_gpu_inductor_backward(dtype):
+    # Inductor compiles the forward and backward graphs around the opaque operator (it may lay the
+    # operand copies out its own way, so the check is against float64, not eager's bits)
     A, B, dC = inputs(dict(M=384, K=200, N=130), dtype, "heavy", 7, "cuda")
     train = registry.train_fn(impl(OP, dtype))
     step = torch.compile(lambda a, b: (train(a, b).float() * dC.float()).sum(), fullgraph=True)
     got = torch.autograd.grad(step(*(t.requires_grad_() for t in (A, B))), (A, B))
-    want = triton_grads(A, B, dC, dtype)
-    assert all(torch.equal(g, w) for g, w in zip(got, want)), dtype
+    for name, g, w in zip(("dA", "dB"), got, reference_grads(A, B, dC)):
+        assert g.dtype == A.dtype and rel_err(g, w) <= spec(OP).tol(dtype), (dtype, name, rel_err(g, w))
