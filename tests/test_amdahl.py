@@ -177,3 +177,33 @@ def test_the_profile_keeps_time_per_kernel_name():
     p = summarize_events(events, iters=2)
     assert p.kernel_us_by_name == pytest.approx({"ampere_sgemm_128x64_tn": 3.0, "_layernorm_kernel": 1.0})
     assert sum(p.kernel_us_by_name.values()) == pytest.approx(p.kernel_us)
+
+
+def test_the_gpu_half_wires_operations_and_the_split(monkeypatch):
+    """measure_case with the profiles made up: the triangle's einsum runs as a cuBLAS GEMM in eager, so
+    its share of the eager block's GEMM time comes from the operations' own GEMM times."""
+    from mage import amdahl_gpu
+
+    def fake(im, shape, iters, log):
+        if im is None:
+            return None
+        if im.op == TRIMUL.name:
+            gemm = {"ampere_sgemm_128x64_tn": 40.0}
+            return {**gemm, "_layernorm_kernel": 10.0} if im.name == "triton" else {
+                **gemm, "vectorized_layer_norm_kernel": 20.0, "direct_copy_kernel_cuda": 5.0}
+        if im.op == "triangle":
+            return {"ampere_sgemm_32x32_nn": 10.0, "direct_copy_kernel": 2.0} if im.name == "pytorch" else {"_k": 4.0}
+        if im.op == "matmul":
+            return {"sm90_xmma_gemm_cublas": 15.0}  # two calls: 30 us in all
+        return {"some_kernel": 2.0 if im.name == "pytorch" else 1.0}
+
+    monkeypatch.setattr(amdahl_gpu, "profile_at", fake)
+    rows = amdahl_gpu.measure_case(TRIMUL, TRIMUL.shapes["field"][0], "field", "fp32", "r", "pytorch", "triton", 5,
+                                   print)
+    t = amdahl.table(pd.DataFrame(rows))
+    r = t.iloc[0]
+    # the eager GEMM time (40) shared: the triangle's own GEMM time 10 against the projections' 30
+    assert r.parts["triangle"]["p"] == pytest.approx((10 + 5) / 65)
+    assert r.parts["matmul"]["p"] == pytest.approx(30 / 65)
+    assert r.parts["triangle"]["s"] == pytest.approx(12 / 4) and r.parts["layernorm"]["s"] == pytest.approx(2.0)
+    assert "split:triangle<-matmul" in r.notes and r.measured == pytest.approx(65 / 50)
