@@ -39,7 +39,8 @@ VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches"
          "latency": "us", "latency_part": "us", "latency_share": "fraction", "throughput": "items/s",
          "batch_hist": "batches", "requests": "count",
          "train_step": "us", "train_part": "us"}  # a block's training step, and its parts (mage.train)
-SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service"}  # service: one request's shape
+# service: one request's shape; train: a block's training step (mage.train), at its field or large shape
+SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service", "train"}
 CACHES = {"warm", "cold", "n/a"}
 CHECK_COLUMNS = ["op", "impl", "dtype", "shape", "dist", "error", "tolerance", "passed", "trials", "reason", "run"]
 CEILING_COLUMNS = ["name", "value", "unit", "detail", "run"]

@@ -19,7 +19,7 @@ from .profile import ProfileError, profile
 from .session import (TILE_SETTINGS, Settings, new_run_id, prepare_run, quick,  # noqa: F401 - the loop's API
                       steady_process, summary_table)
 from .span_rows import _span_rows, own_rows  # noqa: F401 - _span_rows: the tests' entry too
-from .timing import SpanPlan, graph_span, spans
+from .timing import SpanPlan, spans
 
 # One value of one run: a later run adds its rows beside the earlier runs' (mage.data.load picks a run)
 KEY = ["op", "impl", "dtype", "shape", "cache", "pass", "view", "round", "stat", "run"]
@@ -68,17 +68,6 @@ def derived(view, value, flops, nbytes_, dtype, ceil):
             out.update(achieved_gbps=nbytes_ / (value * 1e3), achieved_tflops=flops / (value * 1e6),
                        frac_of_floor=floor_us / value)
     return out
-
-
-def pass_cost(spec, shape, dtype, probe, pass_):
-    """(FLOPs, bytes) of one call of ``pass_``: forward's, backward's (the spec's grad cost), or both summed."""
-    fwd = spec.cost(shape, dtype, inputs=probe)
-    if pass_ == "forward":
-        return fwd
-    bwd = spec.grad_cost(shape, dtype, inputs=probe)
-    if pass_ == "backward" or bwd[0] is None:
-        return bwd
-    return fwd[0] + bwd[0], fwd[1] + bwd[1]
 
 
 def _row_maker(base, shape, pass_, cost, ceilings):
@@ -153,7 +142,7 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
 
     for pass_ in st.passes:
         timed = good if pass_ == "forward" else trained
-        row = _row_maker(base, shape, pass_, pass_cost(spec, shape, dtype, probe, pass_), st.ceilings)
+        row = _row_maker(base, shape, pass_, passes.pass_cost(spec, shape, dtype, probe, pass_), st.ceilings)
         got, kernel = _time_pass(spec, key, pass_, timed, prepared, st, row, log)
         rows += got
         if pass_ == "forward":
@@ -183,6 +172,12 @@ def _time_pass(spec, key, pass_, timed, prepared, st, row, log):
             p = profile(calls[im.name], iters=st.iters)
         except ProfileError as e:
             raise ProfileError(f"{spec.name} {im.name} {key} {pass_}: {e}") from e
+        except Exception as e:  # a training path that checks but cannot run repeatedly: say so, time the others
+            if pass_ == "forward":
+                raise
+            log(f"  {pass_} of {im.name} {key} failed while profiled: {type(e).__name__}: {e}")
+            del calls[im.name]
+            continue
         kernel[im.name] = p
         names = "|".join(p.kernel_names)
         flags = list(p.flags)
@@ -190,7 +185,7 @@ def _time_pass(spec, key, pass_, timed, prepared, st, row, log):
             try:
                 # about 2 ms of work per replay: enough to average, not so much that slow kernels dominate
                 repeat = max(1, min(10, int(2000 / max(p.kernel_us, 1.0))))
-                g = graph_span(one_set, replays=20 if p.kernel_us < 1000 else 5, repeat=repeat)
+                g = passes.graph_of(one_set, pass_, registry.train_fn(im), arg_sets, st.seed, p.kernel_us, repeat)
                 rows.append(row(im, "graph_span", g, "us"))
             except Exception as e:  # noqa: BLE001 - not every call can be captured; say so, keep going
                 log(f"  graph capture failed for {im.name} {key} {pass_}: {type(e).__name__}: {e}")

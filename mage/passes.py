@@ -24,6 +24,7 @@ import torch
 from . import ops
 from .check import CheckResult, rel_error
 from .errors import MageInputError
+from .timing import graph_span
 
 PASSES = ("forward", "backward", "both")
 DEFAULT = ("forward",)
@@ -43,8 +44,11 @@ def check_passes(passes, where: str = "measure") -> tuple:
 
 
 def floating(args) -> list[int]:
-    """Positions of the floating tensors among ``args``: what backward differentiates with respect to."""
-    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    """Positions of the dense floating tensors among ``args``: what backward differentiates with respect
+    to. A sparse matrix built in prepare holds a graph's structure with its weights, as a graph object
+    does, and is left alone like one."""
+    return [i for i, a in enumerate(args)
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.layout == torch.strided]
 
 
 def leaves(args) -> tuple[list, list]:
@@ -143,3 +147,30 @@ def grad_check(impl, fn, shape: dict, seed: int, device: str = "cuda") -> CheckR
         return res
     res.passed = True
     return res
+
+
+def pass_cost(spec, shape, dtype, probe, pass_):
+    """(FLOPs, bytes) of one call of ``pass_``: forward's, backward's (the spec's grad cost), or both summed."""
+    fwd = spec.cost(shape, dtype, inputs=probe)
+    if pass_ == "forward":
+        return fwd
+    bwd = spec.grad_cost(shape, dtype, inputs=probe)
+    if pass_ == "backward" or bwd[0] is None:
+        return bwd
+    return fwd[0] + bwd[0], fwd[1] + bwd[1]
+
+
+def graph_of(one_set, pass_, fn, arg_sets, seed, kernel_us, repeat):
+    """Microseconds per call of one pass replayed from a CUDA graph (``timing.graph_span``). A backward alone is captured on the stream its forward ran on (sets of
+    its own, their forward run there), or its kernels would go to a stream outside the capture."""
+    stream = None
+    if pass_ == "backward":
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            one_set = [PassSet(fn, a, pass_, seed + 31 + i) for i, a in enumerate(arg_sets)]
+    g = graph_span(one_set, replays=20 if kernel_us < 1000 else 5, repeat=repeat, stream=stream)
+    if pass_ != "forward" and g < 0.5 * kernel_us:
+        # the replay cannot beat the call's own kernels by that much: the graph missed the work
+        raise RuntimeError(f"replay {g:.3g} us < half the kernel time {kernel_us:.3g} us: the work was not captured")
+    return g

@@ -230,10 +230,12 @@ def _sync():
         torch.cuda.synchronize()
 
 
-def graph_span(calls: list[Callable], replays: int = 20, repeat: int = 10) -> float:
+def graph_span(calls: list[Callable], replays: int = 20, repeat: int = 10, stream=None) -> float:
     """Microseconds per call when ``calls`` (run ``repeat`` times in order) are captured in one CUDA graph
-    and replayed: launch overhead is gone, what remains is GPU work plus the gaps between kernels."""
-    stream = torch.cuda.Stream()
+    and replayed: launch overhead is gone, what remains is GPU work plus the gaps between kernels.
+    ``stream``: the stream to warm and capture on (default a new one). A backward runs on the stream its
+    forward ran on, so a backward alone is captured on the stream its forward was run on."""
+    stream = stream or torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm on the capture stream, as capture requires
         for fn in calls:
@@ -241,7 +243,7 @@ def graph_span(calls: list[Callable], replays: int = 20, repeat: int = 10) -> fl
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         for _ in range(repeat):
             for fn in calls:
                 fn()

@@ -135,9 +135,11 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def _config(precision) -> str:
-    return json.dumps({"optimizer": "AdamW(fused)", "lr": LR, "weight_decay": WEIGHT_DECAY, "master": "fp32",
-                       "compute": "autocast bf16" if precision == "bf16" else "fp32"}, sort_keys=True)
+def _config(precision, shape_set="") -> str:
+    """What a step ran with, recorded with every row (and the spec's shape set the shape came from)."""
+    c = {"optimizer": "AdamW(fused)", "lr": LR, "weight_decay": WEIGHT_DECAY, "master": "fp32",
+         "compute": "autocast bf16" if precision == "bf16" else "fp32"}
+    return json.dumps(dict(c, shapes=shape_set) if shape_set else c, sort_keys=True)
 
 
 def measure(out_dir, op_names, impl_names=None, shape_sets=("field",), precisions=PRECISIONS, steps=60, iters=20,
@@ -215,8 +217,9 @@ def _case(spec, shape, shape_set, precision, impl_names, plan, iters, seed, run,
         steps[im.name] = im, step  # keyed by name: an Impl holds dicts and does not hash
     if not steps:
         return []
-    base = dict(op=spec.name, dtype=precision, shape=key, shape_set=shape_set, cache="warm", run=run,
-                source="measured", config=_config(precision), **{"pass": "step"})
+    # shape set 'train': a step's rows never stand among the calls' rows of the field and large sets
+    base = dict(op=spec.name, dtype=precision, shape=key, shape_set="train", cache="warm", run=run,
+                source="measured", config=_config(precision, shape_set), **{"pass": "step"})
     rows = []
     for im, step in steps.values():
         p = profile(step, iters=iters)

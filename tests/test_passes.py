@@ -1,6 +1,7 @@
 """The pass dimension (issue 16) on the CPU: the backward and both calls, the gradient check, the
-harness's rows for each pass (the one loop, with the GPU's profile, spans and graph replay faked), their
+harness's rows for each pass (the one loop, with the GPU's profile, spans, streams and graph replay faked), their
 round trip through the data folder, old data without the column, and bad arguments naming the option."""
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -91,11 +92,19 @@ def fake_gpu(monkeypatch):
             fn()
         return Profile(iters=iters, kernel_us=5.0, copy_us=0.0, launches=2.0, kernel_names=["k"])
 
-    def graph_span(calls, replays=20, repeat=10):
+    def graph_span(calls, replays=20, repeat=10, stream=None):
         for c in calls:
-            if isinstance(c, passes.PassSet) and c.pass_ != "forward":
+            if isinstance(c, passes.PassSet) and c.pass_ == "backward":
                 raise RuntimeError("operation not permitted when stream is capturing")
-        return 4.0
+        return 1.0  # both: less than half the kernel time, so the harness refuses it as missed work
+
+    class Stream:  # the backward's capture stream, on the host
+        def wait_stream(self, other):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: None)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
 
     class Timer:
         last_host_us = 1.0
@@ -105,7 +114,7 @@ def fake_gpu(monkeypatch):
             return 7.0
 
     monkeypatch.setattr(measure, "profile", profile)
-    monkeypatch.setattr(measure, "graph_span", graph_span)
+    monkeypatch.setattr(passes, "graph_span", graph_span)
     monkeypatch.setattr(measure, "spans", lambda calls, plan, between: real_spans(calls, plan=plan, timer=Timer(),
                                                                                   between=between))
     monkeypatch.setattr(measure, "clocks", lambda: {})
@@ -119,7 +128,7 @@ def _rows(pass_, run="r1"):
     inputs = ops.get("layernorm").inputs(SHAPE, seed=1)
     base = dict(op="layernorm", dtype="fp32", shape="R=5,C=7", shape_set="field", cache="warm", run=run,
                 source="measured")
-    row = measure._row_maker(base, SHAPE, pass_, measure.pass_cost(ops.get("layernorm"), SHAPE, "fp32",
+    row = measure._row_maker(base, SHAPE, pass_, passes.pass_cost(ops.get("layernorm"), SHAPE, "fp32",
                                                                    inputs, pass_), {})
     logged = []
     rows, _ = measure._time_pass(spec, "R=5,C=7", pass_, [im], {im.name: ([inputs], 0.1)}, st, row, logged.append)
@@ -137,6 +146,8 @@ def test_each_pass_writes_its_rows_and_they_read_back(fake_gpu, tmp_path):
     assert "graph_span" not in views(bwd) and any("graph capture failed" in m for m in logged)
     kt = [r for r in bwd if r["view"] == "kernel_time"][0]
     assert "no_graph:RuntimeError" in kt["flags"]
+    # a replay faster than half the kernel time missed the work: refused, not recorded
+    assert "graph_span" not in views(both) and "no_graph" in [r for r in both if r["view"] == "kernel_time"][0]["flags"]
     measure.write(tmp_path, pd.DataFrame(fwd + bwd + both), pd.DataFrame())
     df = load(tmp_path)
     assert set(df["pass"]) == {"forward", "backward", "both"}

@@ -67,14 +67,14 @@ def test_a_path_that_cannot_learn_is_named():
 
 def test_train_rows_load_beside_measurements(tmp_path):
     base = dict(op="mlp_block", impl="pytorch", family="pytorch", dtype="bf16", shape="T=5,d=8,hidden=12",
-                shape_set="field", cache="warm", run="20990101T000000Z-x", source="measured", config="{}",
+                shape_set="train", cache="warm", run="20990101T000000Z-x", source="measured", config="{}",
                 round=0, stat="mean", **{"pass": "step"})
     rows = [dict(base, view="train_step", value=100.0, unit="us"),
             dict(base, view="throughput", value=5e4, unit="items/s", stage="items per step: 5"),
             dict(base, view="train_part", value=40.0, unit="us", stage="forward"),
             dict(base, view="train_part", value=50.0, unit="us", stage="backward")]
     merge_csv(pd.DataFrame(rows), tmp_path / train.FILE, IDENTITY)
-    pd.DataFrame([dict(base, dtype="fp32", view="kernel_time", value=3.0, unit="us", **{"pass": ""})]).to_csv(
+    pd.DataFrame([dict(base, shape_set="field", view="kernel_time", value=3.0, unit="us", **{"pass": ""})]).to_csv(
         tmp_path / "field.csv", index=False)
     df = load(tmp_path)
     assert sorted(df["pass"]) == ["forward"] + ["step"] * 4
@@ -123,6 +123,7 @@ def test_a_case_writes_every_view_and_they_load(tmp_path):
     assert top[("throughput", "items per step: 5")] == pytest.approx(5 / 50e-6)
     assert {s for v, s in top.index if v == "train_part"} == {"forward", "backward", "optimizer"}
     assert sorted(df[df["view"] == "train_step"]["round"].unique()) == [0, 1, 2, 3]
-    assert set(df["pass"]) == {"step"} and set(df["dtype"]) == {"bf16"} and "autocast bf16" in df["config"][0]
+    assert set(df["pass"]) == {"step"} and set(df["dtype"]) == {"bf16"} and set(df["shape_set"]) == {"train"}
+    assert '"compute": "autocast bf16"' in df["config"][0] and '"shapes": "field"' in df["config"][0]
     merge_csv(df, tmp_path / train.FILE, IDENTITY)
     assert len(load(tmp_path)) == len(df)
