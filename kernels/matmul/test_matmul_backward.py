@@ -116,6 +116,36 @@ def test_only_the_gradients_asked_for(needs, monkeypatch):
     assert (A.grad is None) != needs[0] and (B.grad is None) != needs[1]
 
 
+class _Recorder:
+    """Stands in for the compiled kernel: records each launch's arguments, launches nothing."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append(dict(kwargs, args=args))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp32x3", "tf32", "bf16"])
+def test_gradients_launch_at_the_forwards_precision_and_chosen_layouts(dtype, monkeypatch):
+    # The backward's two launches carry the forward's input precision (a TF32 slip in a gradient would
+    # pass the interpreter, which multiplies in FP32), and each reads its transposed operand as COPY says.
+    from kernels._triton import common
+    rec = _Recorder()
+    monkeypatch.setattr(bwd.triton_kernel, "_matmul_kernel", rec)
+    monkeypatch.setattr(common, "on_device", lambda op, named: None)  # records only: runs without a GPU
+    A, B, dC = inputs(dict(M=48, K=40, N=24), dtype)
+    torch.autograd.grad(registry.train_fn(impl(OP, dtype))(A.requires_grad_(), B.requires_grad_()), (A, B), dC)
+    forward, grad_a, grad_b = rec.launches
+    assert {L["PRECISION"] for L in rec.launches} == {bwd.triton_kernel.PRECISION[dtype]}
+    # kernel arguments: A, B, C, M, N, K, then the strides of A (m, k), B (k, n), C (m, n)
+    assert grad_a["args"][3:6] == (48, 40, 24) and grad_b["args"][3:6] == (40, 24, 48)
+    b_of_da = grad_a["args"][8:10]  # B^T as read: N-major (stride 1 along n) if copied, else K-major
+    assert b_of_da == ((40, 1) if bwd.COPY[dtype]["dA"] else (1, 24)), b_of_da
+    a_of_db = grad_b["args"][6:8]  # A^T as read: K-major (stride 1 along its k, which is M) if copied
+    assert a_of_db == ((48, 1) if bwd.COPY[dtype]["dB"] else (1, 40)), a_of_db
+
+
 @cpu_only
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 def test_opcheck(dtype):

@@ -136,6 +136,38 @@ def test_only_the_gradients_asked_for(needs, monkeypatch):
     assert (A.grad is None) != needs[0] and (B.grad is None) != needs[1]
 
 
+class _Recorder:
+    """Stands in for a kernel: records each launch's arguments, launches nothing."""
+
+    def __init__(self, launches):
+        self.launches = launches
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append(dict(kwargs, args=args))
+
+
+@pytest.mark.parametrize("road", ["in_place", "permute_k_inner"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradients_launch_at_the_forwards_precision(dtype, road, monkeypatch):
+    # every GEMM launch of the backward carries the forward's input precision (the interpreter multiplies
+    # in FP32 whatever it is told, so only this sees a slip); the in-place road reads the swapped views
+    from kernels._triton import common
+    launches = []
+    for name in ("_triangle_kernel",):
+        monkeypatch.setattr(module(OP), name, _Recorder(launches))
+    for name in ("_batched_gemm_kernel", "_transpose_kernel"):
+        monkeypatch.setattr(module(OP).road, name, _Recorder(launches))
+    monkeypatch.setattr(common, "on_device", lambda op, named: None)  # records only: runs without a GPU
+    force_road(monkeypatch, ROADS[road])
+    A, B, dO = inputs(dict(N=6, C=3))
+    torch.autograd.grad(registry.train_fn(impl(OP, dtype))(A.requires_grad_(), B.requires_grad_()), (A, B), dO)
+    gemms = [L for L in launches if "PRECISION" in L]
+    assert len(gemms) == 3 and {L["PRECISION"] for L in gemms} == {module(OP).INPUT_PRECISION[dtype]}
+    if road == "in_place":  # arguments: X, Y, O, N, C, then the strides of X, Y and O over (p, r, c)
+        (_, grad_a, grad_b), ij, ji = gemms, (18, 3, 1), (3, 18, 1)
+        assert grad_a["args"][5:11] == ij + ji and grad_b["args"][5:11] == ji + ji
+
+
 @cpu_only
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_opcheck(dtype):
