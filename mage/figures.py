@@ -21,6 +21,7 @@ from plotly.subplots import make_subplots
 from . import views as V
 from .figure_costs import cost_vs_size, launch_overhead, launch_paths, roofline  # noqa: F401 - the one namespace
 from .figure_choices import precision_map  # noqa: F401
+from .figure_launch import launch_breakdown, launch_sentence  # noqa: F401
 from .figure_style import (NOT_MEASURED, PUBLISHED_LABEL, US, VIEW_LABEL, VIEW_UNIT, caption, fmt,  # noqa: F401
                            impl_bars, impl_color, impl_label, impls_in, kernel_list, log_toggle, not_measured,
                            op_label, op_short, short_label, use_notebook_renderer, with_caption)
