@@ -57,6 +57,7 @@ SPEC = Op(
     targets=(Target("triton", "speedup", 0.90, baseline="pytorch"),
              Target("rust", "speedup", 0.70, baseline="pytorch"),
              Target("triton", "speedup", 2.0, baseline="pytorch", dtype="fp32x3", baseline_dtype="fp32"),
+             Target("rust", "speedup", 1.5, baseline="pytorch", dtype="fp32x3", baseline_dtype="fp32"),
              Target("triton", "speedup", 0.90, baseline="pytorch", dtype="tf32"),
              Target("triton", "speedup", 0.95, baseline="pytorch", dtype="bf16")),
 )
