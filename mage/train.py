@@ -195,11 +195,12 @@ def _case(spec, shape, shape_set, precision, impl_names, plan, iters, seed, run,
         if fn is None or im.runs_on(device):
             log(f"  {spec.name} {im.name} {key}: " + ("no training path" if fn is None else im.runs_on(device)))
             continue
-        if precision == "fp32":  # the gradients checked first, as a forward is before it is timed
-            c = passes.grad_check(im, fn, shape, seed=seed + 29, device=device)
-            if not c.passed:
-                log(f"  refusing to train {spec.name} {im.name} {key}: {c.reason}")
-                continue
+        # the path's FP32 gradients checked first (for either precision: autocast runs the same path),
+        # as a forward is checked before it is timed
+        c = passes.grad_check(im, fn, shape, seed=seed + 29, device=device)
+        if not c.passed:
+            log(f"  refusing to train {spec.name} {im.name} {key}: {c.reason}")
+            continue
         t0 = time.perf_counter()
         try:
             step = Step(spec, im, fn, shape, precision, seed=seed, device=device)
