@@ -70,10 +70,12 @@ def _column_sum_kernel(Part, Out, n, C, BLOCK_N: tl.constexpr, BLOCK_C: tl.const
 # </kernel>
 
 
-# ROWS bounds the partials: R / ROWS x C values written and read again (about 1.5% of the compulsory
-# bytes at ROWS = 64); BLOCK_R x BLOCK_C is the tile in registers (x, dy and dx: 3 x 16 values a
-# thread at 4 warps).
-CONFIG = dict(ROWS=64, BLOCK_R=4, BLOCK_C=512, num_warps=4)
+# ROWS bounds the partials: R / ROWS x C values written and read again (1% of the compulsory bytes at
+# ROWS = 64); fewer rows a program where 64 would leave fewer than PROGRAMS programs (the field shape:
+# 2048 rows of 512 columns would be 32 programs on 132 SMs). BLOCK_R x BLOCK_C is the tile in
+# registers (x, dy and dx: 3 x 16 values a thread at 4 warps).
+CONFIG = dict(ROWS=None, BLOCK_R=4, BLOCK_C=512, num_warps=4)
+MAX_ROWS, PROGRAMS = 64, 1024
 SUM_CONFIG = dict(BLOCK_N=8, BLOCK_C=256, num_warps=4)
 
 
@@ -99,6 +101,9 @@ def bias_gelu_backward(x, b, dy, **config):
     x = x if x.stride(1) == 1 else x.contiguous()
     dy = dy if dy.stride(1) == 1 else dy.contiguous()  # a broadcast gradient (stride 0 rows) is read as is
     consts, launch = common.split({**CONFIG, **config})
+    if consts["ROWS"] is None:  # the largest power of two <= MAX_ROWS that still makes PROGRAMS programs
+        want_rows = max(1, R * triton.cdiv(C, consts["BLOCK_C"]) // PROGRAMS)
+        consts["ROWS"] = max(consts["BLOCK_R"], min(MAX_ROWS, 1 << (want_rows.bit_length() - 1)))
     if consts["ROWS"] % consts["BLOCK_R"]:
         raise MageInputError(OP, "config", f"ROWS={consts['ROWS']} must be a multiple of BLOCK_R={consts['BLOCK_R']}")
     row_blocks = triton.cdiv(R, consts["ROWS"])

@@ -118,19 +118,23 @@ def _column_sum_kernel(Part, Out, n, C, BLOCK_N: tl.constexpr, BLOCK_C: tl.const
 # </kernel>
 
 
-# ROWS bounds the partials (2 x R / ROWS x C values written and read again: about 6% of the compulsory
-# bytes at ROWS = 32, traded against programs enough to fill the GPU at R = 32768); a one-block row
-# of up to MAX_BLOCK_C columns stays in registers; short rows take several rows a step.
-CONFIG = dict(ROWS=32, MAX_BLOCK_C=8192)
+# ROWS bounds the partials (2 x R / ROWS x C values written and read again: 2% of the compulsory bytes
+# at ROWS = 64), fewer where 64 would leave fewer than PROGRAMS programs (the field shape's 1024 rows);
+# a one-block row of up to MAX_BLOCK_C columns stays in registers; short rows take several a step.
+CONFIG = dict(ROWS=None, MAX_BLOCK_C=8192)
+MAX_ROWS, PROGRAMS = 64, 512
 SUM_CONFIG = dict(BLOCK_N=8, BLOCK_C=256, num_warps=4)
 
 
-def _config(C, config):
+def _config(R, C, config):
     cfg = {**CONFIG, **config}
     block_c = min(common.pow2(C), cfg.pop("MAX_BLOCK_C"))
+    if cfg["ROWS"] is None:  # the largest power of two <= MAX_ROWS that still makes PROGRAMS programs
+        want_rows = max(1, R // PROGRAMS)
+        cfg["ROWS"] = min(MAX_ROWS, 1 << (want_rows.bit_length() - 1))
     if "BLOCK_R" not in cfg:  # short rows: several a step, as many as divide ROWS
         br = max(1, min(8, 2048 // block_c))
-        while cfg["ROWS"] % br:
+        while cfg["ROWS"] % br and br > 1:
             br //= 2
         cfg["BLOCK_R"] = br
     cfg.setdefault("num_warps", 8 if cfg["BLOCK_R"] * block_c >= 4096 else 4)
@@ -164,7 +168,7 @@ def layernorm_backward(x, gamma, mean, rstd, dy, **config):
         return dx, torch.zeros_like(gamma), torch.zeros_like(gamma)
     x = x if x.stride(1) == 1 else x.contiguous()
     dy = dy if dy.stride(1) == 1 else dy.contiguous()  # a broadcast gradient (stride 0 rows) is read as is
-    block_c, cfg = _config(C, config)
+    block_c, cfg = _config(R, C, config)
     consts, launch = common.split(cfg)
     programs = triton.cdiv(R, consts["ROWS"])
     alloc = torch.empty if block_c >= C else torch.zeros  # the chunked road adds into its partial rows
