@@ -171,18 +171,24 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     out = torch.empty((N, N, C), dtype=z.dtype, device=z.device) if out is None else out
     if N == 0:
         return out
+    # The dtype the Triton kernels store. Triton 3.6's interpreter converts FP32 to bf16 by cutting the
+    # mantissa (round toward zero, at every store and .to()), where the GPU rounds to nearest even: twice
+    # the error, all of one sign, at each of the five bf16 stores the kernels make. Under the interpreter
+    # the kernels therefore store FP32 (their math is FP32 anyway) and PyTorch rounds each intermediate
+    # once to nearest even (_nearest): the values the GPU stores, at the same points.
+    sdt = torch.float32 if z.dtype == torch.bfloat16 and common.interpreting() else z.dtype
     defaults = DEFAULTS if z.dtype == torch.float32 else DEFAULTS_BF16
     consts, launch = common.choose_split(NAME, defaults, dict(N=N, C=C, H=H), config)
     _refuse_bad_config(consts)
     set_precision("fp32")  # IEEE FP32 GEMMs, whatever an earlier TF32 call left set
     R = N * N
     ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
-    zn = layernorm(z.reshape(R, C), gamma_in, beta_in, **ln_cfg)
+    zn = _nearest(layernorm(z.reshape(R, C).to(sdt), gamma_in.to(sdt), beta_in.to(sdt), **ln_cfg), z.dtype)
     p = torch.addmm(b_in, zn, w_in)  # [R, 4H + C]: the five projections, one GEMM
-    at = torch.empty((H, N, N), dtype=z.dtype, device=z.device)
-    bt = torch.empty((H, N, N), dtype=z.dtype, device=z.device)
-    o = torch.empty((N, N, H), dtype=z.dtype, device=z.device)
-    scratch = None if consts["STORE"] == "direct" else torch.empty((H, N, N), dtype=z.dtype, device=z.device)
+    at = torch.empty((H, N, N), dtype=sdt, device=z.device)
+    bt = torch.empty((H, N, N), dtype=sdt, device=z.device)
+    o = torch.empty((N, N, H), dtype=sdt, device=z.device)
+    scratch = None if consts["STORE"] == "direct" else torch.empty((H, N, N), dtype=sdt, device=z.device)
     offs_64 = common.offsets_64(p, at, o, mask) or p.numel() >= common.INT32_LIMIT
     # K_INNER: the copies hold [c, i, k] (k innermost, as the tensor cores read), else [c, k, i]
     if consts["K_INNER"]:
@@ -192,14 +198,30 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     grid = (N * triton.cdiv(N, consts["GATE_V"]), triton.cdiv(H, consts["GATE_H"]))
     _gate_kernel[grid](p, mask, at, bt, N, H, p.stride(0), *sp, *sm, BLOCK_V=consts["GATE_V"],
                        BLOCK_H=consts["GATE_H"], OFFS_64=offs_64, num_warps=consts["GATE_WARPS"])
-    _contract(at, bt, o, scratch, consts, launch, offs_64)
-    on = layernorm(o.view(R, H), gamma_out, beta_out, **ln_cfg)
+    # (under the interpreter a and b stay FP32 tensors holding bf16 values: the contraction multiplies
+    # FP32 tiles there, see _contract)
+    _contract(_nearest(at, z.dtype, keep=True), _nearest(bt, z.dtype, keep=True), o, scratch, consts, launch,
+              offs_64)
+    on = layernorm(_nearest(o, z.dtype, keep=True).view(R, H), gamma_out.to(sdt), beta_out.to(sdt), **ln_cfg)
     y = out.view(R, C)
-    torch.addmm(b_out, on, w_out, out=y)
+    if sdt != z.dtype:  # the projection rounded by cuBLAS (here PyTorch) as on the GPU, gated in FP32
+        y = torch.addmm(b_out, _nearest(on, z.dtype), w_out).to(sdt)
+    else:
+        torch.addmm(b_out, on, w_out, out=y)
     grid = (triton.cdiv(R, consts["OUT_R"]), triton.cdiv(C, consts["OUT_C"]))
     _out_gate_kernel[grid](p, y, R, C, p.stride(0), 4 * H, BLOCK_R=consts["OUT_R"], BLOCK_C=consts["OUT_C"],
                            OFFS_64=offs_64, num_warps=consts["OUT_WARPS"])
+    if y.dtype != out.dtype:
+        out.view(R, C).copy_(y)  # rounded to nearest even, once
     return out
+
+
+def _nearest(t: torch.Tensor, dtype: torch.dtype, keep: bool = False) -> torch.Tensor:
+    """t rounded to ``dtype`` to nearest even (nothing to do where a kernel stored ``dtype`` itself):
+    a new ``dtype`` tensor, or with ``keep`` the rounded values in t's own FP32 buffer."""
+    if t.dtype == dtype:
+        return t
+    return t.copy_(t.to(dtype)) if keep else t.to(dtype)
 
 
 def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
@@ -210,7 +232,8 @@ def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
     view = o if scratch is None else scratch.permute(1, 2, 0)  # (i, j, c) strides either way
     if at.dtype == torch.bfloat16 and common.interpreting():
         # Triton 3.6's interpreter multiplies bf16 tiles as their raw 16-bit patterns; the FP32 product
-        # of two bf16 values is exact, so FP32 copies give the sums the tensor cores form
+        # of two bf16 values is exact, so FP32 copies give the sums the tensor cores form (the block
+        # passes FP32 tensors of bf16 values there already; this keeps _contract right on its own)
         at, bt = at.float(), bt.float()
     bc = consts["BLOCK_C"]
     grid = (triton.cdiv(N, consts["BLOCK_I"]) * triton.cdiv(N, consts["BLOCK_J"]) * triton.cdiv(H, bc),)
