@@ -23,9 +23,12 @@ import pandas as pd
 from .errors import MageInputError
 from .ops import OPS, shape_key
 
-CASE = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "config", "tile_of"]
+CASE = ["op", "impl", "dtype", "shape", "shape_set", "cache", "pass", "view", "config", "tile_of"]
 KEYWORDS = ("op", "impl", "view", "shape_set", "shape", "cache", "dtype", "run", "round", "stat", "config",
-            "tile_of", "family")
+            "tile_of", "family", "pass")
+# A selection that names no pass sees the forward rows (and the training steps, which have their own
+# shape set): a backward row must be asked for, never averaged into a forward case by accident.
+DEFAULT_PASSES = ("forward", "step")
 HEADLINE = CASE + ["value", "lo", "hi", "rounds", "spread", "run", "kernel_names", "flags", "flops", "bytes",
                    "floor_us", "achieved_gbps", "achieved_tflops", "frac_of_floor"]
 # The harness's stated precision: recorded kernel times reproduce within it on the same card, and
@@ -36,7 +39,11 @@ PRECISION = 0.03
 
 def select(df: pd.DataFrame, **where) -> pd.DataFrame:
     """The rows matching every keyword: a value, or a list/tuple/set of accepted values; None (or an
-    absent keyword) leaves that column free. Unknown keywords are an error, not an empty result."""
+    absent keyword) leaves that column free, except ``pass``: where the rows hold several passes it
+    defaults to ``DEFAULT_PASSES`` (``select(df, **{"pass": "backward"})`` for the others). Unknown keywords are an error, not an empty
+    result."""
+    if "pass" not in where and "pass" in df.columns and df["pass"].nunique() > 1:  # one pass: nothing to mix
+        where = {**where, "pass": DEFAULT_PASSES}
     mask = pd.Series(True, index=df.index)
     for key, want in where.items():
         if key not in KEYWORDS:

@@ -79,3 +79,12 @@ def test_best_per_keeps_the_fastest_config_of_each_layout():
         ("channel_major", "permute", 400.0), ("channel_major", "direct", 500.0), ("in_place", "direct", 800.0)]
     assert choices.best_per(df, OP, ("NOPE",), "large", "fp32").empty
     assert V.PRECISION > 0.01  # the tie above rests on the harness's stated precision
+
+
+def test_a_backward_row_is_never_read_as_the_forward_case():
+    fwd = _rows("triton", "fp32", 1000.0)
+    bwd = [dict(r, value=2000.0, **{"pass": "backward"}) for r in _rows("triton", "fp32", 0.0)]
+    df = pd.DataFrame([dict(r, **{"pass": "forward"}) for r in fwd] + bwd)
+    assert V.value(df, OP, "triton", shape_set="large") == 1000.0
+    h = V.headline(V.select(df, **{"pass": "backward"}), op=OP)
+    assert list(h["value"]) == [2000.0]
