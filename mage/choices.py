@@ -103,8 +103,9 @@ def sentence(df: pd.DataFrame, checks: pd.DataFrame, op: str, impl: str, dtype: 
     if c.verdict == "tie":
         speed = f"{who} takes about the same kernel time as {base} (within {100 * c.tolerance:.0f}%)"
     else:
-        speed = (f"{who} is {c.b / c.a:.2f} times as fast as {base} ({c.a:,.0f} against {c.b:,.0f} µs of kernel "
-                 f"time)")
+        how = (f"is {c.b / c.a:.2f} times as fast as {base}" if c.verdict == "faster" else
+               f"takes {c.a / c.b:.2f} times the kernel time of {base}")
+        speed = f"{who} {how} ({c.a:,.0f} against {c.b:,.0f} µs of kernel time)"
     if math.isfinite(ea) and math.isfinite(eb):
         rel = "lower than" if ea < eb / 1.5 else "higher than" if ea > eb * 1.5 else "about the same as"
         speed += f", with a relative error against float64 of {ea:.2g}, {rel} the other's {eb:.2g}"

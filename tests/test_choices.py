@@ -60,6 +60,7 @@ def test_the_sentence_is_computed_and_a_small_difference_is_a_tie():
     fast = _frame(_rows("pytorch", "fp32", 2700.0), _rows("triton", "fp32x3", 1600.0))
     s = choices.sentence(fast, ch, OP, "triton", "fp32x3", "pytorch", "fp32")
     assert "1.69 times as fast" in s and "lower than" in s
+    assert "takes 1.69 times the kernel time of" in choices.sentence(fast, ch, OP, "pytorch", "fp32", "triton", "fp32x3")
     close = _frame(_rows("pytorch", "fp32", 1000.0), _rows("triton", "fp32x3", 990.0))  # 1%: inside 3%
     assert choices.against(close, OP, "triton", "fp32x3", "pytorch", "fp32").verdict == "tie"
     assert "about the same kernel time" in choices.sentence(close, ch, OP, "triton", "fp32x3", "pytorch", "fp32")
