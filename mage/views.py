@@ -211,3 +211,14 @@ def fastest(df: pd.DataFrame, op: str, view: str = "kernel_time", impls=None, sh
         return "", math.nan
     r = b.loc[b["value"].astype(float).idxmin()]
     return str(r["impl"]), float(r["value"])
+
+
+def against_fastest(df: pd.DataFrame, op: str, impl: str, rivals, view: str = "kernel_time", **kw):
+    """(comparison, rival): ``impl`` against the fastest of ``rivals`` measured in ``view`` (keywords as
+    for ``case``), a tie within the two cases' tolerance; rival '' when none of them was measured."""
+    times = {r: value(df, op, r, view, **kw) for r in rivals}
+    times = {r: t for r, t in times.items() if math.isfinite(t)}
+    if not times:
+        return Comparison("not measured", value(df, op, impl, view, **kw), math.nan, PRECISION), ""
+    rival = min(times, key=times.get)
+    return compare(df, op, impl, rival, view, **kw), rival
