@@ -42,6 +42,9 @@ SPEC = Op(
     # nominal: add, scale, erf, add, two multiplies; erf counted as one operation
     flops=lambda s: 6 * s["R"] * s["C"],
     bytes=lambda s, isz=4: 4 * (2 * s["R"] * s["C"] + s["C"]),
+    # backward: read x and dy, write dx; db's column sums (read the bias, write db)
+    grad_flops=lambda s: 10 * s["R"] * s["C"],
+    grad_bytes=lambda s, isz=4: 4 * (3 * s["R"] * s["C"] + 2 * s["C"]),
     shapes={"field": FIELD, "large": [dict(R=16384, C=8192)],
             "sweep": [dict(R=r, C=1024) for r in (16, 64, 256, 1024, 4096, 16384, 65536, 131072)]},
     awkward=[dict(R=1, C=1), dict(R=1, C=1000), dict(R=3, C=4097), dict(R=37, C=129), dict(R=0, C=16)],

@@ -50,6 +50,9 @@ SPEC = Op(
     # nominal: sum, (x - mean)^2 sum, normalise (subtract, multiply), affine (multiply-add)
     flops=lambda s: 8 * s["R"] * s["C"],
     bytes=lambda s, isz=4: 4 * (2 * s["R"] * s["C"] + 2 * s["C"]),
+    # backward: read x, dy, gamma and the saved mean and 1/std per row; write dx, dgamma, dbeta
+    grad_flops=lambda s: 12 * s["R"] * s["C"],
+    grad_bytes=lambda s, isz=4: 4 * (3 * s["R"] * s["C"] + 2 * s["R"] + 3 * s["C"]),
     shapes={"field": [dict(R=1024, C=1024)], "large": [dict(R=32768, C=4096)],
             "sweep": [dict(R=r, C=1024) for r in (16, 64, 256, 1024, 4096, 16384, 65536, 131072)]},
     awkward=[dict(R=1, C=1), dict(R=1, C=4099), dict(R=5, C=8193), dict(R=33, C=1000), dict(R=0, C=64)],

@@ -46,6 +46,9 @@ SPEC = Op(
     out_spec=lambda A, B: ((A.shape[0], B.shape[1]), A.dtype),
     flops=lambda s: 2 * s["M"] * s["N"] * s["K"],
     bytes=lambda s, isz=4: isz * (s["M"] * s["K"] + s["K"] * s["N"] + s["M"] * s["N"]),  # bf16 in, bf16 out
+    # backward: dA = dC B^T and dB = A^T dC, two products the size of the forward; read A, B, dC, write dA, dB
+    grad_flops=lambda s: 4 * s["M"] * s["N"] * s["K"],
+    grad_bytes=lambda s, isz=4: isz * (2 * s["M"] * s["K"] + 2 * s["K"] * s["N"] + s["M"] * s["N"]),
     shapes={"field": [dict(M=1024, K=1024, N=1024)], "large": [dict(M=4096, K=4096, N=4096)],
             "sweep": [dict(M=n, K=n, N=n) for n in (64, 128, 256, 512, 1024, 2048, 3072, 4096)]},
     awkward=[dict(M=1, K=1, N=1), dict(M=1, K=37, N=5), dict(M=17, K=33, N=129),

@@ -64,6 +64,10 @@ SPEC = Op(
     flops=lambda s: 2 * s["n"] * s["deg"] * s["F"],
     # rowptr and col are int32; x is read once in this count, though a gather may read more
     bytes=lambda s, isz=4: 4 * ((s["n"] + 1) + 2 * s["n"] * s["deg"] + 2 * s["n"] * s["F"]),
+    # backward (dx = A^T dy, the gradient the harness takes): the transposed graph's offsets, its edges
+    # (index and weight) and one dy row read per edge's source, dx written: the forward's bytes again
+    grad_flops=lambda s: 2 * s["n"] * s["deg"] * s["F"],
+    grad_bytes=lambda s, isz=4: 4 * ((s["n"] + 1) + 2 * s["n"] * s["deg"] + 2 * s["n"] * s["F"]),
     shapes={"field": _both(8192), "large": _both(1 << 20),
             "sweep": [dict(n=n, F=64, deg=16, dist="uniform")
                       for n in (256, 1024, 4096, 16384, 65536, 262144, 524288, 1 << 20)]},

@@ -47,6 +47,9 @@ SPEC = Op(
     out_spec=lambda A, B: (tuple(A.shape), A.dtype),
     flops=lambda s: 2 * s["N"] ** 3 * s["C"],
     bytes=lambda s, isz=4: 4 * 3 * s["N"] * s["N"] * s["C"],
+    # backward: two more triangle contractions (dA from dO and B, dB from dO and A); read A, B, dO, write dA, dB
+    grad_flops=lambda s: 4 * s["N"] ** 3 * s["C"],
+    grad_bytes=lambda s, isz=4: 4 * 5 * s["N"] * s["N"] * s["C"],
     shapes={"field": [dict(N=128, C=64)], "large": [dict(N=384, C=128)],
             "sweep": [dict(N=n, C=128) for n in (16, 32, 64, 96, 128, 192, 256, 384)]},
     awkward=[dict(N=1, C=1), dict(N=5, C=3), dict(N=17, C=33), dict(N=33, C=65), dict(N=0, C=4)],
