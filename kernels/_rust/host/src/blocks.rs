@@ -21,8 +21,29 @@ use crate::{Error, MAGE_BAD_ARGUMENT, kernel_index, launch_packed, module};
 pub const MLP_PARAMS: [&str; 14] =
     ["x", "gamma", "beta", "W1", "b1", "W2", "b2", "y", "scratch", "T", "d", "H", "scratch_len", "eps"];
 pub const MP_PARAMS: [&str; 23] = [
-    "rowptr", "col", "w", "h", "gamma", "beta", "W1", "b1", "W2", "b2", "y", "plan", "ws", "flags", "scratch", "n",
-    "E", "F", "H", "tasks", "parts", "scratch_len", "eps",
+    "rowptr",
+    "col",
+    "w",
+    "h",
+    "gamma",
+    "beta",
+    "W1",
+    "b1",
+    "W2",
+    "b2",
+    "y",
+    "plan",
+    "ws",
+    "flags",
+    "scratch",
+    "n",
+    "E",
+    "F",
+    "H",
+    "tasks",
+    "parts",
+    "scratch_len",
+    "eps",
 ];
 pub const BLOCKS: [&str; 2] = ["mlp_block", "mp_block"];
 /// Kernels per call with at least one row: LN, GEMM, bias + GELU, bias GEMM, GEMM (mp_block: and the
@@ -37,7 +58,10 @@ fn bad(block: &str, msg: String) -> Error {
 }
 
 pub fn block_index(name: &str) -> Result<usize, Error> {
-    BLOCKS.iter().position(|b| *b == name).ok_or_else(|| bad("block", format!("no block named {name:?} (have {BLOCKS:?})")))
+    BLOCKS
+        .iter()
+        .position(|b| *b == name)
+        .ok_or_else(|| bad("block", format!("no block named {name:?} (have {BLOCKS:?})")))
 }
 
 fn params(block: usize) -> &'static [&'static str] {
@@ -97,7 +121,8 @@ pub fn check_args(block: usize, a: &[u64]) -> Result<Checked, Error> {
     }
     let v = |n: &str| a[p.iter().position(|x| *x == n).expect("a parameter of the block")];
     let size = |n: &str| dim(n, v(n) as i64).map(|x| x as u64).map_err(|e| bad(name, e));
-    let (rows, width, hidden) = if block == 0 { (size("T")?, size("d")?, size("H")?) } else { (size("n")?, size("F")?, size("H")?) };
+    let (rows, width, hidden) =
+        if block == 0 { (size("T")?, size("d")?, size("H")?) } else { (size("n")?, size("F")?, size("H")?) };
     let wname = if block == 0 { "d" } else { "F" };
     if width == 0 {
         return Err(bad(name, format!("{wname} = 0: LayerNorm needs at least one column")));
@@ -139,7 +164,14 @@ pub fn check_args(block: usize, a: &[u64]) -> Result<Checked, Error> {
     if !(eps > 0.0 && eps.is_finite()) {
         return Err(bad(name, format!("eps = {eps} must be positive and finite")));
     }
-    Ok(Checked { rows: rows as u32, width: width as u32, hidden: hidden as u32, eps, scratch: v("scratch"), scratch_len: have })
+    Ok(Checked {
+        rows: rows as u32,
+        width: width as u32,
+        hidden: hidden as u32,
+        eps,
+        scratch: v("scratch"),
+        scratch_len: have,
+    })
 }
 
 /// The output's address and its bytes (rows x width floats), from checked arguments.
@@ -172,7 +204,20 @@ pub fn run(block: usize, device: i32, stream: CUstream, a: &[u64]) -> Result<(),
     let ln_in: DevPtr = if block == 1 {
         let m = at(0);
         let agg = [
-            v("rowptr"), v("col"), v("w"), x, m, v("plan"), v("ws"), v("flags"), r, r, v("E"), w, v("tasks"), v("parts"),
+            v("rowptr"),
+            v("col"),
+            v("w"),
+            x,
+            m,
+            v("plan"),
+            v("ws"),
+            v("flags"),
+            r,
+            r,
+            v("E"),
+            w,
+            v("tasks"),
+            v("parts"),
         ];
         launch_packed(device, stream, kernel_index("neighbor_agg")?, &agg).map_err(named)?;
         m
@@ -182,16 +227,18 @@ pub fn run(block: usize, device: i32, stream: CUstream, a: &[u64]) -> Result<(),
     let ln_args = [ln_in, v("gamma"), v("beta"), ln, r, w, c.eps.to_bits() as u64];
     launch_packed(device, stream, kernel_index("layernorm")?, &ln_args).map_err(named)?;
     let gm = gemms(name, device, stream)?;
-    gm.linear(ln, v("W1"), z, rows, c.hidden, c.width, false).map_err(named)?;
+    gm.linear(ln, v("W1"), z, (rows, c.hidden, c.width), false).map_err(named)?;
     launch_packed(device, stream, kernel_index("bias_gelu")?, &[z, v("b1"), g, r, hd]).map_err(named)?;
     let y = v("y");
     // SAFETY: y and x hold rows * width floats and ones holds rows (checked above); stream-ordered.
     unsafe {
-        check((d.memcpy_dtod_async)(y, x, (4 * r * w) as usize, stream), "cuMemcpyDtoDAsync (residual)").map_err(named)?;
-        check((d.memset_d32_async)(ones, 1.0f32.to_bits(), r as usize, stream), "cuMemsetD32Async (ones)").map_err(named)?;
+        check((d.memcpy_dtod_async)(y, x, (4 * r * w) as usize, stream), "cuMemcpyDtoDAsync (residual)")
+            .map_err(named)?;
+        check((d.memset_d32_async)(ones, 1.0f32.to_bits(), r as usize, stream), "cuMemsetD32Async (ones)")
+            .map_err(named)?;
     }
     gm.add_bias(ones, v("b2"), y, rows, c.width).map_err(named)?;
-    gm.linear(g, v("W2"), y, rows, c.width, c.hidden, true).map_err(named)
+    gm.linear(g, v("W2"), y, (rows, c.width, c.hidden), true).map_err(named)
 }
 
 #[cfg(test)]

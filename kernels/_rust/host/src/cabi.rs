@@ -219,7 +219,13 @@ pub unsafe extern "C" fn mage_rust_block_check(name: *const c_char, args: *const
 /// # Safety
 /// `name` is NUL-terminated; `out` holds 2 u64.
 #[no_mangle]
-pub unsafe extern "C" fn mage_rust_block_info(name: *const c_char, rows: u64, width: u64, hidden: u64, out: *mut u64) -> c_int {
+pub unsafe extern "C" fn mage_rust_block_info(
+    name: *const c_char,
+    rows: u64,
+    width: u64,
+    hidden: u64,
+    out: *mut u64,
+) -> c_int {
     status((|| {
         let b = block_of(name)?;
         if out.is_null() {
@@ -257,6 +263,12 @@ pub unsafe extern "C" fn mage_rust_block_cublas(name: *const c_char, path: *mut 
 /// # Safety
 /// `args` holds `n` u64; the addresses point to device memory of the lengths the block's sizes say.
 #[no_mangle]
-pub unsafe extern "C" fn mage_rust_block_run(name: *const c_char, device: c_int, s: u64, args: *const u64, n: c_int) -> c_int {
+pub unsafe extern "C" fn mage_rust_block_run(
+    name: *const c_char,
+    device: c_int,
+    s: u64,
+    args: *const u64,
+    n: c_int,
+) -> c_int {
     status((|| blocks::run(block_of(name)?, device, stream(s), block_packed(args, n)?))())
 }

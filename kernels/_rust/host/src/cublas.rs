@@ -190,7 +190,7 @@ pub struct Gemms<'a> {
 }
 
 /// The handle of `device` (whose primary context is current) bound to `stream`, for `block`'s GEMMs.
-pub fn gemms(block: &str, device: i32, stream: CUstream) -> Result<Gemms<'static>, Error> {
+pub(crate) fn gemms(block: &str, device: i32, stream: CUstream) -> Result<Gemms<'static>, Error> {
     let c = cublas(block)?;
     let slot = HANDLES
         .get(device as usize)
@@ -210,8 +210,16 @@ fn ld(v: u32) -> c_int {
 impl Gemms<'_> {
     /// Row-major `C[m, n] (+)= A[m, k] B^T` where B is [n, k] (a Linear layer's weight): cuBLAS sees
     /// C^T = B A^T in column-major, i.e. transa = T on B's buffer, transb = N on A's. `accumulate`
-    /// adds into C (beta = 1). Nothing runs when C is empty.
-    pub fn linear(&self, a: DevPtr, b: DevPtr, c: DevPtr, m: u32, n: u32, k: u32, accumulate: bool) -> Result<(), Error> {
+    /// adds into C (beta = 1). Nothing runs when C is empty. `(m, n, k)` travel together: they are one
+    /// shape, and apart they are easy to pass in the wrong order.
+    pub fn linear(
+        &self,
+        a: DevPtr,
+        b: DevPtr,
+        c: DevPtr,
+        (m, n, k): (u32, u32, u32),
+        accumulate: bool,
+    ) -> Result<(), Error> {
         if m == 0 || n == 0 {
             return Ok(());
         }
