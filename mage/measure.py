@@ -264,10 +264,12 @@ def write(out_dir, rows: pd.DataFrame, checks: pd.DataFrame):
         return
     if len(rows) and "pass" not in rows.columns:  # rows made before the pass dimension measured forward calls
         rows = rows.assign(**{"pass": "forward"})
-    for shape_set, part in (rows.groupby("shape_set") if len(rows) else []):
-        merge_csv(part, out_dir / f"{shape_set}.csv", KEY)
+    # The checks first: a run stopped between the two writes must leave a check without its times, never
+    # times without the check that allowed them.
     if len(checks):
         merge_csv(checks, out_dir / "checks.csv", ["op", "impl", "dtype", "shape", "dist", "run"])
+    for shape_set, part in (rows.groupby("shape_set") if len(rows) else []):
+        merge_csv(part, out_dir / f"{shape_set}.csv", KEY)
 
 
 def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print, dtypes=None, names=None):

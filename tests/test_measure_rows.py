@@ -38,3 +38,24 @@ def test_a_round_without_host_times_does_not_renumber_the_others():
                     list(plan.blocks))
     host = {r["round"]: r["value"] for r in _rows(sp) if r["view"] == "host_time"}
     assert host == {2: 2.0, 3: 3.0, 0: 2.5}
+
+
+def test_a_run_stopped_mid_write_never_leaves_times_without_their_check(tmp_path, monkeypatch):
+    # an H200 run cut by its time limit between the two writes kept a case's times but not its checks
+    import pandas as pd
+    from mage import measure
+
+    written = []
+
+    def merge(df, path, key):
+        written.append(path.name)
+        if path.name != "checks.csv":
+            raise KeyboardInterrupt  # the stop arrives at the first write of times
+    monkeypatch.setattr(measure, "merge_csv", merge)
+    rows = pd.DataFrame([dict(op="x", shape_set="field", value=1.0)])
+    checks = pd.DataFrame([dict(op="x", impl="y", dtype="fp32", shape="n=1", dist="normal", run="r")])
+    try:
+        measure.write(tmp_path, rows, checks)
+    except KeyboardInterrupt:
+        pass
+    assert written[0] == "checks.csv"
