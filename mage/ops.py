@@ -1,6 +1,6 @@
-"""What an operation is, for everything that handles one: the ``Op`` spec, the input checks that specs
-share, and ``OPS``, the specs found under the kernel roots (one folder an operation, see
-``mage.registry``).
+"""What an operation is, for everything that handles one: the ``Op`` spec, and ``OPS``, the specs found
+under the kernel roots (one folder an operation, see ``mage.registry``). The precisions
+(``mage.precision``) and the input checks that specs share (``mage.op_inputs``) are importable from here.
 
 Every implementation of an operation takes the same positional inputs plus ``out=None`` and returns the
 output tensor. The spec's float64 reference is the single definition of "correct" for all of them.
@@ -14,39 +14,11 @@ from typing import Callable, Optional
 import torch
 
 from .errors import MageInputError
-
-
-
-@dataclass(frozen=True)
-class Precision:
-    """One arithmetic precision: what its tensors hold, the relative error ||out - ref|| / ||ref||
-    allowed against float64, and the peak rate its products run at (a ceiling, divided by how many
-    hardware products one product costs)."""
-    storage: torch.dtype
-    tolerance: float
-    rate: str  # the ceiling's column: fp32_tflops, tf32_tflops or bf16_tflops
-    products: int = 1
-
-
-# FP32 must catch a TF32 or FP16 slip (about 3e-4 and 5e-4), TF32 must catch bf16 (about 4e-3).
-# fp32x3 keeps FP32 storage and FP32 accuracy on the tensor cores: each operand split into a TF32 high
-# part and a TF32 remainder, three TF32 products (hi*hi + hi*lo + lo*hi) per product, so it is held to
-# the FP32 tolerance and its ceiling is a third of the TF32 rate.
-PRECISIONS = {
-    "fp32": Precision(torch.float32, 5e-5, "fp32_tflops"),
-    "fp32x3": Precision(torch.float32, 5e-5, "tf32_tflops", products=3),
-    "tf32": Precision(torch.float32, 2e-3, "tf32_tflops"),
-    "bf16": Precision(torch.bfloat16, 2e-2, "bf16_tflops"),
-}
-TOLERANCE = {k: p.tolerance for k, p in PRECISIONS.items()}
-TORCH_DTYPE = {k: p.storage for k, p in PRECISIONS.items()}
-FLOAT = (torch.float32, torch.bfloat16)
-
-
-def peak_tflops(ceil, dtype: str) -> float:
-    """The arithmetic ceiling for ``dtype`` in useful TFLOP/s, from a ceilings row."""
-    p = PRECISIONS[dtype]
-    return ceil[p.rate] / p.products
+# what specs import from here: the precisions and the input checks live in their own modules
+from .op_inputs import (  # noqa: F401
+    check_out, contiguous, device_of, dim, input_bytes, randn, same_device, tensor, torch_dtype,
+)
+from .precision import FLOAT, PRECISIONS, TOLERANCE, TORCH_DTYPE, Precision, peak_tflops  # noqa: F401
 
 
 def shape_key(shape: dict) -> str:
@@ -60,84 +32,6 @@ def parse_shape(key: str) -> dict:
         k, v = part.split("=")
         out[k] = int(v) if v.lstrip("-").isdigit() else v
     return out
-
-
-# --------------------------------------------------------------------------------------- validation
-def tensor(op, name, t, dtypes, rank=None):
-    if not isinstance(t, torch.Tensor):
-        raise MageInputError(op, name, f"must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in dtypes:
-        want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
-        raise MageInputError(op, name, f"must have dtype {want}, got {str(t.dtype).replace('torch.', '')}")
-    if rank is not None and t.dim() != rank:
-        raise MageInputError(op, name, f"must have {rank} dimensions, got shape {tuple(t.shape)}")
-
-
-def same_device(op, named):
-    devices = {name: t.device for name, t in named.items()}
-    first = next(iter(devices.values()))
-    for name, dev in devices.items():
-        if dev != first:
-            raise MageInputError(op, name, f"is on {dev} but the other inputs are on {first}")
-
-
-def contiguous(op, named):
-    for name, t in named.items():
-        if not t.is_contiguous():
-            raise MageInputError(op, name, "must be contiguous (call .contiguous() first)")
-
-
-def dim(op, name, t, axis, expected, what):
-    if t.shape[axis] != expected:
-        raise MageInputError(op, name, f"has size {t.shape[axis]} in dim {axis}, expected {expected} ({what})")
-
-
-def check_out(op: str, out, shape, dtype, device):
-    """Validate a caller-supplied output buffer (the checks pass one poisoned with NaN)."""
-    if out is None:
-        return
-    tensor(op, "out", out, (dtype,))
-    if tuple(out.shape) != tuple(shape):
-        raise MageInputError(op, "out", f"must have shape {tuple(shape)}, got {tuple(out.shape)}")
-    if out.device != device:
-        raise MageInputError(op, "out", f"is on {out.device}, expected {device}")
-    if not out.is_contiguous():
-        raise MageInputError(op, "out", "must be contiguous")
-
-
-def torch_dtype(op, dtype):
-    if dtype not in TORCH_DTYPE:
-        raise MageInputError(op, "dtype", f"must be one of {sorted(TORCH_DTYPE)}, got {dtype!r}")
-    return TORCH_DTYPE[dtype]
-
-
-def randn(shape, gen, device, dist, scale=1.0):
-    """Normal values, or with dist='heavy' a log-normal scale on top: occasional values far from the bulk."""
-    x = torch.randn(shape, generator=gen, device=device)
-    if dist == "heavy":
-        x = x * torch.exp(1.5 * torch.randn(shape, generator=gen, device=device))
-    elif dist != "normal":
-        raise MageInputError("inputs", "dist", f"must be 'normal' or 'heavy', got {dist!r}")
-    return x * scale
-
-
-def device_of(inputs):
-    for t in inputs:
-        dev = getattr(t, "device", None)
-        if dev is not None:
-            return dev
-    raise ValueError("no tensor among inputs")
-
-
-def input_bytes(inputs) -> int:
-    """Bytes held by one input set (tensors, and inputs such as graphs that report ``nbytes``)."""
-    total = 0
-    for t in inputs:
-        if isinstance(t, torch.Tensor):
-            total += t.numel() * t.element_size()
-        else:
-            total += int(getattr(t, "nbytes", 0))
-    return total
 
 
 # ------------------------------------------------------------------------------------------ targets

@@ -1,5 +1,6 @@
 """Tidy data: round trip, schema errors that say what is wrong, atomic writes, merging re-runs."""
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -69,7 +70,7 @@ def test_atomic_write_interrupted_during_write(tmp_path, monkeypatch):
 
     def broken_replace(a, b):
         raise OSError("disk gone")
-    monkeypatch.setattr(data.os, "replace", broken_replace)
+    monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError):
         data.atomic_write_text(f, "new")
     assert f.read_text() == "old" and len(list(tmp_path.iterdir())) == 1
