@@ -215,7 +215,8 @@ fn grouped_tile(m: usize, n: usize) -> (usize, usize) {
 /// k8 step j takes physical k = 4t + 2j for the fragment's column t and 4t + 2j + 1 for t + 4, so
 /// a lane's A values for both steps are one 16-byte load. `CVT`: split with `cvt.rna.tf32.f32`
 /// (true) or with integer operations (false, [`split_bits`]): the same products, and a measurement
-/// says which issues faster.
+/// says which issues faster. Each stage is summed on the tensor cores from zero and added to the
+/// running sum with FP32 adds (why: in the stage loop).
 #[inline(always)]
 pub fn matmul_fp32x3<const CVT: bool>(a: *const f32, b: *const f32, c: *mut f32, m: u32, k: u32, n: u32) {
     let halves = |x: f32| if CVT { split(x) } else { split_bits(x) };
@@ -257,7 +258,8 @@ pub fn matmul_fp32x3<const CVT: bool>(a: *const f32, b: *const f32, c: *mut f32,
     let a_base = (wm * 64 + g) * TC_BK + ((t ^ (g >> 1)) << 2);
     let b_base = [0, 1, 2, 3].map(|nt| 4 * t * TC_BN + wn * 32 + ((nt ^ t) << 3) + g);
 
-    let mut acc = [[[0.0f32; 4]; 4]; 4]; // [m tile][n tile][fragment element]
+    // the running sums over K, [m tile][n tile][fragment element]: changed by IEEE adds only
+    let mut acc = [[[0.0f32; 4]; 4]; 4];
     let k_tiles = k.div_ceil(TC_BK);
     store(0, loads(0));
     barrier();
@@ -268,38 +270,51 @@ pub fn matmul_fp32x3<const CVT: bool>(a: *const f32, b: *const f32, c: *mut f32,
         // the next stage's global loads are in flight while this one is multiplied
         let staged = if next { loads((kt + 1) * TC_BK) } else { ([[0.0; 4]; 2], [[0.0; 4]; 2]) };
         let av = a_tiles.view(buf * TC_STAGE + a_base, 3 * 16 * TC_BK + 8 * TC_BK + 4);
-        let mut ra = [[[0.0f32; 4]; 2]; 4];
-        unroll!(mt in 4 => {
-            unroll!(h in 2 => {
-                ra[mt][h] = av.get4(mt * 16 * TC_BK + h * 8 * TC_BK);
-            });
-        });
+        // B's fragments of both k8 steps, split once for the four m tiles: [step j][n tile][h]
+        let (mut bh, mut bl) = ([[[0.0f32; 2]; 4]; 2], [[[0.0f32; 2]; 4]; 2]);
         unroll!(j in 2 => {
-            let (mut bh, mut bl) = ([[0.0f32; 2]; 4], [[0.0f32; 2]; 4]);
             unroll!(nt in 4 => {
                 let w = b_tiles.window(buf * TC_STAGE + b_base[nt], 3 * TC_BN + 1);
                 unroll!(h in 2 => {
-                    (bh[nt][h], bl[nt][h]) = halves(w.get((2 * j + h) * TC_BN));
+                    (bh[j][nt][h], bl[j][nt][h]) = halves(w.get((2 * j + h) * TC_BN));
                 });
             });
-            unroll!(mt in 4 => {
-                // a0..a3: rows g, g + 8 at logical column t, then the same rows at t + 4
-                let x = [ra[mt][0][2 * j], ra[mt][1][2 * j], ra[mt][0][2 * j + 1], ra[mt][1][2 * j + 1]];
-                let (mut ah, mut al) = ([0.0f32; 4], [0.0f32; 4]);
+        });
+        unroll!(mt in 4 => {
+            let ra = [av.get4(mt * 16 * TC_BK), av.get4(mt * 16 * TC_BK + 8 * TC_BK)];
+            // step j's a0..a3: rows g, g + 8 at logical column t, then the same rows at t + 4
+            let (mut ah, mut al) = ([[0.0f32; 4]; 2], [[0.0f32; 4]; 2]);
+            unroll!(j in 2 => {
+                let x = [ra[0][2 * j], ra[1][2 * j], ra[0][2 * j + 1], ra[1][2 * j + 1]];
                 unroll!(r in 4 => {
-                    (ah[r], al[r]) = halves(x[r]);
+                    (ah[j][r], al[j][r]) = halves(x[r]);
                 });
-                // the small products first, so they are not lost against the large one; each
-                // product over the four n tiles in turn, so consecutive mma are independent and
-                // an accumulator's next product waits three instructions, not none
+            });
+            // The stage's products go into a zeroed accumulator, never into the running sum: the
+            // tensor core's accumulate truncates toward zero, so a sum fed back as C through all
+            // of K drifts low by up to an ulp an mma (on the H200, 5.7e-5 at K = 8192; the model
+            // in mma.rs reproduces it). A stage's sum is small and its truncations fall either
+            // way across stages; `add.f32` (round to nearest) then adds it to the running sum.
+            // The four small products first, then the two large, so the small ones are added at
+            // their own scale. Each product over the four n tiles in turn: consecutive mma are
+            // independent, and a fragment's next product waits three instructions.
+            let mut part = [[0.0f32; 4]; 4];
+            unroll!(j in 2 => {
                 unroll!(nt in 4 => {
-                    mma_tf32(&mut acc[mt][nt], al, bh[nt]);
+                    mma_tf32(&mut part[nt], al[j], bh[j][nt]);
                 });
                 unroll!(nt in 4 => {
-                    mma_tf32(&mut acc[mt][nt], ah, bl[nt]);
+                    mma_tf32(&mut part[nt], ah[j], bl[j][nt]);
                 });
+            });
+            unroll!(j in 2 => {
                 unroll!(nt in 4 => {
-                    mma_tf32(&mut acc[mt][nt], ah, bh[nt]);
+                    mma_tf32(&mut part[nt], ah[j], bh[j][nt]);
+                });
+            });
+            unroll!(nt in 4 => {
+                unroll!(r in 4 => {
+                    acc[mt][nt][r] += part[nt][r];
                 });
             });
         });
@@ -391,6 +406,26 @@ mod tests {
                 assert!(e < 2e-6, "matmul_fp32x3 cvt={cvt} {m}x{k}x{n}: rel error {e:e}");
             }
         }
+    }
+
+    /// The same at a long K, where the tensor core's truncating accumulate (modelled in mma.rs)
+    /// would show if any product reached the running sums other than through a zeroed stage: a
+    /// running sum fed back as C gives 8.4e-6 here on the model (the H200: 7.2e-6 at K = 1023).
+    #[test]
+    fn matmul_fp32x3_at_long_k_on_the_truncating_model() {
+        let (m, k, n) = (24, 1024, 20);
+        let mut rng = Rng(9);
+        let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+        let want = matmul_ref(&a, &b, m, k, n);
+        let mut c = vec![f32::NAN; m * n];
+        let (pa, pb, pc) = (p!(a), p!(b), c.as_mut_ptr() as usize);
+        let (mu, ku, nu) = (m as u32, k as u32, n as u32);
+        run(launch::matmul(mu, nu, true).unwrap(), move || {
+            let (a, b, c) = (pa as *const f32, pb as *const f32, pc as *mut f32);
+            super::matmul_fp32x3::<false>(a, b, c, mu, ku, nu)
+        });
+        let e = rel(&c, &want);
+        assert!(e < 1e-6, "matmul_fp32x3 {m}x{k}x{n}: rel error {e:e}");
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //!   C and D (16 x 8): c[r] is C[g + 8 * (r / 2)][2 * t + r % 2]
 //! `frag_a`, `frag_b` and `frag_c` below are these maps; under the host emulator `mma_tf32` is a
 //! plain-Rust model of the instruction built on them, so the kernels' index arithmetic is tested
-//! against a plain matmul on the CPU.
+//! against a plain matmul on the CPU. The model's arithmetic is the tensor core's, not IEEE's
+//! ([`tc_sum`]): the accumulate truncates, which is what decides how a kernel may accumulate.
 
 /// (row, column) of element `r` of lane `lane`'s A fragment (16 x 8).
 #[inline(always)]
@@ -106,8 +107,9 @@ mod hw {
         f32::from_bits((x.to_bits() + 0x1000) & 0xFFFF_E000)
     }
 
-    /// The instruction as the hardware defines it: inputs read as TF32 (the low 13 bits ignored),
-    /// exact products, FP32 accumulation (here: the sum in f64, rounded once).
+    /// The instruction as the model below reads it: inputs read as TF32 (the low 13 bits ignored),
+    /// exact products (11 x 11 significant bits fit an f64), each output's 8 products and its C
+    /// summed by [`tc_sum`](super::tc_sum).
     pub fn mma_tf32(d: &mut [f32; 4], a: [f32; 4], b: [f32; 2]) {
         let tf = |x: f32| f32::from_bits(x.to_bits() & 0xFFFF_E000) as f64;
         let all = crate::emulate::warp_gather([a[0], a[1], a[2], a[3], b[0], b[1]]);
@@ -126,9 +128,53 @@ mod hw {
         let lane = crate::gpu::lane() as usize;
         for (r, dr) in d.iter_mut().enumerate() {
             let (i, j) = super::frag_c(lane, r);
-            *dr = ((0..8).map(|k| am[i][k] * bm[k][j]).sum::<f64>() + *dr as f64) as f32;
+            *dr = super::tc_sum(*dr, core::array::from_fn(|k| am[i][k] * bm[k][j]));
         }
     }
+}
+
+/// Products the tensor core adds to C in one fused step: all 8 of an m16n8k8 TF32 mma, one
+/// truncation per instruction. (Of the variants tried, 8 products with 3 extra bits reproduces the
+/// H200's measured drift of the running-sum kernel: 7.8e-6, 3.2e-5, 6.9e-5 at K = 1024, 4096, 8192
+/// against the GPU's 7.2e-6, 2.9e-5, 5.7e-5; steps of 4 doubled it, no extra bits hid it.)
+#[cfg(not(target_arch = "nvptx64"))]
+pub const TC_STEP: usize = 8;
+/// Bits kept below the leading bit of a step's largest term when the terms are aligned to it.
+#[cfg(not(target_arch = "nvptx64"))]
+pub const TC_BITS: i32 = 24 + 3;
+
+/// One output of the mma as the tensor core computes it, in the model of published measurements of
+/// its arithmetic (Fasi, Higham, Mikaitis and Pranesh 2021, for Volta to Ampere; Hopper's TF32 path
+/// measured alike): per step of [`TC_STEP`] exact products and the running C, every term is cut to
+/// the grid of the largest one's leading bit minus [`TC_BITS`] (bits shifted out are dropped, not
+/// rounded), the cut terms are added exactly, and the sum is normalized to FP32 by truncation toward
+/// zero. So each mma can lose up to about an ulp of its result, always toward zero: a running sum
+/// fed back as C over all of K drifts by a bias that grows with K, where `add.f32` (round to
+/// nearest) errs by as much up as down. IEEE rounding (f64 sum, one rounding) would hide this.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn tc_sum(c: f32, products: [f64; 8]) -> f32 {
+    let mut acc = c;
+    for step in products.chunks(TC_STEP) {
+        let big = step.iter().fold((acc as f64).abs(), |m, p| m.max(p.abs()));
+        if big == 0.0 || !big.is_finite() {
+            acc = (acc as f64 + step.iter().sum::<f64>()) as f32;
+            continue;
+        }
+        // the grid: TC_BITS bits below big's leading bit (a power of two, so the cuts are exact)
+        let lead = ((big.to_bits() >> 52) & 0x7FF) as i32 - 1023; // big >= 2^-149: a normal f64
+        let grid = 2f64.powi(lead + 1 - TC_BITS);
+        let cut = |x: f64| (x / grid).trunc() * grid;
+        let sum = step.iter().fold(cut(acc as f64), |s, p| s + cut(*p));
+        acc = trunc_f32(sum);
+    }
+    acc
+}
+
+/// `x` to FP32 toward zero (the exact f64 sum above has at most TC_BITS + 3 significant bits).
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn trunc_f32(x: f64) -> f32 {
+    let f = x as f32;
+    if f.is_finite() && (f as f64).abs() > x.abs() { f32::from_bits(f.to_bits() - 1) } else { f }
 }
 
 #[cfg(test)]
@@ -212,5 +258,74 @@ mod tests {
         let tf: Vec<f32> = a.iter().map(|&x| to_tf32(x)).collect();
         let one = matmul_ref(&tf, &b.iter().map(|&x| to_tf32(x)).collect::<Vec<_>>(), 16, 8, 8);
         assert!(rel(&one.iter().map(|&x| x as f32).collect::<Vec<_>>(), &want) > 1e-5);
+    }
+
+    /// One output element's sum over `k` (a multiple of 16) the kernel's two ways, under [`tc_sum`]:
+    /// `fresh` false: the running sum is C of every mma (three per k8 step: lo*hi, hi*lo, hi*hi);
+    /// true: each 16-deep stage into a zeroed C (the four small products first, then the two large),
+    /// the stage added to the running sum by an IEEE FP32 add.
+    fn dot_schemes(a: &[f32], b: &[f32], fresh: bool) -> f32 {
+        let prod = |x: &[f32], y: &[f32]| -> [f64; 8] {
+            core::array::from_fn(|q| to_tf32(x[q]) as f64 * to_tf32(y[q]) as f64)
+        };
+        let (mut run, mut step) = (0.0f32, 0.0f32);
+        for (s16a, s16b) in a.chunks(16).zip(b.chunks(16)) {
+            let halves = |v: &[f32]| -> (Vec<f32>, Vec<f32>) { v.iter().map(|&x| split(x)).unzip() };
+            let ((ah, al), (bh, bl)) = (halves(s16a), halves(s16b));
+            let acc = if fresh { &mut step } else { &mut run };
+            if fresh {
+                *acc = 0.0;
+                for j in [0, 8] {
+                    *acc = tc_sum(*acc, prod(&al[j..], &bh[j..]));
+                    *acc = tc_sum(*acc, prod(&ah[j..], &bl[j..]));
+                }
+                for j in [0, 8] {
+                    *acc = tc_sum(*acc, prod(&ah[j..], &bh[j..]));
+                }
+                run += step;
+            } else {
+                for j in [0, 8] {
+                    *acc = tc_sum(*acc, prod(&al[j..], &bh[j..]));
+                    *acc = tc_sum(*acc, prod(&ah[j..], &bl[j..]));
+                    *acc = tc_sum(*acc, prod(&ah[j..], &bh[j..]));
+                }
+            }
+        }
+        run
+    }
+
+    /// The model's arithmetic on single mma: one ulp's worth of products below 1.0 is dropped, not
+    /// rounded up (IEEE would give 1 + 2^-23), on either sign, and a sum is cut toward zero.
+    #[test]
+    fn tc_sum_truncates_toward_zero() {
+        let tiny = [0.75 * 2f64.powi(-23), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        assert_eq!((1.0f64 + tiny[0]) as f32, 1.0 + f32::EPSILON);
+        assert_eq!(tc_sum(1.0, tiny), 1.0);
+        assert_eq!(tc_sum(-1.0, tiny.map(|p| -p)), -1.0);
+        // exact sums stay exact: 8 products of 0.5 onto 1
+        assert_eq!(tc_sum(1.0, [0.5; 8]), 5.0);
+        // three extra bits: four products of 2^-26 onto 1 reach 2^-24, still short of an ulp
+        let q = 2f64.powi(-26);
+        assert_eq!(tc_sum(1.0, [q, q, q, q, 0.0, 0.0, 0.0, 0.0]), 1.0);
+        assert_eq!(trunc_f32(-(1.0 + 0.9 * 2f64.powi(-23))), -1.0);
+    }
+
+    /// What the H200 showed, on the model: a running sum fed back as C of every mma drifts with K
+    /// (the sum's error at K = 8192 far past FP32's), and the same products summed per 16-deep stage
+    /// from zero, stages added by IEEE adds, stay at FP32's own error. The matmul kernel does the latter.
+    #[test]
+    fn running_sum_drifts_with_k_fresh_stages_do_not() {
+        let mut rng = Rng(11);
+        let k = 8192;
+        let (mut old, mut new, mut want) = (vec![], vec![], vec![]);
+        for _ in 0..48 {
+            let (a, b) = (rng.vec(k), rng.vec(k));
+            want.push(a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum::<f64>());
+            old.push(dot_schemes(&a, &b, false));
+            new.push(dot_schemes(&a, &b, true));
+        }
+        let (eo, en) = (rel(&old, &want), rel(&new, &want));
+        assert!(eo > 1e-5, "the running sum should drift on the model: {eo:e}");
+        assert!(en < 1e-6, "fresh stages: {en:e} (the running sum: {eo:e})");
     }
 }
