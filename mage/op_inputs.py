@@ -38,17 +38,18 @@ def dim(op, name, t, axis, expected, what):
         raise MageInputError(op, name, f"has size {t.shape[axis]} in dim {axis}, expected {expected} ({what})")
 
 
-def check_out(op: str, out, shape, dtype, device):
-    """Validate a caller-supplied output buffer (the checks pass one poisoned with NaN)."""
+def check_out(op: str, out, shape, dtype, device, name: str = "out"):
+    """Validate a caller-supplied output buffer (the checks pass one poisoned with NaN); ``name`` is the
+    argument it came in as."""
     if out is None:
         return
-    tensor(op, "out", out, (dtype,))
+    tensor(op, name, out, (dtype,))
     if tuple(out.shape) != tuple(shape):
-        raise MageInputError(op, "out", f"must have shape {tuple(shape)}, got {tuple(out.shape)}")
+        raise MageInputError(op, name, f"must have shape {tuple(shape)}, got {tuple(out.shape)}")
     if out.device != device:
-        raise MageInputError(op, "out", f"is on {out.device}, expected {device}")
+        raise MageInputError(op, name, f"is on {out.device}, expected {device}")
     if not out.is_contiguous():
-        raise MageInputError(op, "out", "must be contiguous")
+        raise MageInputError(op, name, "must be contiguous")
 
 
 def torch_dtype(op, dtype):

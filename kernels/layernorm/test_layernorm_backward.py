@@ -162,3 +162,18 @@ def test_gpu_bitwise_deterministic_at_large_shape():
         _poison(x, g, g)
         again = _bwd().layernorm_backward(x, g, mean, rstd, dy)
         assert all(torch.equal(a, c) for a, c in zip(first, again))
+
+
+def test_the_launchers_stats_buffers_are_checked_before_any_launch():
+    # the kernel writes one mean and one rstd per row: a short, strided or wrongly typed buffer would be
+    # written out of bounds or in the wrong places
+    import pytest
+    from mage.errors import MageInputError
+    from kernels.layernorm.triton_kernel import layernorm
+    x, g, b = torch.randn(5, 8), torch.randn(8), torch.randn(8)
+    good = torch.empty(5)
+    for stats, arg in (((torch.empty(4), good), "stats[0]"), ((good, torch.empty(10)[::2]), "stats[1]"),
+                       ((good, torch.empty(5, dtype=torch.float64)), "stats[1]"), ((good,), "stats"),
+                       ((None, good), "stats[0]")):
+        with pytest.raises(MageInputError, match=f"layernorm: argument '{arg}'".replace("[", r"\[").replace("]", r"\]")):
+            layernorm(x, g, b, stats=stats)

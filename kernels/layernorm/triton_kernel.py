@@ -8,6 +8,7 @@ import triton
 import triton.language as tl
 
 from mage import ops
+from mage.errors import MageInputError
 
 from kernels._triton import common, register_kernel
 
@@ -192,6 +193,13 @@ def layernorm(x, gamma, beta, out=None, stats=None, **config):
     R, C = x.shape
     ops.check_out("layernorm", out, (R, C), x.dtype, x.device)
     common.on_device("layernorm", {"x": x, "gamma": gamma, "beta": beta})
+    if stats is not None:  # the kernel writes one value per row into each: refuse what it would misplace
+        if not isinstance(stats, (tuple, list)) or len(stats) != 2:
+            raise MageInputError("layernorm", "stats", "must be a pair of tensors (mean, rstd)")
+        for name, t in zip(("stats[0]", "stats[1]"), stats):
+            if t is None:
+                raise MageInputError("layernorm", name, "must be a float32 tensor, got None")
+            ops.check_out("layernorm", t, (R,), torch.float32, x.device, name=name)
     out = torch.empty((R, C), dtype=x.dtype, device=x.device) if out is None else out
     if R == 0:
         return out
