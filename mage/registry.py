@@ -103,17 +103,31 @@ def register(op: str, name: str, **kw) -> Callable:
 _TRAIN: dict[tuple, Callable] = {}
 
 
-def differentiable(op: str, name: str, dtype: str = "fp32") -> Callable:
+_AUTOCAST: set = set()  # training paths that follow torch.autocast (bf16 mixed precision) themselves
+
+
+def differentiable(op: str, name: str, dtype: str = "fp32", autocast: bool = False) -> Callable:
     """Decorator: ``@differentiable("layernorm", "triton")`` names fn as that implementation's training
-    path: the harness runs forward and backward through it."""
+    path: the harness runs forward and backward through it. ``autocast``: the path computes in bf16 under
+    ``torch.autocast`` (a torch.library operator with no autocast rule does not: it keeps computing in
+    its inputs' precision, so a bf16 training row of it would be an FP32 one mislabelled)."""
     if op not in OPS:
         raise MageInputError("differentiable", "op", f"must be one of {list(OPS)}, got {op!r}")
 
     def deco(fn):
         _TRAIN[(op, name, dtype)] = fn
+        (_AUTOCAST.add if autocast else _AUTOCAST.discard)((op, name, dtype))
         return fn
 
     return deco
+
+
+def follows_autocast(impl: Impl) -> bool:
+    """Whether ``impl``'s training path computes in bf16 under ``torch.autocast``: PyTorch columns do;
+    any other only if it registered so."""
+    if impl.key in _TRAIN:
+        return impl.key in _AUTOCAST
+    return impl.family == "pytorch"
 
 
 def train_fn(impl: Impl) -> Optional[Callable]:

@@ -195,6 +195,9 @@ def _case(spec, shape, shape_set, precision, impl_names, plan, iters, seed, run,
         if fn is None or im.runs_on(device):
             log(f"  {spec.name} {im.name} {key}: " + ("no training path" if fn is None else im.runs_on(device)))
             continue
+        if precision == "bf16" and not registry.follows_autocast(im):  # it would compute FP32 under a bf16 label
+            log(f"  {spec.name} {im.name} {key}: its training path does not follow autocast: no bf16 row")
+            continue
         # the path's FP32 gradients checked first (for either precision: autocast runs the same path),
         # as a forward is checked before it is timed
         c = passes.grad_check(im, fn, shape, seed=seed + 29, device=device)

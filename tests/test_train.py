@@ -127,3 +127,22 @@ def test_a_case_writes_every_view_and_they_load(tmp_path):
     assert '"compute": "autocast bf16"' in df["config"][0] and '"shapes": "field"' in df["config"][0]
     merge_csv(df, tmp_path / train.FILE, IDENTITY)
     assert len(load(tmp_path)) == len(df)
+
+
+def test_a_path_that_ignores_autocast_gets_no_bf16_row():
+    # a torch.library operator with no autocast rule keeps computing in FP32 under torch.autocast: a bf16
+    # training row of it would be an FP32 one with the wrong label
+    from mage import registry
+    from mage.registry import Impl
+    op = "mlp_block"
+    plain = Impl(op=op, name="custom_x", fn=lambda *a: None, family="triton")
+    aware = Impl(op=op, name="custom_y", fn=lambda *a: None, family="triton")
+    try:
+        registry.differentiable(op, "custom_x")(lambda *a: None)
+        registry.differentiable(op, "custom_y", autocast=True)(lambda *a: None)
+        assert not registry.follows_autocast(plain) and registry.follows_autocast(aware)
+        assert registry.follows_autocast(registry.get(op, "pytorch"))  # PyTorch columns follow it
+    finally:
+        for k in ((op, "custom_x", "fp32"), (op, "custom_y", "fp32")):
+            registry._TRAIN.pop(k, None)
+            registry._AUTOCAST.discard(k)
