@@ -13,10 +13,10 @@ whether one pays depends on which index is contiguous where the tensor cores rea
   which the launcher's ``B_KMAJOR`` copy (the tensor-core defaults) already turns K-major.
 So per precision and gradient, ``COPY`` says whether the transposed operand is first made contiguous
 (one PyTorch copy launch, counted in the backward's time): A^T for dB where the tensor cores would
-otherwise stage it 4 bytes at a time (TF32, fp32x3); B^T for dA at bf16, whose kernel measured 2x
-slower reading B K-major than N-major (kernels/NOTES.md, "matmul: fp32x3, and B's layout"), and at
-fp32, whose FMA dot reads k-innermost operands with 4-byte shared loads (the triangle's channel-major
-road measured 2x for that, "triangle: what the layout costs"; an M-major A^T is the layout it likes).
+otherwise stage it 4 bytes at a time (TF32, fp32x3); B^T for dA at bf16, whose kernel was slower
+reading B K-major than N-major (kernels/NOTES.md, "matmul: fp32x3, and B's layout"), and at fp32, whose
+FMA dot reads k-innermost operands with 4-byte shared loads (the triangle's channel-major road paid for
+that, "triangle: what the layout costs"; an M-major A^T is the layout it likes).
 These are predictions; ``bench`` times both ways and kernels/NOTES.md ("Backward") records the choice.
 """
 from __future__ import annotations
