@@ -129,7 +129,15 @@ def setup() -> Book:
 
 
 def show(fig) -> None:
-    """The figure, its caption (cache mode, shape, machine) and a collapsed table of its plotted values."""
+    """The figure, its caption (cache mode, shape, machine) and a collapsed table of its plotted values.
+    A figure the data cannot draw (``figure_style.not_measured``) becomes one line saying what is missing:
+    an empty plot with no values to tabulate is weight without content."""
+    meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
+    if meta.get("not_measured"):
+        from IPython.display import Markdown, display
+        title = fig.layout.title.text or "This figure"
+        display(Markdown(f"*{title}: {meta.get('caption', 'not measured on this card.')}*"))
+        return
     from .figure_page import show as show_figure
     show_figure(fig)
 

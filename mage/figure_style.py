@@ -170,7 +170,9 @@ def not_measured(title: str, machine: str, what: str):
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     fig.update_layout(height=200, template="plotly_white", title=dict(text=title, x=0))
-    return with_caption(fig, f"{machine}: {what} {NOT_MEASURED}.")
+    fig = with_caption(fig, f"{machine}: {what} {NOT_MEASURED}.")
+    fig.layout.meta = {**fig.layout.meta, "not_measured": True}  # a page says so in words, not as an empty plot
+    return fig
 
 
 def use_notebook_renderer() -> None:

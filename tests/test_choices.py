@@ -89,3 +89,15 @@ def test_a_backward_row_is_never_read_as_the_forward_case():
     assert V.value(df, OP, "triton", shape_set="large") == 1000.0
     h = V.headline(V.select(df, **{"pass": "backward"}), op=OP)
     assert list(h["value"]) == [2000.0]
+
+
+def test_a_figure_the_data_cannot_draw_is_one_line_of_words(monkeypatch):
+    # an empty plot has no plotted values for its table, and the browser test refuses it
+    import IPython.display
+    from mage import book
+    from mage.figure_style import not_measured
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    book.show(not_measured("Throughput against batch", "H200", "the batch sweep"))
+    assert len(shown) == 1 and isinstance(shown[0], IPython.display.Markdown)
+    assert "Throughput against batch" in shown[0].data and "not measured" in shown[0].data
