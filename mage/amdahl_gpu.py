@@ -74,10 +74,12 @@ def measure_case(spec, shape: dict, shape_set: str, dtype: str, run: str, baseli
                                 profiles, op_us)
 
 
-def measure(out_dir, blocks, dtypes, shape_sets, baseline="pytorch", custom="triton", iters=50, command="",
+def measure(out_dir, blocks, dtypes, shape_sets, baseline=None, custom=None, iters=50, command="",
             log=print, pin=True, force_machine=False):
     """Attribute every block at its shapes of ``shape_sets``; rows into ``out_dir/amdahl/amdahl.csv``,
-    written after every case (a run cut short keeps what it measured)."""
+    written after every case (a run cut short keeps what it measured). ``baseline``/``custom``: default
+    to the registry's roles."""
+    baseline, custom = baseline or registry.role("baseline"), custom or registry.role("custom")
     out_dir = Path(out_dir)
     registry.load()
     env = environment(command)

@@ -152,9 +152,11 @@ def disagreement(df: pd.DataFrame, **where) -> str:
             f"{pct(V.PRECISION)} counts as agreement).")
 
 
-def library_or_kernel(df: pd.DataFrame, library: str = "pytorch", **where) -> str:
-    """Which operations the library family leads (or ties for the lead) in kernel time, and which a
-    hand-written kernel of another family leads alone."""
+def library_or_kernel(df: pd.DataFrame, library: str | None = None, **where) -> str:
+    """Which operations the library family (default: the registry's) leads (or ties for the lead) in
+    kernel time, and which a hand-written kernel of another family leads alone."""
+    from . import registry
+    library = library or registry.role("library_family")
     lib, hand, tie = [], [], []
     for op in V.ops_in(df["op"]):
         ld = leaders(df, op, "kernel_time", **where)

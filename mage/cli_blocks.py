@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import ops
+from . import ops, registry
 from .cli_common import _command_line, _cuda_or_exit, _known_impls, _positive_int, _same_machine, force
 from .errors import MageInputError
 
@@ -76,6 +76,7 @@ def cmd_amdahl(a):
     if not blocks or any(n not in with_parts for n in blocks):
         raise MageInputError("amdahl", "--ops", f"must name blocks that state their parts (Op.parts); these do: "
                                                 f"{with_parts}")
+    a.baseline, a.custom = a.baseline or registry.role("baseline"), a.custom or registry.role("custom")
     _known_impls("amdahl", [a.baseline, a.custom])
     _cuda_or_exit("amdahl")
     import pandas as pd
@@ -150,8 +151,10 @@ def add_amdahl(sub):
     sp.add_argument("--ops", nargs="+", default=None, help="blocks (default: every op that states Op.parts)")
     sp.add_argument("--shapes", nargs="+", default=["field"], choices=["field", "large", "sweep"])
     sp.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=list(ops.PRECISIONS))
-    sp.add_argument("--baseline", default="pytorch", help="the column whose time is split (default: eager)")
-    sp.add_argument("--custom", default="triton", help="the column whose speedup is predicted")
+    sp.add_argument("--baseline", default=None, help="the column whose time is split (default: the registry's "
+                    "baseline, eager PyTorch)")
+    sp.add_argument("--custom", default=None, help="the column whose speedup is predicted (default: the "
+                    "registry's custom column)")
     sp.add_argument("--iters", type=_positive_int, default=50, help="profiled calls per column and shape")
     sp.add_argument("--no-pin", action="store_true")
     force(sp)

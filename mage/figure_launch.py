@@ -5,7 +5,7 @@ beside the library's whole call, and the sentence the book glues from the same t
 Which stages partition a call is read from the rows themselves, so this module needs no list of stage
 names: ``mage.launch_path`` defines 'other (Python glue)' as the whole call less the top-level stages,
 so the top-level stages are the set that adds up, with it, to the whole call. Nested stages (a
-launcher's argument binding inside the Triton launch), whole calls through another door (a
+launcher's argument binding inside the custom column's launch), whole calls through another door (a
 ``torch.library`` operator) and differences of two timed stages are left out unless they belong to
 such a set; where two sets add up (the launch, or its binding plus its driver call), the finer one
 is drawn, so nothing is counted twice and the bar's length is the whole call.
@@ -47,9 +47,16 @@ def parts_of(stages: dict) -> list:
     return [OTHER]
 
 
-def table(df: pd.DataFrame, shape_set: str = "field", custom: str = "triton", baseline: str = "pytorch") -> pd.DataFrame:
+def _roles(custom, baseline):
+    """The registry's custom and baseline columns where the caller named none."""
+    from . import registry
+    return custom or registry.role("custom"), baseline or registry.role("baseline")
+
+
+def table(df: pd.DataFrame, shape_set: str = "field", custom: str | None = None, baseline: str | None = None) -> pd.DataFrame:
     """One row per drawn segment: op, shape, impl, dtype, stage, value (median µs), whole (the call's
     median µs), base (the baseline's whole call at the same precision, or FP32 when it has none)."""
+    custom, baseline = _roles(custom, baseline)
     cols = ["op", "shape", "impl", "dtype", "stage", "value", "whole", "base"]
     if df is None or df.empty or "stage" not in df.columns:
         return pd.DataFrame(columns=cols)
@@ -85,11 +92,12 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
 
 
-def launch_breakdown(df: pd.DataFrame, machine: str, shape_set: str = "field", custom: str = "triton",
-                     baseline: str = "pytorch"):
+def launch_breakdown(df: pd.DataFrame, machine: str, shape_set: str = "field", custom: str | None = None,
+                     baseline: str | None = None):
     """Per operation (one button each), one horizontal bar per precision of ``custom`` split into the
     stages that make up its whole call, the baseline's whole call as its own bar, and a diamond at
     TARGET times the baseline on each of the custom bars."""
+    custom, baseline = _roles(custom, baseline)
     t = table(df, shape_set, custom, baseline)
     t = t[t["op"].isin(t.loc[t["impl"] == custom, "op"])]
     if t.empty:
@@ -162,9 +170,11 @@ def launch_breakdown(df: pd.DataFrame, machine: str, shape_set: str = "field", c
         "(FP32 where it has none), with the custom call's ratio to it."))
 
 
-def launch_sentence(df: pd.DataFrame, shape_set: str = "field", custom: str = "triton", baseline: str = "pytorch") -> str:
+def launch_sentence(df: pd.DataFrame, shape_set: str = "field", custom: str | None = None,
+                    baseline: str | None = None) -> str:
     """Per operation: the custom column's whole call over the baseline's (the range over its
     precisions), against TARGET, and the largest stage of its slowest column."""
+    custom, baseline = _roles(custom, baseline)
     t = table(df, shape_set, custom, baseline)
     c = t[(t["impl"] == custom) & t["base"].map(lambda b: b == b and b > 0)]
     if c.empty:

@@ -176,9 +176,11 @@ def _line(rows: list[dict]) -> str:
     return "  ".join(f"{k}={v:.1f}" for k, v in med.items())
 
 
-def summary(rows: list[dict], baseline: str = "pytorch") -> str:
-    """Per case: the whole call's host time (back to back, median) against ``baseline``'s at that
-    shape, the ratio the launch-path target reads."""
+def summary(rows: list[dict], baseline: str | None = None) -> str:
+    """Per case: the whole call's host time (back to back, median) against ``baseline``'s (default: the
+    registry's) at that shape, the ratio the launch-path target reads."""
+    from . import registry
+    baseline = baseline or registry.role("baseline")
     whole = {(r["op"], r["shape"], r["impl"], r["dtype"]): r["value"] for r in rows
              if r["stage"] == WHOLE and r["stat"] == "median"}
     lines = [f"{'op':>12} {'impl':>14} {'dtype':>6} {'host us':>9} {'/ ' + baseline:>12}"]

@@ -80,6 +80,23 @@ class Impl:
 
 
 _REGISTRY: dict[tuple, Impl] = {}
+# Roles the kernel packages claim, so the harness can default to them without naming any implementation:
+# 'baseline' (the column others are compared with), 'custom' (the project's own kernels a block
+# prediction is about) and 'library_family' (the family whose columns are differentiable as they are).
+_ROLES: dict[str, str] = {}
+
+
+def set_role(role: str, name: str) -> None:
+    _ROLES[role] = name
+
+
+def role(role: str) -> str:
+    """The implementation (or family) name that claimed ``role``; refuses an unclaimed one."""
+    if role not in _ROLES:
+        load()
+    if role not in _ROLES:
+        raise MageInputError("registry", "role", f"no implementation claims the role {role!r}")
+    return _ROLES[role]
 LOAD_ERRORS: dict[str, str] = {}
 _loaded: set = set()
 
@@ -123,19 +140,19 @@ def differentiable(op: str, name: str, dtype: str = "fp32", autocast: bool = Fal
 
 
 def follows_autocast(impl: Impl) -> bool:
-    """Whether ``impl``'s training path computes in bf16 under ``torch.autocast``: PyTorch columns do;
-    any other only if it registered so."""
+    """Whether ``impl``'s training path computes in bf16 under ``torch.autocast``: the library family's
+    columns do; any other only if it registered so."""
     if impl.key in _TRAIN:
         return impl.key in _AUTOCAST
-    return impl.family == "pytorch"
+    return impl.family == _ROLES.get("library_family")
 
 
 def train_fn(impl: Impl) -> Optional[Callable]:
-    """The callable that runs ``impl`` forward with autograd recording, or None when it has none. PyTorch
-    columns are differentiable as they are; every other column must register one."""
+    """The callable that runs ``impl`` forward with autograd recording, or None when it has none. The
+    library family's columns are differentiable as they are; every other column must register one."""
     if impl.key in _TRAIN:
         return _TRAIN[impl.key]
-    return impl.fn if impl.family == "pytorch" else None
+    return impl.fn if impl.family == _ROLES.get("library_family") else None
 
 
 def add(impl: Impl) -> Impl:

@@ -103,3 +103,17 @@ def test_an_unavailable_impl_fails_on_a_gpu_machine(monkeypatch):
     monkeypatch.setenv("MAGE_GPU_EXCLUDE", "not_built")
     with pytest.raises(pytest.skip.Exception, match="excluded"):
         gpu.usable(broken)
+
+
+def test_the_harness_defaults_come_from_roles_the_kernel_packages_claim():
+    # mage names no implementation: its defaults (the baseline column, the custom column, the library
+    # family) are whatever kernels/_pytorch and kernels/_triton claimed, and an unclaimed role is refused
+    import pytest
+    from mage import registry
+    from mage.errors import MageInputError
+    registry.load()
+    for role in ("baseline", "custom"):
+        assert registry.role(role) in {i.name for i in registry.impls()}
+    assert registry.role("library_family") in {i.family for i in registry.impls()}
+    with pytest.raises(MageInputError, match="role"):
+        registry.role("no such role")

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from mage.registry import register
+from mage.registry import register, set_role
+
+set_role("baseline", "pytorch")  # eager PyTorch: the column the others are compared with
+set_role("library_family", "pytorch")  # its columns are differentiable (and follow autocast) as they are
 
 LABEL = {"pytorch": "PyTorch eager", "torch_compile": "torch.compile",
          "torch_compile_graphs": "torch.compile + CUDA graphs"}

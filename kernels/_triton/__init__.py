@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import functools
 
-from mage.registry import Impl, register
+from mage.registry import Impl, register, set_role
 
 from mage import launch_path
 
 from . import common, stages
 
 LABEL, ORDER, COLOR = "Triton", 10, "#E69F00"  # after the library columns; Okabe-Ito orange
+set_role("custom", "triton")  # the project's own kernels: what a block's Amdahl prediction is about
 
 
 def register_kernel(op: str, launcher, defaults: dict, sweep, precision: str = "fp32", prepare=None,
