@@ -1,6 +1,7 @@
-"""What the Triton tests share (kernels/<op>/test_<op>_triton.py and tests/test_triton.py): markers for
-the interpreter and the GPU, the registered column and its pinned variants, and the checks every tile
-config of an operation must pass."""
+"""What the Triton tests share (kernels/<op>/test_<op>_triton.py, test_<op>_backward.py and
+tests/test_triton.py): markers for the interpreter and the GPU, the registered column and its pinned
+variants, the checks every tile config of an operation must pass, and the backward tests' gradients
+against float64 autograd with memory poisoned first."""
 from __future__ import annotations
 
 import importlib
@@ -76,3 +77,82 @@ def assert_refuses(fn, op: str, arg: str, *args, **kwargs):
 
 def spec(op: str):
     return ops.OPS[op]
+
+
+# ---- backward tests (kernels/<op>/test_<op>_backward.py)
+def poison_like(*likes) -> None:
+    """NaN-filled blocks of the gradients' sizes, freed just before the backward allocates: the caching
+    allocator hands them back, so a gradient element the kernels fail to write stays NaN."""
+    for t in [torch.full_like(t, float("nan")) for t in likes]:
+        del t
+
+
+def grads_of(fn, inputs, dy) -> list:
+    """The gradients of ``fn(*inputs)`` for the incoming gradient ``dy``, memory poisoned first."""
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    y = fn(*leaves)
+    poison_like(*leaves)
+    y.backward(dy)
+    return [t.grad for t in leaves]
+
+
+def reference_grads(op: str, inputs, dy) -> list:
+    """The gradients by float64 autograd through the spec's reference."""
+    return grads_of(spec(op).reference, [t.double() for t in inputs], dy.double())
+
+
+def assert_grads_close(got, want, what, *, names, tol: float) -> None:
+    """Each float32 gradient in ``got`` has its reference's shape, is finite and lies within ``tol``
+    (norm-wise) of it."""
+    for g, r, name in zip(got, want, names):
+        assert g.dtype == torch.float32 and g.shape == r.shape, (what, name)
+        err = float((g.double() - r).norm() / r.norm().clamp_min(1e-300)) if r.numel() else 0.0
+        assert err <= tol and bool(torch.isfinite(g).all()), (what, name, err)
+
+
+def poisoned_memory():
+    """A fixture's body (a module declares ``poisoned = pytest.fixture(name="poisoned")(poisoned_memory)``):
+    every tensor PyTorch allocates (outputs, gradients, copies) starts as NaN, so an element a kernel
+    leaves unwritten fails the comparison instead of passing on leftover memory. warn_only: the float64
+    reference's cuBLAS calls would otherwise refuse to run without a fixed workspace setting."""
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    assert torch.utils.deterministic.fill_uninitialized_memory and torch.isnan(torch.empty(3)).all()
+    yield
+    torch.use_deterministic_algorithms(was)
+
+
+def pair_reference_grads(op: str, A, B, dout) -> tuple:
+    """(dA, dB) of a two-operand op by float64 autograd through the spec's reference."""
+    Ad, Bd = (t.detach().double().requires_grad_() for t in (A, B))
+    return torch.autograd.grad(spec(op).reference(Ad, Bd), (Ad, Bd), dout.double())
+
+
+def pair_triton_grads(op: str, A, B, dout, dtype: str) -> tuple:
+    """(dA, dB) through the 'triton' column's registered training path at ``dtype``."""
+    A, B = (t.detach().requires_grad_() for t in (A, B))
+    return torch.autograd.grad(registry.train_fn(impl(op, dtype))(A, B), (A, B), dout)
+
+
+def assert_pair_grads_close(op: str, A, B, dout, dtype: str, grad_dtype, what="") -> None:
+    """The Triton (dA, dB) have the reference's shapes, dtype ``grad_dtype`` and lie within the op's
+    tolerance at ``dtype``."""
+    tol = spec(op).tol(dtype)
+    for name, got, want in zip(("dA", "dB"), pair_triton_grads(op, A, B, dout, dtype),
+                               pair_reference_grads(op, A, B, dout)):
+        assert got.shape == want.shape and got.dtype == grad_dtype, (name, got.shape, got.dtype)
+        err = rel_err(got, want.to(got.device))
+        assert err <= tol, f"{dtype} {name} {what}: relative error {err:.2e} > {tol:.0e}"
+
+
+def check_reference_gradcheck(op: str, shape: dict) -> None:
+    """The spec's float64 reference passes torch's gradcheck in every input at ``shape``."""
+    args = tuple(t.double().requires_grad_() for t in spec(op).inputs(shape))
+    assert torch.autograd.gradcheck(spec(op).reference, args)
+
+
+def check_every_precision_trains(op: str) -> None:
+    """Every precision of the 'triton' column registered a training path of its own."""
+    for dtype in spec(op).dtypes:
+        fn = registry.train_fn(impl(op, dtype))
+        assert fn is not None and fn is not impl(op, dtype).fn, dtype

@@ -2,8 +2,9 @@
 gelu'(z) = Phi(z) + z phi(z) for the exact erf GELU.
 
 One pass reads x and dy once and writes dx once; each program also sums its dx tile's columns over its
-rows into a [row_blocks, C] buffer of partial sums. A second small kernel adds those partials, row block
-by row block, in order: db is the same bits on every run (no atomics, whose order the scheduler picks).
+rows into a [row_blocks, C] buffer of partial sums. A second small kernel (kernels/_triton/reduce.py)
+adds those partials, row block by row block, in order: db is the same bits on every run (no atomics,
+whose order the scheduler picks).
 
 Makes ``mage::triton_bias_gelu`` differentiable (eagerly and inside torch.compile) and registers it as
 the Triton column's training path.
@@ -18,7 +19,7 @@ from mage import ops
 from mage.errors import MageInputError
 from mage.registry import differentiable
 
-from kernels._triton import common
+from kernels._triton import common, reduce
 
 from .spec import SPEC
 from .triton_kernel import bias_gelu_op  # the operator this module makes differentiable
@@ -54,19 +55,6 @@ def _bias_gelu_bwd_kernel(
         tl.store(DX + row64 * stride_dx + cols[None, :], dx, mask=mask)
         acc += tl.sum(tl.where(mask, dx, 0.0), axis=0)
     tl.store(Part + tile_r.to(tl.int64) * C + cols, acc, mask=cmask)
-
-
-@triton.jit
-def _column_sum_kernel(Part, Out, n, C, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
-    # Out[c] = sum over the n rows of Part[:, c], BLOCK_N rows a step in row order, then one fixed tree
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
-    acc = tl.zeros((BLOCK_N, BLOCK_C), dtype=tl.float32)
-    for n0 in range(0, n, BLOCK_N):
-        rows = n0 + tl.arange(0, BLOCK_N)
-        acc += tl.load(Part + rows.to(tl.int64)[:, None] * C + cols[None, :],
-                       mask=(rows < n)[:, None] & cmask[None, :], other=0.0)
-    tl.store(Out + cols, tl.sum(acc, axis=0), mask=cmask)
 # </kernel>
 
 
@@ -76,7 +64,6 @@ def _column_sum_kernel(Part, Out, n, C, BLOCK_N: tl.constexpr, BLOCK_C: tl.const
 # registers (x, dy and dx: 3 x 16 values a thread at 4 warps).
 CONFIG = dict(ROWS=None, BLOCK_R=4, BLOCK_C=512, num_warps=4)
 MAX_ROWS, PROGRAMS = 64, 1024
-SUM_CONFIG = dict(BLOCK_N=8, BLOCK_C=256, num_warps=4)
 
 
 def check_grad(op, name, g, like) -> torch.Tensor:
@@ -110,8 +97,7 @@ def bias_gelu_backward(x, b, dy, **config):
     part = torch.empty((row_blocks, C), dtype=torch.float32, device=x.device)
     _bias_gelu_bwd_kernel[(row_blocks, triton.cdiv(C, consts["BLOCK_C"]))](
         x, b.contiguous(), dy, dx, part, R, C, x.stride(0), dy.stride(0), dx.stride(0), **consts, **launch)
-    s_consts, s_launch = common.split(SUM_CONFIG)
-    _column_sum_kernel[(triton.cdiv(C, s_consts["BLOCK_C"]),)](part, db, row_blocks, C, **s_consts, **s_launch)
+    reduce.column_sum(part, db)
     return dx, db
 
 

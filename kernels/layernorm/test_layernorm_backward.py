@@ -3,10 +3,14 @@ reference (normal and heavy-tailed inputs, one-block and chunked rows, awkward a
 outputs poisoned), bitwise determinism, both operators under opcheck and torch.compile, bad gradients."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
-from kernels._triton.testing import assert_refuses, cpu_only, gpu, spec
+from kernels._triton import testing
+from kernels._triton.testing import assert_refuses, cpu_only, gpu, grads_of, spec
+from kernels._triton.testing import poison_like as _poison
 from mage import registry
 
 OP = "layernorm"
@@ -22,29 +26,8 @@ def _bwd():
     return triton_backward
 
 
-def _poison(*likes):
-    # NaN-filled blocks of the gradients' sizes, freed just before the backward allocates (see bias_gelu)
-    for t in [torch.full_like(t, float("nan")) for t in likes]:
-        del t
-
-
-def grads_of(fn, inputs, dy):
-    leaves = [t.detach().clone().requires_grad_() for t in inputs]
-    y = fn(*leaves)
-    _poison(*leaves)
-    y.backward(dy)
-    return [t.grad for t in leaves]
-
-
-def reference_grads(inputs, dy):
-    return grads_of(spec(OP).reference, [t.double() for t in inputs], dy.double())
-
-
-def assert_close(got, want, what):
-    for g, r, name in zip(got, want, ("dx", "dgamma", "dbeta")):
-        assert g.dtype == torch.float32 and g.shape == r.shape, (what, name)
-        err = float((g.double() - r).norm() / r.norm().clamp_min(1e-300)) if r.numel() else 0.0
-        assert err <= GRAD_TOL and bool(torch.isfinite(g).all()), (what, name, err)
+reference_grads = functools.partial(testing.reference_grads, OP)  # (inputs, dy): float64 autograd
+assert_close = functools.partial(testing.assert_grads_close, names=("dx", "dgamma", "dbeta"), tol=GRAD_TOL)  # (got, want, what)
 
 
 def _dy(shape, seed, device):

@@ -4,8 +4,8 @@ With xhat = (x - mean) rstd and g = dy gamma (C columns a row):
     dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)),   dgamma = sum_r dy xhat,   dbeta = sum_r dy.
 One pass reads x and dy once and writes dx (a row longer than one block is read twice, the second time
 from L2). dgamma and dbeta are column sums over rows: each program adds its ROWS rows into registers in
-row order and writes one row of partial sums; a second small kernel adds the partials in order. Both
-are the same bits on every run (no atomics).
+row order and writes one row of partial sums; a second small kernel (kernels/_triton/reduce.py) adds the
+partials in order. Both are the same bits on every run (no atomics).
 
 Adds the training operator ``mage::triton_layernorm_train`` (y with the saved statistics, one launch of
 the forward kernel with STATS) and makes it and ``mage::triton_layernorm`` differentiable; registers the
@@ -21,7 +21,7 @@ from mage import ops
 from mage.errors import MageInputError
 from mage.registry import differentiable
 
-from kernels._triton import common
+from kernels._triton import common, reduce
 
 from .spec import SPEC
 from .triton_kernel import layernorm, layernorm_op  # the operator this module makes differentiable
@@ -102,19 +102,6 @@ def _layernorm_bwd_kernel(
                 pb = tl.load(PartB + part + c0 + cols, mask=cmask, other=0.0)
                 tl.store(PartG + part + c0 + cols, pg + tl.sum(dy * xhat, axis=0), mask=cmask)
                 tl.store(PartB + part + c0 + cols, pb + tl.sum(dy, axis=0), mask=cmask)
-
-
-@triton.jit
-def _column_sum_kernel(Part, Out, n, C, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
-    # Out[c] = sum over the n rows of Part[:, c], BLOCK_N rows a step in row order, then one fixed tree
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
-    acc = tl.zeros((BLOCK_N, BLOCK_C), dtype=tl.float32)
-    for n0 in range(0, n, BLOCK_N):
-        rows = n0 + tl.arange(0, BLOCK_N)
-        acc += tl.load(Part + rows.to(tl.int64)[:, None] * C + cols[None, :],
-                       mask=(rows < n)[:, None] & cmask[None, :], other=0.0)
-    tl.store(Out + cols, tl.sum(acc, axis=0), mask=cmask)
 # </kernel>
 
 
@@ -123,7 +110,6 @@ def _column_sum_kernel(Part, Out, n, C, BLOCK_N: tl.constexpr, BLOCK_C: tl.const
 # a one-block row of up to MAX_BLOCK_C columns stays in registers; short rows take several a step.
 CONFIG = dict(ROWS=None, MAX_BLOCK_C=8192)
 MAX_ROWS, PROGRAMS = 64, 512
-SUM_CONFIG = dict(BLOCK_N=8, BLOCK_C=256, num_warps=4)
 
 
 def _config(R, C, config):
@@ -178,9 +164,8 @@ def layernorm_backward(x, gamma, mean, rstd, dy, **config):
                                        part_b, R, C, x.stride(0), dy.stride(0), dx.stride(0), BLOCK_C=block_c,
                                        ONE_BLOCK=block_c >= C, **consts, **launch)
     dgamma, dbeta = torch.empty_like(gamma), torch.empty_like(gamma)
-    s_consts, s_launch = common.split(SUM_CONFIG)
-    for part, out in ((part_g, dgamma), (part_b, dbeta)):
-        _column_sum_kernel[(triton.cdiv(C, s_consts["BLOCK_C"]),)](part, out, programs, C, **s_consts, **s_launch)
+    reduce.column_sum(part_g, dgamma)
+    reduce.column_sum(part_b, dbeta)
     return dx, dgamma, dbeta
 
 

@@ -10,6 +10,7 @@ import random
 import pytest
 import torch
 
+from kernels._triton import testing
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, impl, rel_err, spec
 from kernels.matmul import triton_backward as bwd
 from mage import registry
@@ -17,31 +18,17 @@ from mage.ops import randn
 
 OP = "matmul"
 CPU_DTYPES = ("fp32", "fp32x3", "tf32")  # the interpreter multiplies bf16 wrongly: bf16 on the GPU only
-
-
-@pytest.fixture
-def poisoned():
-    """Every tensor PyTorch allocates (outputs, gradients, copies) starts as NaN, so an element a kernel
-    leaves unwritten fails the comparison instead of passing on leftover memory. warn_only: the float64
-    reference's cuBLAS calls would otherwise refuse to run without a fixed workspace setting."""
-    was = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    assert torch.utils.deterministic.fill_uninitialized_memory and torch.isnan(torch.empty(3)).all()
-    yield
-    torch.use_deterministic_algorithms(was)
+poisoned = pytest.fixture(name="poisoned")(testing.poisoned_memory)  # every allocation starts as NaN
 
 
 def reference_grads(A, B, dC):
     """(dA, dB) by float64 autograd through the spec's reference."""
-    Ad, Bd = (t.detach().double().requires_grad_() for t in (A, B))
-    return torch.autograd.grad(spec(OP).reference(Ad, Bd), (Ad, Bd), dC.double())
+    return testing.pair_reference_grads(OP, A, B, dC)
 
 
 def triton_grads(A, B, dC, dtype):
     """(dA, dB) through the column's registered training path."""
-    A, B = (t.detach().requires_grad_() for t in (A, B))
-    C = registry.train_fn(impl(OP, dtype))(A, B)
-    return torch.autograd.grad(C, (A, B), dC)
+    return testing.pair_triton_grads(OP, A, B, dC, dtype)
 
 
 def inputs(shape, dtype, dist="normal", seed=0, device="cpu"):
@@ -52,11 +39,7 @@ def inputs(shape, dtype, dist="normal", seed=0, device="cpu"):
 
 
 def assert_close_grads(A, B, dC, dtype, what=""):
-    tol = spec(OP).tol(dtype)
-    for name, got, want in zip(("dA", "dB"), triton_grads(A, B, dC, dtype), reference_grads(A, B, dC)):
-        assert got.shape == want.shape and got.dtype == A.dtype, (name, got.shape, got.dtype)
-        err = rel_err(got, want.to(got.device))
-        assert err <= tol, f"{dtype} {name} {what}: relative error {err:.2e} > {tol:.0e}"
+    testing.assert_pair_grads_close(OP, A, B, dC, dtype, A.dtype, what)  # bf16 inputs get bf16 gradients
 
 
 def small_random_shapes(n, seed=0):
@@ -65,14 +48,11 @@ def small_random_shapes(n, seed=0):
 
 
 def test_reference_gradcheck():
-    A, B = (t.double().requires_grad_() for t in spec(OP).inputs(dict(M=5, K=7, N=3)))
-    assert torch.autograd.gradcheck(spec(OP).reference, (A, B))
+    testing.check_reference_gradcheck(OP, dict(M=5, K=7, N=3))
 
 
 def test_every_precision_has_a_training_path():
-    for dtype in spec(OP).dtypes:
-        fn = registry.train_fn(impl(OP, dtype))
-        assert fn is not None and fn is not impl(OP, dtype).fn, dtype
+    testing.check_every_precision_trains(OP)
 
 
 @cpu_only

@@ -21,12 +21,9 @@ These are predictions; ``bench`` times both ways and kernels/NOTES.md ("Backward
 """
 from __future__ import annotations
 
-import json
-import os
-
 import torch
 
-from mage.registry import differentiable
+from kernels._triton.backward import print_row, register_contraction_autograd, time_us, write_rows
 
 from . import triton_kernel  # noqa: F401 - defines mage::triton_matmul (discovery imports alphabetically)
 
@@ -56,51 +53,13 @@ def grad_b(A, dC, dtype: str, copy=None):
     return torch.ops.mage.triton_matmul(_operand(A.t(), copy), dC, dtype)
 
 
-def _setup_context(ctx, inputs, output):
-    A, B, dtype = inputs
-    # each gradient needs only the other operand: keep no tensor a gradient will not read
-    ctx.save_for_backward(A if ctx.needs_input_grad[1] else None, B if ctx.needs_input_grad[0] else None)
-    ctx.dtype = dtype
-
-
-def _backward(ctx, dC):
-    A, B = ctx.saved_tensors
-    dA = grad_a(dC, B, ctx.dtype) if ctx.needs_input_grad[0] else None
-    dB = grad_b(A, dC, ctx.dtype) if ctx.needs_input_grad[1] else None
-    return dA, dB, None
-
-
-torch.library.register_autograd("mage::triton_matmul", _backward, setup_context=_setup_context)
-
-
-def _training_path(dtype: str):
-    def matmul_train(A, B):
-        return torch.ops.mage.triton_matmul(A, B, dtype)
-
-    matmul_train.__name__ = f"matmul_triton_train_{dtype}"
-    return matmul_train
-
-
-for _dtype in DTYPES:
-    differentiable("matmul", "triton", _dtype)(_training_path(_dtype))
+# The gradients are looked up at each backward (a test wraps grad_a and grad_b to count the calls);
+# grad_b takes A first (the order of the product A^T dC), the shared registration passes dC first.
+register_contraction_autograd("matmul", lambda dC, B, dtype: grad_a(dC, B, dtype),
+                              lambda dC, A, dtype: grad_b(A, dC, dtype), DTYPES)
 
 
 # ---- timing for kernels/NOTES.md (GPU only; the harness's pass dimension is the recorded measurement)
-def _time_us(fn, reps: int = 20) -> float:
-    """Median CUDA-event time of ``fn`` in microseconds, after two warm-up calls."""
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return sorted(times)[len(times) // 2]
-
-
 def bench(out_dir: str, sizes=(1024, 4096)) -> list:
     """Forward, dA and dB (each with and without its operand copy) per precision at n^3; rows printed
     and written to ``out_dir``/matmul_backward.json."""
@@ -111,14 +70,10 @@ def bench(out_dir: str, sizes=(1024, 4096)) -> list:
         for dtype in DTYPES:
             A, B = SPEC.inputs(shape, device="cuda", dtype=dtype)
             dC = SPEC.inputs(dict(M=n, K=n, N=n), seed=1, device="cuda", dtype=dtype)[0]
-            row = dict(n=n, dtype=dtype, forward_us=_time_us(lambda: torch.ops.mage.triton_matmul(A, B, dtype)))
+            row = dict(n=n, dtype=dtype, forward_us=time_us(lambda: torch.ops.mage.triton_matmul(A, B, dtype)))
             for copy in (False, True):
-                row[f"dA_copy{int(copy)}_us"] = _time_us(lambda: grad_a(dC, B, dtype, copy))
-                row[f"dB_copy{int(copy)}_us"] = _time_us(lambda: grad_b(A, dC, dtype, copy))
+                row[f"dA_copy{int(copy)}_us"] = time_us(lambda: grad_a(dC, B, dtype, copy))
+                row[f"dB_copy{int(copy)}_us"] = time_us(lambda: grad_b(A, dC, dtype, copy))
             row["default"] = COPY[dtype]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "matmul_backward.json"), "w") as f:
-        json.dump(rows, f, indent=1)
-    return rows
+            print_row(rows, row)
+    return write_rows(out_dir, "matmul_backward", rows)

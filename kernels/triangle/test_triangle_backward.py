@@ -11,6 +11,7 @@ import random
 import pytest
 import torch
 
+from kernels._triton import testing
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, impl, module, rel_err, spec
 from kernels.triangle import triton_backward as bwd
 from mage import registry
@@ -18,6 +19,7 @@ from mage.ops import randn
 
 OP = "triangle"
 DTYPES = ("fp32", "fp32x3")
+poisoned = pytest.fixture(name="poisoned")(testing.poisoned_memory)  # every allocation starts as NaN
 
 
 def _cfg(layout, store="direct", k_inner=True, **tiles):
@@ -36,17 +38,6 @@ ROADS = {
 }
 
 
-@pytest.fixture
-def poisoned():
-    """Every tensor PyTorch allocates (outputs, gradients, scratch copies) starts as NaN. warn_only: the
-    float64 reference's cuBLAS calls would otherwise refuse to run without a fixed workspace setting."""
-    was = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    assert torch.isnan(torch.empty(3)).all()
-    yield
-    torch.use_deterministic_algorithms(was)
-
-
 def force_road(monkeypatch, config):
     """Every call of the operator, forward and backward, at every shape, runs ``config``."""
     for dtype, (_, sweep) in list(module(OP).BY_DTYPE.items()):
@@ -55,13 +46,12 @@ def force_road(monkeypatch, config):
 
 
 def reference_grads(A, B, dO):
-    Ad, Bd = (t.detach().double().requires_grad_() for t in (A, B))
-    return torch.autograd.grad(spec(OP).reference(Ad, Bd), (Ad, Bd), dO.double())
+    return testing.pair_reference_grads(OP, A, B, dO)
 
 
 def triton_grads(A, B, dO, dtype):
-    A, B = (t.detach().requires_grad_() for t in (A, B))
-    return torch.autograd.grad(registry.train_fn(impl(OP, dtype))(A, B), (A, B), dO)
+    """(dA, dB) through the column's registered training path."""
+    return testing.pair_triton_grads(OP, A, B, dO, dtype)
 
 
 def inputs(shape, dist="normal", seed=0, device="cpu"):
@@ -71,11 +61,7 @@ def inputs(shape, dist="normal", seed=0, device="cpu"):
 
 
 def assert_close_grads(A, B, dO, dtype, what=""):
-    tol = spec(OP).tol(dtype)
-    for name, got, want in zip(("dA", "dB"), triton_grads(A, B, dO, dtype), reference_grads(A, B, dO)):
-        assert got.shape == want.shape and got.dtype == torch.float32, (name, got.shape, got.dtype)
-        err = rel_err(got, want.to(got.device))
-        assert err <= tol, f"{dtype} {name} {what}: relative error {err:.2e} > {tol:.0e}"
+    testing.assert_pair_grads_close(OP, A, B, dO, dtype, torch.float32, what)
 
 
 def small_random_shapes(n, seed=0):
@@ -84,14 +70,11 @@ def small_random_shapes(n, seed=0):
 
 
 def test_reference_gradcheck():
-    A, B = (t.double().requires_grad_() for t in spec(OP).inputs(dict(N=4, C=3)))
-    assert torch.autograd.gradcheck(spec(OP).reference, (A, B))
+    testing.check_reference_gradcheck(OP, dict(N=4, C=3))
 
 
 def test_every_precision_has_a_training_path():
-    for dtype in spec(OP).dtypes:
-        fn = registry.train_fn(impl(OP, dtype))
-        assert fn is not None and fn is not impl(OP, dtype).fn, dtype
+    testing.check_every_precision_trains(OP)
 
 
 @cpu_only

@@ -18,12 +18,9 @@ column's training path at both precisions.
 """
 from __future__ import annotations
 
-import json
-import os
-
 import torch
 
-from mage.registry import differentiable
+from kernels._triton.backward import print_row, register_contraction_autograd, time_us, write_rows
 
 from . import triton_kernel  # noqa: F401 - defines mage::triton_triangle (discovery imports alphabetically)
 
@@ -45,32 +42,9 @@ def grad_b(dO, A, dtype: str):
     return torch.ops.mage.triton_triangle(_swap(dO), _swap(A), dtype)
 
 
-def _setup_context(ctx, inputs, output):
-    A, B, dtype = inputs
-    ctx.save_for_backward(A if ctx.needs_input_grad[1] else None, B if ctx.needs_input_grad[0] else None)
-    ctx.dtype = dtype
-
-
-def _backward(ctx, dO):
-    A, B = ctx.saved_tensors
-    dA = grad_a(dO, B, ctx.dtype) if ctx.needs_input_grad[0] else None
-    dB = grad_b(dO, A, ctx.dtype) if ctx.needs_input_grad[1] else None
-    return dA, dB, None
-
-
-torch.library.register_autograd("mage::triton_triangle", _backward, setup_context=_setup_context)
-
-
-def _training_path(dtype: str):
-    def triangle_train(A, B):
-        return torch.ops.mage.triton_triangle(A, B, dtype)
-
-    triangle_train.__name__ = f"triangle_triton_train_{dtype}"
-    return triangle_train
-
-
-for _dtype in DTYPES:
-    differentiable("triangle", "triton", _dtype)(_training_path(_dtype))
+# The gradients are looked up at each backward (a test wraps grad_a and grad_b to count the calls).
+register_contraction_autograd("triangle", lambda dO, B, dtype: grad_a(dO, B, dtype),
+                              lambda dO, A, dtype: grad_b(dO, A, dtype), DTYPES)
 
 
 # ---- timing for kernels/NOTES.md (GPU only; the harness's pass dimension is the recorded measurement)
@@ -78,8 +52,6 @@ def bench(out_dir: str, shapes=(dict(N=128, C=64), dict(N=384, C=128))) -> list:
     """Forward, dA and dB per precision at the field and large shapes, and the same contractions on
     contiguous copies of the transposed views (what the swap costs, if anything); rows printed and
     written to ``out_dir``/triangle_backward.json."""
-    from kernels.matmul.triton_backward import _time_us
-
     from .spec import SPEC
     rows = []
     for shape in shapes:
@@ -88,13 +60,9 @@ def bench(out_dir: str, shapes=(dict(N=128, C=64), dict(N=384, C=128))) -> list:
             dO = SPEC.inputs(shape, seed=1, device="cuda")[0]
             Bs, dOs, As = (_swap(t).contiguous() for t in (B, dO, A))
             op = torch.ops.mage.triton_triangle
-            row = dict(shape, dtype=dtype, forward_us=_time_us(lambda: op(A, B, dtype)),
-                       dA_us=_time_us(lambda: grad_a(dO, B, dtype)), dB_us=_time_us(lambda: grad_b(dO, A, dtype)),
-                       dA_contiguous_us=_time_us(lambda: op(dO, Bs, dtype)),
-                       dB_contiguous_us=_time_us(lambda: op(dOs, As, dtype)))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "triangle_backward.json"), "w") as f:
-        json.dump(rows, f, indent=1)
-    return rows
+            row = dict(shape, dtype=dtype, forward_us=time_us(lambda: op(A, B, dtype)),
+                       dA_us=time_us(lambda: grad_a(dO, B, dtype)), dB_us=time_us(lambda: grad_b(dO, A, dtype)),
+                       dA_contiguous_us=time_us(lambda: op(dO, Bs, dtype)),
+                       dB_contiguous_us=time_us(lambda: op(dOs, As, dtype)))
+            print_row(rows, row)
+    return write_rows(out_dir, "triangle_backward", rows)
