@@ -5,8 +5,8 @@ import os
 import pytest
 import torch
 
+from kernels._triton.testing import gpu_failures
 from mage import ops, registry
-from mage.check import check
 from mage.profile import profile
 
 pytestmark = pytest.mark.gpu
@@ -44,13 +44,9 @@ def test_every_registered_impl_runs_here(op, name, dtype):
 def test_impl_passes_at_random_shapes(op, name, dtype):
     impl = registry.get(op, name, dtype)
     usable(impl)
-    failures = []
     # torch.compile specialises on shape (dynamic=False) and compiles each one anew: seconds apiece, so
     # its cases are slow; they still take all 30 shapes, as every other implementation does.
-    for k, shape in enumerate(random_shapes(op, 30)):
-        r = check(impl, shape, trials=1, seed=k, dist="heavy" if k % 3 == 0 else "normal", device="cuda")
-        if not r.passed:
-            failures.append((shape, r.reason))
+    failures = gpu_failures(impl, random_shapes(op, 30))
     assert not failures, failures[:5]
 
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from kernels._triton.testing import INTERPRET, assert_refuses, check_shapes, cpu_only, gpu, rel_err
+from kernels._triton.testing import INTERPRET, assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
 from mage import ops, registry, run
 from mage.check import check
 from mage.errors import MageInputError
@@ -214,11 +214,7 @@ def _cuda_impls():
 def test_gpu_every_column_at_random_shapes(name, dtype):
     impl = registry.get(OP, name, dtype)
     assert impl.runs_on("cuda") is None, impl.runs_on("cuda")
-    failures = []
-    for k, shape in enumerate(SPEC.random_shapes(30, seed=1) + SPEC.awkward):
-        r = check(impl, shape, trials=1, seed=k, dist="heavy" if k % 3 == 0 else "normal", device="cuda")
-        if not r.passed:
-            failures.append((shape, r.reason))
+    failures = gpu_failures(impl, SPEC.random_shapes(30, seed=1) + SPEC.awkward)
     assert not failures, failures[:5]
 
 
@@ -227,11 +223,7 @@ def test_gpu_fused_road_at_random_shapes():
     # tf32x3 must hold the FP32 tolerance at every size, K up to 5000 (hidden) included
     impl = registry.get(OP, "triton", "fp32")
     for cfg in impl.sweep[1:]:
-        v, failures = impl.variant(**cfg), []
-        for k, shape in enumerate(SPEC.random_shapes(30, seed=2) + SPEC.shapes["field"]):
-            r = check(v, shape, trials=1, seed=k, dist="heavy" if k % 3 == 0 else "normal", device="cuda")
-            if not r.passed:
-                failures.append((shape, r.reason))
+        failures = gpu_failures(impl.variant(**cfg), SPEC.random_shapes(30, seed=2) + SPEC.shapes["field"])
         assert not failures, (cfg, failures[:5])
 
 

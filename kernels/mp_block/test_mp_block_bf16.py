@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, gpu, rel_err
+from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
 from mage import ops, registry
-from mage.check import check
 
 OP = "mp_block"
 SPEC = ops.OPS[OP]
@@ -62,11 +61,7 @@ def test_bf16_block_refuses_a_stray_fp32_weight():
 # ---- on a GPU ---------------------------------------------------------------------------------------
 @gpu
 def test_gpu_bf16_block_at_random_shapes():
-    failures = []
-    for k, shape in enumerate(SPEC.random_shapes(30, seed=31) + SPEC.awkward + SPEC.shapes["field"]):
-        r = check(_impl(), shape, trials=1, seed=k, dist="heavy" if k % 3 == 0 else "normal", device="cuda")
-        if not r.passed:
-            failures.append((shape, r.reason))
+    failures = gpu_failures(_impl(), SPEC.random_shapes(30, seed=31) + SPEC.awkward + SPEC.shapes["field"])
     assert not failures, failures[:5]
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import kernels.trimul_block.triton_block as tb
-from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, gpu, rel_err
+from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
 from mage import ops, registry
 from mage.check import check
 
@@ -97,11 +97,7 @@ def test_bf16_block_refuses_mixed_precisions():
 # ---- on a GPU ---------------------------------------------------------------------------------------
 def _random_check(impl, seed):
     shapes = SPEC.random_shapes(30, seed=seed) + SPEC.awkward + SPEC.shapes["field"] + SPEC.shapes["large"]
-    bad = []
-    for k, s in enumerate(shapes):
-        r = check(impl, s, trials=1, seed=k, dist="heavy" if k % 3 == 0 else "normal", device="cuda")
-        if not r.passed:
-            bad.append((s, r.reason))
+    bad = gpu_failures(impl, shapes)
     return bad
 
 
