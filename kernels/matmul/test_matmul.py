@@ -43,12 +43,9 @@ def test_bad_input_names_the_argument(make, match):
 # ---- the Rust tensor-core column (precision fp32x3) -------------------------------------------------
 def _rust_fp32x3():
     from kernels.matmul.rust_impl import FP32X3_IMPL
-    return FP32X3_IMPL  # withdrawn from the registry until its FP32 accuracy is fixed (rust_impl.py)
+    return FP32X3_IMPL
 
 
-# What the H200 showed (kernels/NOTES.md): wrong beyond the FP32 tolerance at K = 8191 and 8192, and far
-# from cuBLAS FP32's error at K = 4096. Strict: a fix makes these pass, and then the column comes back.
-WITHDRAWN = pytest.mark.xfail(strict=True, reason="the Rust fp32x3 kernel misses FP32 accuracy on the H200")
 
 
 def _awkward_large_shapes(n: int = 32, seed: int = 14):
@@ -63,11 +60,11 @@ def _awkward_large_shapes(n: int = 32, seed: int = 14):
     return fixed + rand
 
 
-def test_rust_fp32x3_is_built_at_its_precision_but_not_registered():
+def test_rust_fp32x3_is_registered_at_its_precision():
     from mage.registry import impls
     im = _rust_fp32x3()
     assert im.family == "rust" and im.dtype == "fp32x3" and im.needs_cuda
-    assert not impls("matmul", names=["rust"], dtype="fp32x3")  # no public path runs a kernel that failed
+    assert impls("matmul", names=["rust"], dtype="fp32x3") == [im]
     assert SPEC.tol("fp32x3") == SPEC.tol("fp32")  # FP32 accuracy is the point of the column
 
 
@@ -83,7 +80,6 @@ gpu = pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="
 
 
 @gpu
-@WITHDRAWN
 @pytest.mark.parametrize("dist", ["normal", "heavy"])
 def test_gpu_rust_fp32x3_at_awkward_shapes(dist):
     from mage.check import check
@@ -99,7 +95,7 @@ def test_gpu_rust_fp32x3_at_awkward_shapes(dist):
 
 
 @gpu
-@pytest.mark.parametrize("K", [1023, pytest.param(4096, marks=WITHDRAWN), pytest.param(8192, marks=WITHDRAWN)])
+@pytest.mark.parametrize("K", [1023, 4096, 8192])
 def test_gpu_rust_fp32x3_is_fp32_not_tf32(K):
     # The tolerance must be able to see a slip to one TF32 product: cuBLAS in TF32 on the same inputs
     # misses it, the three-product kernel meets it (and stays near cuBLAS FP32's own error).
