@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent
-# type -> (kind, ctypes-free packing): pointers travel as u64 addresses, sizes as i64, f32 as its bits
-PARAM_TYPES = ("*const f32", "*mut f32", "*const i32", "*mut u32", "u32", "f32")
+# type -> (kind, ctypes-free packing): pointers travel as u64 addresses, sizes as i64, f32 as its bits;
+# u16 pointers are bf16 storage (the bits of each value)
+PARAM_TYPES = ("*const f32", "*mut f32", "*const u16", "*mut u16", "*const i32", "*mut u32", "u32", "f32")
 _FIELDS = ("name", "call", "params", "threads", "blocks_per_sm", "lengths", "work", "require", "geometry")
 
 

@@ -6,4 +6,9 @@ KERNELS = [
                                                           "C: u32"],
      "threads": 256, "blocks_per_sm": 1, "lengths": {"x": "r * c", "b": "c", "y": "r * c"}, "work": "r * c",
      "require": [], "geometry": "launch::bias_gelu(r, c)"},
+    # the same body on bf16 storage (u16 bits), for the model blocks' bf16 column
+    {"name": "bias_gelu_bf16", "call": "bias_gelu::<u16>",
+     "params": ["x: *const u16", "b: *const u16", "y: *mut u16", "R: u32", "C: u32"],
+     "threads": 256, "blocks_per_sm": 1, "lengths": {"x": "r * c", "b": "c", "y": "r * c"}, "work": "r * c",
+     "require": [], "geometry": "launch::bias_gelu(r, c)"},
 ]

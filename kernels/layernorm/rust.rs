@@ -1,6 +1,9 @@
 //! LayerNorm over the last dimension, one block of 256 threads per row. A row of up to
 //! 256 * 4 * VEC = 4096 floats stays in registers (one read of x, exact two-pass mean and variance);
-//! longer rows are re-read for the second and third pass.
+//! longer rows are re-read for the second and third pass. One body for every storage type (`Store`):
+//! f32, and bf16 (u16) loaded widened to f32, the statistics and the affine map in f32, the output
+//! rounded to bf16 at the store.
+use crate::bf16::Store;
 use crate::gpu::{self, In, Out, barrier, fma, sqrt, warp_sum};
 use crate::{shared_tile, unroll};
 
@@ -30,9 +33,9 @@ fn block_sum(v: f32) -> f32 {
 }
 
 // <kernel>
-/// Grid (R); x, y are [R, C]; gamma, beta are [C].
+/// Grid (R); x, y are [R, C]; gamma, beta are [C]; S the storage type (f32 or bf16 bits).
 #[inline(always)]
-pub fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32, r: u32, c: u32, eps: f32) {
+pub fn layernorm<S: Store>(x: *const S, gamma: *const S, beta: *const S, y: *mut S, r: u32, c: u32, eps: f32) {
     let (r, c) = (r as usize, c as usize);
     // SAFETY: the host checked each pointer against this kernel's table `lengths` (the same sizes).
     let (x, gamma, beta, y) = unsafe { (In::new(x, r * c), In::new(gamma, c), In::new(beta, c), Out::new(y, r * c)) };
@@ -51,7 +54,7 @@ pub fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32
         unroll!(j in 4 => {
             let cols = (tid + THREADS * j) * 4;
             if cols < c {
-                v[j] = if cols + 4 <= c { x.get4(base + cols) } else { x.get4_masked(base + cols, c - cols) };
+                v[j] = if cols + 4 <= c { S::load4(&x, base + cols) } else { S::load4_masked(&x, base + cols, c - cols) };
             }
         });
         let mut sum = 0.0;
@@ -73,12 +76,12 @@ pub fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32
         unroll!(j in 4 => {
             let cols = (tid + THREADS * j) * 4;
             if cols < c {
-                let (g, bt) = (gamma.get4(cols), beta.get4(cols));
+                let (g, bt) = (S::load4(&gamma, cols), S::load4(&beta, cols));
                 let mut o = [0.0f32; 4];
                 unroll!(q in 4 => {
                     o[q] = fma((v[j][q] - mean) * rstd, g[q], bt[q]);
                 });
-                y.set4(base + cols, o, c - cols);
+                S::store4(&y, base + cols, o, c - cols);
             }
         });
     } else {
@@ -86,21 +89,22 @@ pub fn layernorm(x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32
         let mut sum = 0.0;
         let mut col = tid;
         while col < c {
-            sum += x.get(base + col);
+            sum += S::load(&x, base + col);
             col += THREADS;
         }
         let mean = block_sum(sum) * inv_c;
         let mut sq = 0.0;
         col = tid;
         while col < c {
-            let d = x.get(base + col) - mean;
+            let d = S::load(&x, base + col) - mean;
             sq = fma(d, d, sq);
             col += THREADS;
         }
         let rstd = 1.0 / sqrt(block_sum(sq) * inv_c + eps);
         col = tid;
         while col < c {
-            y.set(base + col, fma((x.get(base + col) - mean) * rstd, gamma.get(col), beta.get(col)));
+            let v = fma((S::load(&x, base + col) - mean) * rstd, S::load(&gamma, col), S::load(&beta, col));
+            S::store(&y, base + col, v);
             col += THREADS;
         }
     }
@@ -141,6 +145,28 @@ mod tests {
             }
             let e = rel(&y, &want);
             assert!(e < 1e-5, "layernorm {r}x{c}: rel error {e:e}");
+        }
+    }
+
+    /// bf16 storage: the f32 kernel on the widened inputs, rounded once, is what the bf16 kernel stores
+    /// (same statistics, same order), for both paths; an offset row so the mean matters.
+    #[test]
+    fn layernorm_bf16_is_the_f32_kernel_rounded() {
+        let mut rng = Rng(13);
+        for &(r, c) in &[(1, 1), (3, 4099), (4, 37), (2, 4096), (2, 5000), (3, 6)] {
+            let xb = bf16s(&rng.vec(r * c).iter().map(|v| v * 4.0 + 3.0).collect::<Vec<_>>());
+            let (gb, bb) = (bf16s(&rng.vec(c)), bf16s(&rng.vec(c)));
+            let (xf, gf, bf) = (widened(&xb), widened(&gb), widened(&bb));
+            let mut yf = vec![f32::NAN; r * c];
+            let mut yb = vec![0x7fc0u16; r * c];
+            let (pf, pb) = ([p!(xf), p!(gf), p!(bf), yf.as_mut_ptr() as usize], [p!(xb), p!(gb), p!(bb), yb.as_mut_ptr() as usize]);
+            run(launch::layernorm(r as u32).unwrap(), move || {
+                super::layernorm(pf[0] as *const f32, pf[1] as *const f32, pf[2] as *const f32, pf[3] as *mut f32, r as u32, c as u32, 1e-5)
+            });
+            run(launch::layernorm(r as u32).unwrap(), move || {
+                super::layernorm(pb[0] as *const u16, pb[1] as *const u16, pb[2] as *const u16, pb[3] as *mut u16, r as u32, c as u32, 1e-5)
+            });
+            assert_eq!(yb, bf16s(&yf), "layernorm bf16 {r}x{c}");
         }
     }
 }

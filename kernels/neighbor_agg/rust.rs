@@ -2,7 +2,10 @@
 //! a hub, one chunk of a row's edges (the host's plan). A lane sums features lane*2, lane*2 + 1
 //! over the task's edges in edge order. No atomics: a chunk's warp stores its partial sum and
 //! raises a flag; the row's last chunk waits for the flags and adds the partials in chunk order,
-//! so every output is the same fixed-order sum on every run.
+//! so every output is the same fixed-order sum on every run. One body for every storage type of the
+//! features (`Store`): bf16 (u16) features widened at the gather, the sums and the partials in f32, the
+//! output rounded at the store; the edge weights stay f32.
+use crate::bf16::Store;
 use crate::gpu::{self, Flags, In, Out, fma};
 // (A version that loaded 32 columns at once and shared them by shuffles, with eight gathers in flight,
 // measured 2x slower at 128 registers a thread; kernels/NOTES.md has the numbers.)
@@ -17,12 +20,12 @@ pub const PLAN_FIELDS: usize = 6;
 /// x [n_src, F]; y [n, F]; plan [tasks, 6]; ws [parts, F] partial sums; flags [parts] (all zero
 /// between launches).
 #[inline(always)]
-pub fn neighbor_agg(
+pub fn neighbor_agg<S: Store>(
     rowptr: *const i32,
     col: *const i32,
     w: *const f32,
-    x: *const f32,
-    y: *mut f32,
+    x: *const S,
+    y: *mut S,
     plan: *const i32,
     ws: *mut f32,
     flags: *mut u32,
@@ -87,7 +90,7 @@ pub fn neighbor_agg(
             let wv = [w.get(edge), w.get(edge + 1), w.get(edge + 2), w.get(edge + 3)];
             let mut xs = [[0.0f32; 2]; 4];
             for q in 0..4 {
-                xs[q] = x.get2(j[q] as usize * f + feats);
+                xs[q] = S::load2(&x, j[q] as usize * f + feats);
             }
             for q in 0..4 {
                 acc[0] = fma(wv[q], xs[q][0], acc[0]);
@@ -96,7 +99,7 @@ pub fn neighbor_agg(
             edge += 4;
         }
         while edge < hi {
-            let xj = x.get2(col.get(edge) as usize * f + feats);
+            let xj = S::load2(&x, col.get(edge) as usize * f + feats);
             let wj = w.get(edge);
             acc[0] = fma(wj, xj[0], acc[0]);
             acc[1] = fma(wj, xj[1], acc[1]);
@@ -104,7 +107,7 @@ pub fn neighbor_agg(
         }
         if nparts == 1 {
             if mask > 0 {
-                y.set2(row * f + feats, acc, mask);
+                S::store2(&y, row * f + feats, acc, mask);
             }
         } else if !combiner {
             if mask > 0 {
@@ -124,7 +127,7 @@ pub fn neighbor_agg(
             }
             let total = [even[0] + odd[0], even[1] + odd[1]];
             if mask > 0 {
-                y.set2(row * f + feats, [total[0] + acc[0], total[1] + acc[1]], mask);
+                S::store2(&y, row * f + feats, [total[0] + acc[0], total[1] + acc[1]], mask);
             }
         }
         f0 += 64;
@@ -205,6 +208,59 @@ mod tests {
             let err = rel(&y, &want);
             assert!(err < 1e-5, "neighbor_agg F={f} split={split} ({} parts): rel error {err:e}", pl.parts);
             assert!(flags.iter().all(|&v| v == 0), "flags must be lowered for the next launch");
+        }
+    }
+
+    /// One launch of the kernel at storage type S on the emulator: y [n, f] from x.
+    fn agg<S: crate::bf16::Store>(rowptr: &[i32], col: &[i32], w: &[f32], x: &[S], f: usize, split: usize, y: &mut [S]) {
+        let n = rowptr.len() - 1;
+        let pl = plan::build(rowptr, split).unwrap();
+        let (ws, flags) = (vec![0.0f32; pl.parts * f], vec![0u32; pl.parts]);
+        let ent = if pl.entries.is_empty() { 0 } else { p!(pl.entries) };
+        let a = [p!(rowptr), p!(col), p!(w), p!(x), y.as_mut_ptr() as usize, ent, p!(ws), p!(flags)];
+        let (e, tasks, parts) = (col.len() as u32, pl.tasks as u32, pl.parts as u32);
+        run(launch::neighbor_agg(pl.tasks as u64).unwrap(), move || {
+            super::neighbor_agg(
+                a[0] as *const i32,
+                a[1] as *const i32,
+                a[2] as *const f32,
+                a[3] as *const S,
+                a[4] as *mut S,
+                a[5] as *const i32,
+                a[6] as *mut f32,
+                a[7] as *mut u32,
+                n as u32,
+                n as u32,
+                e,
+                f as u32,
+                tasks,
+                parts,
+            )
+        });
+        assert!(flags.iter().all(|&v| v == 0));
+    }
+
+    /// bf16 features: the f32 kernel on the widened features, rounded once, is what the bf16 kernel
+    /// stores (the same f32 sums in the same order), with and without a split hub.
+    #[test]
+    fn neighbor_agg_bf16_is_the_f32_kernel_rounded() {
+        let mut rng = Rng(15);
+        let degrees = [3usize, 0, 40, 1, 9, 0, 2];
+        let mut rowptr = vec![0i32];
+        for d in degrees {
+            rowptr.push(rowptr.last().unwrap() + d as i32);
+        }
+        let n = degrees.len();
+        let e = *rowptr.last().unwrap() as usize;
+        let col: Vec<i32> = (0..e).map(|_| rng.below(n) as i32).collect();
+        let w = rng.vec(e);
+        for &(f, split) in &[(1, 8), (3, 8), (64, 1000), (130, 8), (5, 2)] {
+            let xb = bf16s(&rng.vec(n * f));
+            let xf = widened(&xb);
+            let (mut yf, mut yb) = (vec![f32::NAN; n * f], vec![0x7fc0u16; n * f]);
+            agg(&rowptr, &col, &w, &xf, f, split, &mut yf);
+            agg(&rowptr, &col, &w, &xb, f, split, &mut yb);
+            assert_eq!(yb, bf16s(&yf), "neighbor_agg bf16 F={f} split={split}");
         }
     }
 }

@@ -217,7 +217,7 @@ use crate::emulate as hw;
 mod tiles;
 mod views;
 pub use tiles::{Tile, TileView, TileWindow};
-pub use views::{F2, F4, Flags, In, Out};
+pub use views::{F2, F4, Flags, H2, H4, In, Out};
 
 /// Declares a module-level `.shared` array of `$n` floats and gives its generic address as a
 /// [`Tile`]: `shared_tile!(fn as_tile, AS_TILE, 2048)`. (Under the host emulator: the block's

@@ -17,6 +17,7 @@
 // lint that suggests it is unknown to that compiler's clippy.
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
+pub mod bf16;
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod emulate;
 pub mod gpu;

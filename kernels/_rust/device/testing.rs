@@ -53,3 +53,13 @@ pub fn matmul_ref(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f64
     }
     c
 }
+
+/// f32 values rounded to bf16 bits (the kernels' own rounding).
+pub fn bf16s(v: &[f32]) -> Vec<u16> {
+    v.iter().map(|&x| crate::bf16::narrow(x)).collect()
+}
+
+/// bf16 bits widened to f32.
+pub fn widened(v: &[u16]) -> Vec<f32> {
+    v.iter().map(|&b| crate::bf16::widen(b)).collect()
+}

@@ -13,6 +13,16 @@ pub struct F4(pub [f32; 4]);
 #[repr(C, align(8))]
 pub struct F2(pub [f32; 2]);
 
+/// Four bf16 (as u16) that load and store as one 8-byte access.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+pub struct H4(pub [u16; 4]);
+
+/// Two bf16 as one 4-byte access.
+#[derive(Clone, Copy)]
+#[repr(C, align(4))]
+pub struct H2(pub [u16; 2]);
+
 /// A read-only array in global memory: `len` elements from `ptr`. Reads outside it give the
 /// default value (zero) instead of faulting or panicking, which doubles as a tile's edge mask.
 #[derive(Clone, Copy)]
@@ -81,6 +91,28 @@ impl In<f32> {
     }
 }
 
+impl In<u16> {
+    /// Elements `i .. i + 4` (bf16 bits) as one 8-byte load when aligned, else one by one.
+    #[inline(always)]
+    pub fn get4_bits(&self, i: usize) -> [u16; 4] {
+        if i + 4 <= self.len && (self.ptr as usize + 2 * i) % 8 == 0 {
+            // SAFETY: in bounds and 8-byte aligned, checked just above.
+            unsafe { (*(self.ptr.add(i) as *const H4)).0 }
+        } else {
+            [self.get(i), self.get(i + 1), self.get(i + 2), self.get(i + 3)]
+        }
+    }
+    #[inline(always)]
+    pub fn get2_bits(&self, i: usize) -> [u16; 2] {
+        if i + 2 <= self.len && (self.ptr as usize + 2 * i) % 4 == 0 {
+            // SAFETY: in bounds and 4-byte aligned.
+            unsafe { (*(self.ptr.add(i) as *const H2)).0 }
+        } else {
+            [self.get(i), self.get(i + 1)]
+        }
+    }
+}
+
 /// A writable array in global memory. Stores outside it are dropped. Not `Copy`: one view per array,
 /// so a kernel cannot hand out aliases of its output.
 pub struct Out<T: Copy> {
@@ -135,6 +167,35 @@ impl Out<f32> {
         if n >= 2 && i + 2 <= self.len && (self.ptr as usize + 4 * i) % 8 == 0 {
             // SAFETY: in bounds and aligned.
             unsafe { *(self.ptr.add(i) as *mut F2) = F2(v) }
+        } else {
+            self.set(i, v[0]);
+            if n >= 2 {
+                self.set(i + 1, v[1]);
+            }
+        }
+    }
+}
+
+impl Out<u16> {
+    /// Stores `v[q]` (bf16 bits) at `i + q` for the `q < n` (n >= 4: one 8-byte store when aligned).
+    #[inline(always)]
+    pub fn set4_bits(&self, i: usize, v: [u16; 4], n: usize) {
+        if n >= 4 && i + 4 <= self.len && (self.ptr as usize + 2 * i) % 8 == 0 {
+            // SAFETY: in bounds and aligned.
+            unsafe { *(self.ptr.add(i) as *mut H4) = H4(v) }
+        } else {
+            crate::unroll!(q in 4 => {
+                if q < n {
+                    self.set(i + q, v[q]);
+                }
+            });
+        }
+    }
+    #[inline(always)]
+    pub fn set2_bits(&self, i: usize, v: [u16; 2], n: usize) {
+        if n >= 2 && i + 2 <= self.len && (self.ptr as usize + 2 * i) % 4 == 0 {
+            // SAFETY: in bounds and aligned.
+            unsafe { *(self.ptr.add(i) as *mut H2) = H2(v) }
         } else {
             self.set(i, v[0]);
             if n >= 2 {
