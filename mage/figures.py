@@ -26,6 +26,7 @@ from .figure_style import (NOT_MEASURED, PUBLISHED_LABEL, US, VIEW_LABEL, VIEW_U
                            impl_bars, impl_color, impl_label, impls_in, kernel_list, log_toggle, not_measured,
                            op_label, op_short, short_label, use_notebook_renderer, with_caption)
 from .figure_tiles import config_label, reuse, tile_explorer, tile_table  # noqa: F401
+from .figure_train import passes as train_passes, steps as train_steps  # noqa: F401
 
 bars = V.bars
 field_shape = V.first_shape

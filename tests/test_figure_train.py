@@ -1,0 +1,133 @@
+"""The training chapter's figures and sentences (mage.figure_train, mage.training) from hand-made rows:
+forward, backward and both rows of one operation, training-step rows of one block, and no rows at all
+(each figure then says what is missing instead of drawing an empty plot)."""
+import math
+
+import pandas as pd
+import pytest
+
+from mage import figure_train as FT
+from mage import ops, registry
+from mage import training as TR
+from mage.data import REQUIRED
+
+RUN = "20990101T000000Z-x"
+
+
+def _op():
+    """A memory-bound operation with a stated backward cost (found by kind and cost, not by name)."""
+    for name in TR.operations():
+        spec = ops.OPS[name]
+        if spec.grad_bytes is not None and spec.shapes.get("large"):
+            f, b = spec.grad_cost(spec.shapes["large"][0])
+            if b / 3000e3 > f / 50e6:
+                return name
+    pytest.skip("no memory-bound operation with a backward cost")
+
+
+def _block():
+    return TR.blocks()[0]
+
+
+def _pass_rows(op, times):
+    """Kernel-time rows of ``op`` at its large shape: times[impl][pass] microseconds."""
+    spec = ops.OPS[op]
+    shape = spec.shapes["large"][0]
+    key = ops.shape_key(shape)
+    rows = []
+    for impl, per in times.items():
+        for p, us in per.items():
+            flops, nbytes = spec.cost(shape) if p == "forward" else spec.grad_cost(shape)
+            rows.append(dict(op=op, impl=impl, family=registry.get(op, impl).family, dtype="fp32", shape=key,
+                             shape_set="large", cache="warm", run=RUN, source="measured", config="", view="kernel_time",
+                             round=0, stat="mean", value=us, unit="us", flops=flops, bytes=nbytes, **{"pass": p}))
+    return rows
+
+
+def _train_rows(block, times):
+    key = ops.shape_key(ops.OPS[block].shapes["field"][0])
+    rows = []
+    for dtype, per in times.items():
+        for impl, us in per.items():
+            base = dict(op=block, impl=impl, family=registry.get(block, impl).family, dtype=dtype, shape=key,
+                        shape_set="train", cache="warm", run=RUN, source="measured", config="{}", **{"pass": "step"})
+            rows += [dict(base, view="train_step", round=r, stat="mean", value=us, unit="us") for r in (0, 1, 2, 3)]
+            rows.append(dict(base, view="throughput", round=0, stat="mean", value=1000 / (us * 1e-6), unit="items/s",
+                             stage="items per step: 1000"))
+    return rows
+
+
+def _frame(rows):
+    df = pd.DataFrame(rows)
+    for c in REQUIRED:
+        if c not in df.columns:
+            df[c] = math.nan
+    return df
+
+
+def _ceilings(copy_gbps=3000.0):
+    return pd.DataFrame([dict(name="copy_gbps", value=copy_gbps, unit="GB/s", detail="", run=RUN),
+                         dict(name="fp32_tflops", value=50.0, unit="TFLOP/s", detail="", run=RUN),
+                         dict(name="tf32_tflops", value=400.0, unit="TFLOP/s", detail="", run=RUN),
+                         dict(name="bf16_tflops", value=800.0, unit="TFLOP/s", detail="", run=RUN)])
+
+
+def test_no_rows_say_what_is_missing():
+    empty = _frame([dict(op="x")]).iloc[:0]
+    for fig in (FT.passes(empty, "card"), FT.steps(empty, "card")):
+        assert fig.layout.meta["not_measured"] and "python -m mage" in fig.layout.meta["caption"]
+    assert "not yet answered" in TR.backward_findings(empty, _ceilings())
+    assert "no block's training step was measured" in TR.train_findings(empty)
+    assert TR.pass_times(empty).empty and TR.train_table(empty).empty and not TR.has_backward(empty)
+
+
+def test_passes_figure_and_ratios():
+    op = _op()
+    custom, base = registry.role("custom"), registry.role("baseline")
+    df = _frame(_pass_rows(op, {custom: dict(forward=10.0, backward=20.0, both=31.0),
+                                base: dict(forward=15.0, backward=40.0, both=55.0)}))
+    fig = FT.passes(df, "card")
+    assert not (fig.layout.meta or {}).get("not_measured")
+    ys = sorted(float(y) for t in fig.data for y in t.y)
+    assert ys == [10.0, 15.0, 20.0, 31.0, 40.0, 55.0]
+    w = TR.ratio_table(TR.pass_times(df, "large")).set_index("impl")
+    assert w.loc[custom, "bwd_over_fwd"] == pytest.approx(2.0) and w.loc[base, "both_over_fwd"] == pytest.approx(55 / 15)
+
+
+@pytest.mark.parametrize("bwd_us, met", [(None, True), (1e9, False)])
+def test_copy_share_against_the_target(bwd_us, met):
+    op = _op()
+    spec = ops.OPS[op]
+    _, nbytes = spec.grad_cost(spec.shapes["large"][0])
+    at_target = nbytes / (3000.0 * 1e3) / TR.COPY_TARGET  # microseconds at exactly the target share
+    us = at_target * 0.99 if bwd_us is None else bwd_us
+    custom, base = registry.role("custom"), registry.role("baseline")
+    df = _frame(_pass_rows(op, {custom: dict(backward=us), base: dict(backward=us)}))
+    s = TR.copy_shares(df, _ceilings()).set_index("op")
+    assert s.loc[op, "met"] is met
+    assert s.loc[op, "verdict"] == "tie"  # same time as the only rival: a tie, never 'faster'
+    assert "target" in TR.backward_findings(df, _ceilings())
+
+
+def test_steps_figure_and_the_custom_verdict():
+    block = _block()
+    custom, base = registry.role("custom"), registry.role("baseline")
+    df = _frame(_train_rows(block, {"fp32": {custom: 100.0, base: 150.0}, "bf16": {custom: 101.0, base: 100.0}}))
+    fig = FT.steps(df, "card")
+    assert [b["label"] for b in fig.layout.updatemenus[0].buttons] == ["FP32", "bf16 mixed precision"]
+    c, rival = TR.custom_against_fastest(df, block, "fp32")
+    assert c.verdict == "faster" and rival == base
+    c, _ = TR.custom_against_fastest(df, block, "bf16")
+    assert c.verdict == "tie"  # 1% apart: within the harness's precision
+    text = TR.train_findings(df)
+    assert "1 of the 1 blocks" in text and "behind" not in text
+    t = TR.step_table(TR.train_table(df))
+    assert list(t["dtype"].unique()) == ["fp32", "bf16"]
+
+
+def test_cost_table_comes_from_the_specs():
+    t = TR.cost_table("large")
+    assert set(t["op"]) <= set(TR.operations()) and len(t)
+    for r in t.itertuples():
+        f, b = ops.OPS[r.op].grad_cost(ops.OPS[r.op].shapes["large"][0])
+        assert (r.bwd_flops, r.bwd_bytes) == (f, b)
