@@ -232,7 +232,7 @@ pub unsafe extern "C" fn mage_rust_block_info(
             return Err(bad("block_info: out is null".into()));
         }
         *out = blocks::scratch_floats(b, rows, width, hidden);
-        *out.add(1) = blocks::LAUNCHES[b] as u64;
+        *out.add(1) = blocks::launches(b) as u64;
         Ok(())
     })())
 }
@@ -246,7 +246,7 @@ pub unsafe extern "C" fn mage_rust_block_info(
 pub unsafe extern "C" fn mage_rust_block_cublas(name: *const c_char, path: *mut c_char, cap: usize) -> c_int {
     status((|| {
         let b = block_of(name)?;
-        let c = cublas::cublas(blocks::BLOCKS[b])?;
+        let c = cublas::cublas(blocks::name(b))?;
         if !path.is_null() && cap > 0 {
             let bytes = c.path.as_bytes();
             let k = bytes.len().min(cap - 1);

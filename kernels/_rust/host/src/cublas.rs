@@ -3,7 +3,10 @@
 //! sonames the CUDA 12 and 13 toolkits ship, which the dynamic loader finds on its path or already
 //! loaded in the process (PyTorch's CUDA wheels load pip's nvidia-cublas before any block runs).
 //! One handle per device, made in its primary context, with a workspace of its own so a call can be
-//! captured in a CUDA graph (cuBLAS would otherwise allocate during capture).
+//! captured in a CUDA graph (cuBLAS would otherwise allocate during capture). FP32 GEMMs are
+//! cublasSgemm; bf16 ones cublasGemmEx with bf16 A, B and C and CUBLAS_COMPUTE_32F (FP32 products and
+//! sums, C rounded to bf16 once): the one call that takes bf16 operands on the handle the FP32 path
+//! already has (cublasLt would need its own handle, descriptors and heuristics for the same kernels).
 use crate::driver::{CUstream, DevPtr, check, driver};
 use crate::{Error, MAGE_NO_CUBLAS};
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
@@ -24,6 +27,11 @@ const RTLD_GLOBAL: c_int = 0x100;
 pub const SONAMES: [&str; 3] = ["libcublas.so.12", "libcublas.so.13", "libcublas.so"];
 pub const OP_N: c_int = 0;
 pub const OP_T: c_int = 1;
+/// cudaDataType CUDA_R_16BF, cublasComputeType_t CUBLAS_COMPUTE_32F, cublasGemmAlgo_t CUBLAS_GEMM_DEFAULT
+/// (library_types.h, cublas_api.h).
+pub const CUDA_R_16BF: c_int = 14;
+pub const COMPUTE_32F: c_int = 68;
+pub const GEMM_DEFAULT: c_int = -1;
 /// 32 MiB: what NVIDIA recommends for Hopper's cuBLAS workspace.
 const WORKSPACE: usize = 32 << 20;
 
@@ -35,7 +43,7 @@ pub struct Cublas {
     set_stream: unsafe extern "C" fn(Handle, CUstream) -> Status,
     set_math_mode: unsafe extern "C" fn(Handle, c_int) -> Status,
     set_workspace: unsafe extern "C" fn(Handle, *mut c_void, usize) -> Status,
-    sgemm: unsafe extern "C" fn(
+    pub(crate) sgemm: unsafe extern "C" fn(
         Handle,
         c_int,
         c_int,
@@ -49,6 +57,29 @@ pub struct Cublas {
         c_int,
         *const f32,
         *mut f32,
+        c_int,
+    ) -> Status,
+    /// cublasGemmEx: transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc,
+    /// computeType, algo
+    pub(crate) gemm_ex: unsafe extern "C" fn(
+        Handle,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        *const f32,
+        *const c_void,
+        c_int,
+        c_int,
+        *const c_void,
+        c_int,
+        c_int,
+        *const f32,
+        *mut c_void,
+        c_int,
+        c_int,
+        c_int,
         c_int,
     ) -> Status,
     status_name: Option<unsafe extern "C" fn(Status) -> *const c_char>,
@@ -119,6 +150,7 @@ fn load() -> Result<Cublas, String> {
                 set_math_mode: sym(h, &path, "cublasSetMathMode")?,
                 set_workspace: sym(h, &path, "cublasSetWorkspace_v2")?,
                 sgemm: sym(h, &path, "cublasSgemm_v2")?,
+                gemm_ex: sym(h, &path, "cublasGemmEx")?,
                 status_name,
                 path,
             });
@@ -144,7 +176,7 @@ pub fn cublas(block: &str) -> Result<&'static Cublas, Error> {
 }
 
 impl Cublas {
-    fn check(&self, st: Status, what: &str) -> Result<(), Error> {
+    pub(crate) fn check(&self, st: Status, what: &str) -> Result<(), Error> {
         if st == 0 {
             return Ok(());
         }
@@ -160,7 +192,7 @@ impl Cublas {
 /// A device's handle and its workspace; the mutex keeps one caller at a time between setting the
 /// stream and the GEMMs that run on it.
 pub struct Device {
-    handle: Handle,
+    pub(crate) handle: Handle,
     _workspace: DevPtr,
 }
 // SAFETY: the handle is only used under the mutex.
@@ -183,14 +215,18 @@ fn make_handle(c: &Cublas) -> Result<Mutex<Device>, Error> {
     Ok(Mutex::new(Device { handle: h, _workspace: ws }))
 }
 
-/// Row-major GEMMs on one stream: C[M, N] = alpha A B + beta C, as cuBLAS sees the transposes.
+/// Row-major GEMMs on one stream: C[M, N] = alpha A B + beta C, as cuBLAS sees the transposes; every
+/// operand FP32, or with `bf16` every operand bf16 (FP32 math).
+/// Its calls are in gemm.rs.
 pub struct Gemms<'a> {
-    c: &'static Cublas,
-    dev: std::sync::MutexGuard<'a, Device>,
+    pub(crate) c: &'static Cublas,
+    pub(crate) dev: std::sync::MutexGuard<'a, Device>,
+    pub(crate) bf16: bool,
 }
 
-/// The handle of `device` (whose primary context is current) bound to `stream`, for `block`'s GEMMs.
-pub(crate) fn gemms(block: &str, device: i32, stream: CUstream) -> Result<Gemms<'static>, Error> {
+/// The handle of `device` (whose primary context is current) bound to `stream`, for `block`'s GEMMs
+/// (on bf16 operands when `bf16`).
+pub(crate) fn gemms(block: &str, device: i32, stream: CUstream, bf16: bool) -> Result<Gemms<'static>, Error> {
     let c = cublas(block)?;
     let slot = HANDLES
         .get(device as usize)
@@ -199,81 +235,7 @@ pub(crate) fn gemms(block: &str, device: i32, stream: CUstream) -> Result<Gemms<
     let dev = m.lock().unwrap_or_else(|p| p.into_inner());
     // SAFETY: a live handle; the stream is the caller's.
     c.check(unsafe { (c.set_stream)(dev.handle, stream) }, "cublasSetStream")?;
-    Ok(Gemms { c, dev })
-}
-
-/// Column-major leading dimensions must be at least 1, even for an empty operand.
-fn ld(v: u32) -> c_int {
-    v.max(1) as c_int
-}
-
-impl Gemms<'_> {
-    /// Row-major `C[m, n] (+)= A[m, k] B^T` where B is [n, k] (a Linear layer's weight): cuBLAS sees
-    /// C^T = B A^T in column-major, i.e. transa = T on B's buffer, transb = N on A's. `accumulate`
-    /// adds into C (beta = 1). Nothing runs when C is empty. `(m, n, k)` travel together: they are one
-    /// shape, and apart they are easy to pass in the wrong order.
-    pub fn linear(
-        &self,
-        a: DevPtr,
-        b: DevPtr,
-        c: DevPtr,
-        (m, n, k): (u32, u32, u32),
-        accumulate: bool,
-    ) -> Result<(), Error> {
-        if m == 0 || n == 0 {
-            return Ok(());
-        }
-        let (one, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0 });
-        // SAFETY: the block checked every buffer's length against these sizes.
-        let st = unsafe {
-            (self.c.sgemm)(
-                self.dev.handle,
-                OP_T,
-                OP_N,
-                n as c_int,
-                m as c_int,
-                k as c_int,
-                &one,
-                b as *const f32,
-                ld(k),
-                a as *const f32,
-                ld(k),
-                &beta,
-                c as *mut f32,
-                ld(n),
-            )
-        };
-        self.c.check(st, "cublasSgemm")
-    }
-
-    /// Row-major `C[m, n] += ones[m] bias[n]^T`: a bias broadcast over the rows as a GEMM of depth 1
-    /// (cuBLAS has no broadcast add; `ones` holds m ones).
-    pub fn add_bias(&self, ones: DevPtr, bias: DevPtr, c: DevPtr, m: u32, n: u32) -> Result<(), Error> {
-        if m == 0 || n == 0 {
-            return Ok(());
-        }
-        let one = 1.0f32;
-        // SAFETY: as `linear`; column-major C^T[n, m] += bias[n, 1] ones[1, m].
-        let st = unsafe {
-            (self.c.sgemm)(
-                self.dev.handle,
-                OP_N,
-                OP_N,
-                n as c_int,
-                m as c_int,
-                1,
-                &one,
-                bias as *const f32,
-                ld(n),
-                ones as *const f32,
-                1,
-                &one,
-                c as *mut f32,
-                ld(n),
-            )
-        };
-        self.c.check(st, "cublasSgemm (bias)")
-    }
+    Ok(Gemms { c, dev, bf16 })
 }
 
 #[cfg(test)]

@@ -4,10 +4,12 @@
 //! by its table index with its arguments packed one u64 each; the checks and geometry of each kernel
 //! are generated from its op's table (`kernels/<op>/rust_table.py`). Functions return 0 or an error code; the message of the
 //! last error on this thread is `mage_rust_last_error()`, the code's name `mage_rust_error_name`.
+pub mod block_run;
 pub mod blocks;
 pub mod cabi;
 pub mod cublas;
 pub mod driver;
+pub mod gemm;
 pub mod launch;
 pub mod plan;
 pub mod plan_json;
