@@ -2,13 +2,14 @@
 implementation (inputs from host memory, the call, the outputs back to host memory), and the session
 that runs the loops of ``mage.service`` over the selected blocks and writes their rows.
 
-A request's inputs live in host memory, pinned or pageable (``host_mem``), one tensor per per-request
+A request's inputs live in host memory, pinned or pageable (``host_mem``), one value per per-request
 argument (``Op.batch.axes``); the shared weights are on the device before the first request. Serving a
-batch copies each request's inputs into its slice of a device buffer (H2D), calls the implementation on
-the batch, copies the batch's output back into one host buffer (D2H: each request's output is its slice
+batch copies each request's inputs into its slice of a device buffer (H2D: along an axis the requests
+share, on a new leading axis with ``Batching.stack``, or as the spec's ``Batching.join`` lays them out,
+which may also shift indices on the device), calls the implementation on the batch, copies the batch's output back into one host buffer (D2H: each request's output is its slice
 there) and waits for that copy. Arguments the spec marks ``resident`` (a graph's structure) grow with
-the batch but do not travel with a request: they are built on the device once per batch size. CUDA events split the batch into its parts on the device's timeline;
-the loop's wall clock gives the whole, and what the events do not cover (launch work before the first
+the batch but do not travel with a request: they are built on the device once per batch size. CUDA
+events split the batch into its parts on the device's timeline; the loop's wall clock gives the whole, and what the events do not cover (launch work before the first
 copy, waking up from the synchronisation) is the part 'other'.
 
 Batches are padded to the next power of two (up to the batcher's limit), as a server with compiled or
@@ -27,6 +28,8 @@ from .errors import MageInputError
 from .ops import Op, shape_key
 
 FILE = "service.csv"
+# host memory a pool of requests drawn one by one may take (at least two requests are drawn)
+POOL_BYTES = 1 << 30
 
 
 def check_batching(spec: Op) -> None:
@@ -39,6 +42,9 @@ def check_batching(spec: Op) -> None:
         raise MageInputError(spec.name, "batch",
                              f"axes and resident must name distinct arguments of {spec.args}, got axes "
                              f"{list(b.axes)}, resident {list(b.resident)}")
+    if b.mode != "concat" and (b.resident or any(ax != 0 for ax in b.axes.values()) or b.out_axis != 0):
+        raise MageInputError(spec.name, "batch", "stacked or joined requests lie along axis 0 of every argument "
+                             "in axes and of the output, with no resident arguments")
 
 
 def buckets(limit: int) -> list[int]:
@@ -63,29 +69,40 @@ class HostEvent:
 
 
 class CudaExecutor:
-    """Serves batches of up to ``batch`` requests of ``items`` items each (see the module docstring)."""
+    """Serves batches of up to ``batch`` requests whose ``size`` entry is ``items`` (module docstring)."""
 
     def __init__(self, spec: Op, impl, shape: dict, items: int, batch: int, host_mem: str = "pinned",
                  pool=64, seed: int = 0, pad: bool = True, device: str = "cuda"):
         import torch
         self.torch, self.impl, self.batch, self.pad = torch, impl, batch, pad
         b = spec.batch
+        self.mode, self.join = b.mode, b.join
         self.pinned = host_mem == "pinned"
-        grow = lambda n: dict(shape, **{b.size: n * items})  # noqa: E731 - the shape of n requests
-        self.dev = list(spec.inputs(grow(batch), seed=seed, device=device, dtype=impl.dtype))
+        grow = lambda n: dict(shape, **{b.size: n * items})  # noqa: E731 - the shape of n requests (concat)
         self.spec, self.seed, self.grow, self.device = spec, seed, grow, device
         self.axes = {spec.args.index(a): ax for a, ax in b.axes.items()}
         self.resident = [spec.args.index(a) for a in b.resident]
+        # concat: the inputs of a whole batch, requests copied into slices; stack and join: one request's
+        # draw gives the weights (its own values are replaced by the batch's)
+        self.dev = list(spec.inputs(grow(batch if self.mode == "concat" else 1), seed=seed, device=device,
+                                    dtype=impl.dtype))
         self._resident_at = {batch: {i: self.dev[i] for i in self.resident}}
-        for i, ax in self.axes.items():
-            if self.dev[i].dim() <= ax or self.dev[i].shape[ax] % batch:
-                raise MageInputError(spec.name, "batch", f"says {spec.args[i]} stacks requests along axis {ax}, but "
-                                     f"{batch} requests give it shape {tuple(self.dev[i].shape)}")
-        self.per = {i: self.dev[i].shape[ax] // batch for i, ax in self.axes.items()}
+        if self.mode == "concat":
+            for i, ax in self.axes.items():
+                if self.dev[i].dim() <= ax or self.dev[i].shape[ax] % batch:
+                    raise MageInputError(spec.name, "batch", f"says {spec.args[i]} stacks requests along axis {ax}, "
+                                         f"but {batch} requests give it shape {tuple(self.dev[i].shape)}")
+            self.per = {i: self.dev[i].shape[ax] // batch for i, ax in self.axes.items()}
+        else:
+            self.per = {i: 1 for i in self.axes}
         # the requests' inputs: ``pool`` of them, each in host memory of its own, taken in turn, so that
         # consecutive requests never read one buffer (a list: the pool of another executor, reused)
         self.pool = pool if isinstance(pool, list) else self.request_pool(pool)
-        out_shape, out_dtype = spec.out_spec(*self.dev)
+        if self.mode == "stack":  # the batch's buffers: a leading axis of ``batch`` requests
+            for i in self.axes:
+                one = self.pool[0][i]
+                self.dev[i] = torch.empty((batch, *one.shape), dtype=one.dtype, device=device)
+        out_shape, out_dtype = spec.out_spec(*self._args(batch))
         self.out_axis = b.out_axis
         if len(out_shape) <= b.out_axis or out_shape[b.out_axis] % batch:
             raise MageInputError(spec.name, "batch", f"says the output stacks requests along axis {b.out_axis}, "
@@ -96,13 +113,24 @@ class CudaExecutor:
         self.sizes = buckets(batch) if pad else None
 
     def request_pool(self, n: int) -> list:
-        """n requests' inputs in host memory (pinned or pageable): slices of one draw of n requests."""
-        host = self.spec.inputs(self.grow(n), seed=self.seed + 1, device="cpu", dtype=self.impl.dtype)
-        pool = []
-        for r in range(n):
-            own = {i: host[i].narrow(ax, r * self.per[i], self.per[i]).contiguous() for i, ax in self.axes.items()}
-            pool.append({i: t.pin_memory() if self.pinned else t for i, t in own.items()})
-        return pool
+        """n requests' inputs in host memory (pinned or pageable): slices of one draw of n requests
+        (concat), or a draw of its own for each (stack, join), as many as ``POOL_BYTES`` hold (at least 2)."""
+        dt = self.impl.dtype
+        if self.mode == "concat":
+            host = self.spec.inputs(self.grow(n), seed=self.seed + 1, device="cpu", dtype=dt)
+            draws = [{i: host[i].narrow(ax, r * self.per[i], self.per[i]).contiguous() for i, ax in self.axes.items()}
+                     for r in range(n)]
+        else:
+            draws = []
+            while len(draws) < max(n, 1):
+                vals = self.spec.inputs(self.grow(1), seed=self.seed + 1 + len(draws), device="cpu", dtype=dt)
+                draws.append({i: vals[i] for i in self.axes})
+                size = sum(t.numel() * t.element_size() for t in draws[0].values() if hasattr(t, "numel"))
+                if len(draws) >= 2 and len(draws) * size >= POOL_BYTES:
+                    break
+        if self.mode == "join":
+            return self.join(draws, self.pinned)
+        return [{i: t.pin_memory() if self.pinned else t for i, t in d.items()} for d in draws]
 
     def _resident(self, n: int) -> dict:
         """The resident arguments of a batch of n requests, built on the device once."""
@@ -111,7 +139,12 @@ class CudaExecutor:
             self._resident_at[n] = {i: made[i] for i in self.resident}
         return self._resident_at[n]
 
-    def _args(self, n: int):
+    def _args(self, n: int, requests=None):
+        """The arguments of a batch of n request slots (join: ``requests`` copied into the first slots)."""
+        if self.mode == "join":
+            reqs = [self.pool[r % len(self.pool)] for r in (requests if requests is not None else range(n))]
+            got = self.join.batch(reqs, n, self.device, self.pinned)
+            return [got[i] if i in self.axes else t for i, t in enumerate(self.dev)]
         res = self._resident(n) if self.resident else {}
         return [t.narrow(self.axes[i], 0, n * self.per[i]).contiguous() if i in self.axes else res.get(i, t)
                 for i, t in enumerate(self.dev)]
@@ -129,11 +162,14 @@ class CudaExecutor:
         ev, n = self.events, len(requests)
         padded = next(s for s in self.sizes if s >= n) if self.sizes else n
         ev[0].record()
-        for i, ax in self.axes.items():
-            buf, per = self.dev[i], self.per[i]
-            for j, r in enumerate(requests):
-                buf.narrow(ax, j * per, per).copy_(self.pool[r % len(self.pool)][i], non_blocking=self.pinned)
-        args = self._args(padded)  # a view of the buffers (a copy where the batch axis is not the first)
+        if self.mode == "join":  # the spec's own copies into its slots (and the indices' shifts)
+            args = self._args(padded, requests)
+        else:
+            for i, ax in self.axes.items():
+                buf, per = self.dev[i], self.per[i]
+                for j, r in enumerate(requests):
+                    buf.narrow(ax, j * per, per).copy_(self.pool[r % len(self.pool)][i], non_blocking=self.pinned)
+            args = self._args(padded)  # a view of the buffers (a copy where the batch axis is not the first)
         ev[1].record()
         out = self.impl.fn(*args)
         ev[2].record()
@@ -148,10 +184,16 @@ class CudaExecutor:
         """Serve request 0 alone and compare its output in host memory with the float64 reference of
         that request's inputs and the weights; returns the relative error (raises beyond tolerance)."""
         self.run([0])
-        res = self._resident(1) if self.resident else {}
-        inputs = [self.pool[0][i].to(self.device) if i in self.axes else res.get(i, t) for i, t in enumerate(self.dev)]
+        if self.mode == "join":  # one request's own values, on the device: a batch of one
+            one = self.join.batch([self.pool[0]], 1, self.device, False)
+            inputs = [one[i] if i in self.axes else t for i, t in enumerate(self.dev)]
+        else:
+            res = self._resident(1) if self.resident else {}
+            inputs = [self.pool[0][i].to(self.device) if i in self.axes else res.get(i, t)
+                      for i, t in enumerate(self.dev)]
         ref = spec.reference(*inputs).cpu()
         got = self.host_out.narrow(self.out_axis, 0, self.out_per).double()
+        got = got.reshape(ref.shape)  # (stack: the request's own shape, without its batch axis)
         err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
         if not err <= spec.tol(self.impl.dtype):
             raise RuntimeError(f"served output of {spec.name}/{self.impl.name}/{self.impl.dtype} is off: relative "
@@ -239,6 +281,8 @@ def measure(out_dir, op_names, impl_names=None, dtypes=None, shape_set="field", 
 def _case(spec, im, shape, items, host_mem, base, clock, requests, max_batch, wait_us, loads, sweep_limit, reps,
           seed, pad, log, device) -> list[dict]:
     make = executor_factory(spec, im, shape, items, host_mem, seed=seed, pad=pad, device=device)
+    size = items
+    items = spec.batch.items_in(dict(shape, **{spec.batch.size: size}))  # what throughput counts, per request
     one = make(1)
     one.verify(spec)
     rows = st.trace_rows(sv.closed_loop(one, clock, requests), base, "closed", items, batch=1)

@@ -22,9 +22,10 @@ import torch
 from kernels.mlp_block.spec import ELEMENTWISE, GELU, GEMM, LAYERNORM
 from kernels.neighbor_agg.graph import CSRGraph
 from mage.errors import MageInputError
-from mage.ops import FLOAT, Op, Part, dim, randn, same_device, tensor, torch_dtype
+from mage.ops import FLOAT, Batching, Op, Part, dim, randn, same_device, tensor, torch_dtype
 
 from . import _radius
+from ._union import GraphUnion
 
 OP = "mp_block"
 EPS = 1e-5  # LayerNorm's epsilon, as torch.nn.LayerNorm's default
@@ -189,6 +190,9 @@ SPEC = Op(
              r" + b_1\big) + b_2",
     make_inputs=make_inputs, reference=reference, validate=validate,
     out_spec=lambda g, h, *layer: ((g.n, h.shape[1]), h.dtype),
+    # a request is one graph (its structure and features) of the field size; a batch is the disjoint
+    # union of its requests' graphs (``_union``); throughput counts nodes
+    batch=Batching(size="n", axes={"graph": 0, "h": 0}, items=16384, join=GraphUnion()),
     flops=flops, bytes=nbytes,
     shapes={"field": [_at(16384)], "large": [_at(1 << 20)],
             "sweep": [_at(n) for n in (4096, 16384, 65536, 262144, 1 << 20)]},

@@ -15,7 +15,7 @@ def expression(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_ou
     m = mask[..., None]
     a = torch.sigmoid(a_gate) * a_val * m
     b = torch.sigmoid(b_gate) * b_val * m
-    o = torch.einsum("ikc,jkc->ijc", a, b)
+    o = torch.einsum("...ikc,...jkc->...ijc", a, b)  # z [N, N, C] or a batch [B, N, N, C]
     return torch.sigmoid(g) * (F.layer_norm(o, (H,), gamma_out, beta_out, EPS) @ w_out + b_out)
 
 

@@ -17,6 +17,11 @@ and right edges (so a masked pair (i, k) contributes nothing to any o_ij), and t
 multiplies after the output projection, bias included. AlphaFold 3's Algorithm 12 is the same
 update with bias-free linear layers (b_in = b_out = 0 here).
 
+Batches. z may also be [B, N, N, C] with a mask [B, N, N]: B complexes of one size (a server crops or
+pads every complex to one N, as AlphaFold 3 and Boltz do), each updated on its own (the contraction
+never mixes complexes). B = 1 is the unbatched update. This is how the block is served
+(``Batching(stack=True)``: a request is one complex's z and pair mask).
+
 The five input projections are held as one matrix whose columns are, in order: the left gate, the
 left value, the right gate, the right value, the output gate. A model that fuses its input
 projections (Boltz does, two at a time) stores them like this, and both the PyTorch columns and the
@@ -29,7 +34,7 @@ import torch
 from kernels.layernorm.spec import EPS
 from kernels.mlp_block.spec import ELEMENTWISE, GEMM, LAYERNORM
 from mage.errors import MageInputError
-from mage.ops import FLOAT, Op, Part, dim, randn, same_device, tensor, torch_dtype
+from mage.ops import FLOAT, Batching, Op, Part, dim, randn, same_device, tensor, torch_dtype
 
 NAME = "trimul_block"
 ARGS = ("z", "mask", "gamma_in", "beta_in", "w_in", "b_in", "gamma_out", "beta_out", "w_out", "b_out")
@@ -78,26 +83,30 @@ def reference(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out
     m = mask[..., None]
     a = torch.sigmoid(p[..., :H]) * p[..., H:2 * H] * m
     b = torch.sigmoid(p[..., 2 * H:3 * H]) * p[..., 3 * H:4 * H] * m
-    o = torch.einsum("ikc,jkc->ijc", a, b)
+    o = torch.einsum("...ikc,...jkc->...ijc", a, b)  # each complex on its own
     return torch.sigmoid(p[..., 4 * H:]) * (_layernorm(o, gamma_out, beta_out) @ w_out + b_out)
 
 
 def validate(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out):
     named = dict(zip(ARGS, (z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out)))
-    ranks = dict(z=3, mask=2, w_in=2, w_out=2)
+    tensor(NAME, "z", z, FLOAT)
+    if z.dim() not in (3, 4):
+        raise MageInputError(NAME, "z", f"must be [N, N, C] or a batch [B, N, N, C], got shape {tuple(z.shape)}")
+    lead = tuple(z.shape[:-3])  # (B,) for a batch of complexes, () for one
+    ranks = dict(z=z.dim(), mask=z.dim() - 1, w_in=2, w_out=2)
     for name, t in named.items():
         tensor(NAME, name, t, FLOAT, ranks.get(name, 1))
     for name, t in named.items():  # one precision throughout: the block has no mixed-precision road
         if t.dtype != z.dtype:
             raise MageInputError(NAME, name, f"has dtype {str(t.dtype)[6:]}, but z has {str(z.dtype)[6:]}")
     same_device(NAME, named)
-    N, C = z.shape[0], z.shape[2]
-    dim(NAME, "z", z, 1, N, "z must be [N, N, C]")
+    N, C = z.shape[-3], z.shape[-1]
+    dim(NAME, "z", z, -2, N, "z must be [N, N, C] or [B, N, N, C]: every complex of a batch has one N")
     if C == 0:
         raise MageInputError(NAME, "z", "must have at least one channel to normalise over")
-    if tuple(mask.shape) != (N, N):
-        raise MageInputError(NAME, "mask", f"must be [N, N] = {(N, N)} for z of shape {tuple(z.shape)}, "
-                                           f"got {tuple(mask.shape)}")
+    if tuple(mask.shape) != (*lead, N, N):
+        raise MageInputError(NAME, "mask", f"must be {'[B, N, N]' if lead else '[N, N]'} = {(*lead, N, N)} for z "
+                                           f"of shape {tuple(z.shape)}, got {tuple(mask.shape)}")
     dim(NAME, "gamma_in", gamma_in, 0, C, "C, the channels of z")
     dim(NAME, "beta_in", beta_in, 0, C, "C, the channels of z")
     dim(NAME, "w_in", w_in, 0, C, "C, the channels of z")
@@ -156,6 +165,9 @@ SPEC = Op(
               r" W_o + b_o\right),\ a_{ik} = m_{ik}\,\sigma(\cdot) \odot (\cdot)\ \text{from}\ \mathrm{LN}(z_{ik})"),
     make_inputs=make_inputs, reference=reference, validate=validate,
     out_spec=lambda z, *rest: (tuple(z.shape), z.dtype),
+    # a request is one complex (z and its pair mask) at N = 384, AlphaFold 3's and Boltz's crop; a batch
+    # stacks complexes on a new leading axis; throughput counts pairs (B N^2)
+    batch=Batching(size="N", axes={"z": 0, "mask": 0}, stack=True, items=384, count=lambda s: s["N"] ** 2),
     flops=flops, bytes=nbytes,
     # pair channels 128, hidden 128 (AlphaFold 3, Boltz); N = 384 is their training crop
     shapes={"field": [dict(N=128, C=128, H=128)], "large": [dict(N=384, C=128, H=128)],

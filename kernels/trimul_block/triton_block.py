@@ -155,21 +155,24 @@ def _refuse_bad_config(c: dict) -> None:
 
 
 def launches(config: dict) -> int:
-    """Kernel launches per call: two LayerNorms, two cuBLAS GEMMs, the gates, the batched GEMM, the
-    output gate, and the transposing copy with the 'permute' epilogue."""
+    """Kernel launches per call of one complex: two LayerNorms, two cuBLAS GEMMs, the gates, the batched
+    GEMM, the output gate, and the transposing copy with the 'permute' epilogue (a batch of B complexes
+    makes the gates, the GEMM and the copy B times)."""
     return 7 + (config["STORE"] == "permute")
 
 
 def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out, out=None, **config):
-    """The triangle update (outgoing edges) on FP32 or bf16 inputs; ``config`` overrides the tiles."""
+    """The triangle update (outgoing edges) on FP32 or bf16 inputs, one complex z [N, N, C] or a batch
+    [B, N, N, C] of them (mask [B, N, N]); ``config`` overrides the tiles."""
     inputs = (z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out)
     SPEC.validate(*inputs)
     common.on_device(NAME, dict(zip(ARGS, inputs)))
-    N, _, C = z.shape
+    N, C = z.shape[-3], z.shape[-1]
+    B = z.shape[0] if z.dim() == 4 else 1
     H = gamma_out.shape[0]
-    ops.check_out(NAME, out, (N, N, C), z.dtype, z.device)
-    out = torch.empty((N, N, C), dtype=z.dtype, device=z.device) if out is None else out
-    if N == 0:
+    ops.check_out(NAME, out, tuple(z.shape), z.dtype, z.device)
+    out = torch.empty(z.shape, dtype=z.dtype, device=z.device) if out is None else out
+    if N == 0 or B == 0:
         return out
     # The dtype the Triton kernels store. Triton 3.6's interpreter converts FP32 to bf16 by cutting the
     # mantissa (round toward zero, at every store and .to()), where the GPU rounds to nearest even: twice
@@ -181,27 +184,32 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     consts, launch = common.choose_split(NAME, defaults, dict(N=N, C=C, H=H), config)
     _refuse_bad_config(consts)
     set_precision("fp32")  # IEEE FP32 GEMMs, whatever an earlier TF32 call left set
-    R = N * N
+    # The per-pair steps (both LayerNorms, both projections, the output gate) take the batch's B N^2
+    # pairs as rows in one launch each; the gates and the contraction run once per complex.
+    R = B * N * N
+    mask = mask.reshape(B, N, N)
     ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
     zn = _nearest(layernorm(z.reshape(R, C).to(sdt), gamma_in.to(sdt), beta_in.to(sdt), **ln_cfg), z.dtype)
     p = torch.addmm(b_in, zn, w_in)  # [R, 4H + C]: the five projections, one GEMM
-    at = torch.empty((H, N, N), dtype=sdt, device=z.device)
-    bt = torch.empty((H, N, N), dtype=sdt, device=z.device)
-    o = torch.empty((N, N, H), dtype=sdt, device=z.device)
+    at = torch.empty((B, H, N, N), dtype=sdt, device=z.device)
+    bt = torch.empty((B, H, N, N), dtype=sdt, device=z.device)
+    o = torch.empty((B, N, N, H), dtype=sdt, device=z.device)
     scratch = None if consts["STORE"] == "direct" else torch.empty((H, N, N), dtype=sdt, device=z.device)
     offs_64 = common.offsets_64(p, at, o, mask) or p.numel() >= common.INT32_LIMIT
     # K_INNER: the copies hold [c, i, k] (k innermost, as the tensor cores read), else [c, k, i]
     if consts["K_INNER"]:
-        sp, sm = (N, 1), (mask.stride(0), mask.stride(1))  # u = i, v = k
+        sp, sm = (N, 1), (mask.stride(1), mask.stride(2))  # u = i, v = k
     else:
-        sp, sm = (1, N), (mask.stride(1), mask.stride(0))  # u = k, v = i
+        sp, sm = (1, N), (mask.stride(2), mask.stride(1))  # u = k, v = i
     grid = (N * triton.cdiv(N, consts["GATE_V"]), triton.cdiv(H, consts["GATE_H"]))
-    _gate_kernel[grid](p, mask, at, bt, N, H, p.stride(0), *sp, *sm, BLOCK_V=consts["GATE_V"],
-                       BLOCK_H=consts["GATE_H"], OFFS_64=offs_64, num_warps=consts["GATE_WARPS"])
-    # (under the interpreter a and b stay FP32 tensors holding bf16 values: the contraction multiplies
-    # FP32 tiles there, see _contract)
-    _contract(_nearest(at, z.dtype, keep=True), _nearest(bt, z.dtype, keep=True), o, scratch, consts, launch,
-              offs_64)
+    for c in range(B):
+        _gate_kernel[grid](p[c * N * N:], mask[c], at[c], bt[c], N, H, p.stride(0), *sp, *sm,
+                           BLOCK_V=consts["GATE_V"], BLOCK_H=consts["GATE_H"], OFFS_64=offs_64,
+                           num_warps=consts["GATE_WARPS"])
+        # (under the interpreter a and b stay FP32 tensors holding bf16 values: the contraction multiplies
+        # FP32 tiles there, see _contract)
+        _contract(_nearest(at[c], z.dtype, keep=True), _nearest(bt[c], z.dtype, keep=True), o[c], scratch, consts,
+                  launch, offs_64)
     on = layernorm(_nearest(o, z.dtype, keep=True).view(R, H), gamma_out.to(sdt), beta_out.to(sdt), **ln_cfg)
     y = out.view(R, C)
     if sdt != z.dtype:  # the projection rounded by cuBLAS (here PyTorch) as on the GPU, gated in FP32
