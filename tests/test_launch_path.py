@@ -11,6 +11,7 @@ import torch
 from kernels._triton import common, stages
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, module
 from mage import data, launch_path, ops, registry
+from mage.errors import MageInputError
 
 TRITON_OPS = [i.op for i in registry.impls(names=["triton"], dtype="fp32")]
 
@@ -96,6 +97,8 @@ def test_memoised_path_is_bit_identical(op):
         inputs = im.prepare(*inputs) if im.prepare else inputs
         common._CHOSEN.clear()
         common._SPLIT.clear()
+        if isinstance(getattr(module(op), "_PLANS", None), dict):  # the launchers' plan memos
+            module(op)._PLANS.clear()
         plain = im.fn(*inputs)
         fast = [im.fn(*inputs) for _ in range(2)]
         for y in fast:
@@ -138,3 +141,122 @@ def test_gpu_stages_show_the_lean_launch_beside_tritons():
     for stage in (stages.LAUNCH, stages.BIND, stages.DRIVER, stages.TRITON_RUN, stages.TRITON_BIND):
         assert stage in med, stage
     assert med[stages.LAUNCH] < med[stages.TRITON_RUN]
+
+
+# ---- the launch-path cut: checks once through the launcher's fast path, plans memoised per launcher
+CUT_OPS = ["matmul", "bias_gelu", "layernorm", "triangle"]
+
+
+def _mutations(inputs):
+    """Bad variants of a good input set, one argument changed each: (position, inputs)."""
+    for i, t in enumerate(inputs):
+        swaps = [[1.0] * 2, t.double(), t.to(torch.int32), t.unsqueeze(0), t.to("meta"),
+                 t.new_zeros((0,) + tuple(t.shape[1:])) if t.dim() else t]
+        swaps += [t.new_zeros(tuple(s + (d == k) for d, s in enumerate(t.shape))) for k in range(t.dim())]
+        swaps += [t.new_zeros(tuple(s - (d == k) for d, s in enumerate(t.shape))) for k in range(t.dim()) if t.shape[k]]
+        for bad in swaps:
+            yield i, inputs[:i] + [bad] + inputs[i + 1:]
+
+
+@pytest.mark.parametrize("op", CUT_OPS)
+def test_fast_checks_pass_only_what_the_spec_passes(op):
+    """The launcher's fast predicate is True only for inputs the spec's validation accepts, and every
+    input the spec refuses is refused by the launcher with the same operation and argument."""
+    mod, spec = module(op), ops.OPS[op]
+    good = list(spec.inputs(dict(spec.shapes["field"][0], **_tiny(op)), seed=0))
+    assert mod._good(*good)
+    refused = 0
+    for i, bad in _mutations(good):
+        try:
+            spec.validate(*bad)
+        except MageInputError as e:
+            refused += 1
+            assert not mod._good(*bad), (op, i, e)
+            err = assert_refuses(getattr(mod, op), op, e.arg, *bad)
+            assert err.arg == e.arg
+        else:
+            if any(t.device.type == "meta" for t in bad if isinstance(t, torch.Tensor)):
+                assert_refuses(getattr(mod, op), op, spec.args[i], *bad)  # no memory: the device check
+    assert refused >= 4 * len(good), refused  # type, dtype, rank, device at least, per argument
+
+
+def _tiny(op: str) -> dict:
+    return {"matmul": dict(M=3, K=5, N=4), "bias_gelu": dict(R=3, C=5), "layernorm": dict(R=3, C=5),
+            "triangle": dict(N=3, C=2)}[op]
+
+
+@pytest.mark.parametrize("op", CUT_OPS)
+def test_fast_checks_refuse_every_call_not_only_the_first(op):
+    """A refused input is refused again after good calls of the same shape filled the plan memo."""
+    mod, spec = module(op), ops.OPS[op]
+    good = list(spec.inputs(_tiny(op), seed=0))
+    bad = [good[0].double()] + good[1:]
+    for _ in range(2):
+        assert_refuses(getattr(mod, op), op, spec.args[0], *bad)
+
+
+def test_plans_refuse_bad_configs_every_call_and_never_store_them():
+    mm, tri = module("matmul"), module("triangle")
+    A, B = ops.OPS["matmul"].inputs(dict(M=3, K=5, N=4), seed=0)
+    X, Y = ops.OPS["triangle"].inputs(dict(N=3, C=2), seed=0)
+    for _ in range(2):
+        assert_refuses(mm.matmul, "matmul", "config", A, B, dtype="tf32", B_KMAJOR=2)
+        assert_refuses(mm.matmul, "matmul", "config", A, B, NOT_A_KEY=1)
+        assert_refuses(tri.triangle, "triangle", "config", X, Y, LAYOUT="sideways")
+    assert not any(("B_KMAJOR", 2) in k[-1] for k in mm._PLANS)
+    assert not any(("LAYOUT", "sideways") in k[-1] for k in tri._PLANS)
+
+
+def test_plan_memo_is_keyed_and_bounded():
+    plans, made = {}, []
+
+    def make(*key):
+        made.append(key)
+        return key
+    assert common.plan(plans, make, 1, (2, 1), ()) == (1, (2, 1), ())
+    assert common.plan(plans, make, 1, (2, 1), ()) == (1, (2, 1), ()) and len(made) == 1
+    common.plan(plans, make, 1, (1, 2), ())  # another stride: another plan
+    assert len(made) == 2
+    common.plan(plans, make, 1, (2, 1), (("x", [1]),))  # unhashable: planned, not stored
+    common.plan(plans, make, 1, (2, 1), (("x", [1]),))
+    assert len(made) == 4 and len(plans) == 2
+    for i in range(common._PLAN_LIMIT + 5):
+        common.plan(plans, make, i)
+    assert len(plans) <= common._PLAN_LIMIT
+
+
+def test_host_arithmetic_matches_triton_and_max_offset():
+    import triton
+    for a in (0, 1, 15, 16, 17, 1000, 2**31 + 3):
+        for b in (1, 16, 128):
+            assert common.cdiv(a, b) == triton.cdiv(a, b)
+    base = torch.empty(6, 7, 5)
+    for t in (base, base.transpose(0, 2), base[:, ::2], base[:1], base[:0], base.expand(2, 6, 7, 5)[0]):
+        assert common.reach(t.shape, t.stride()) == common.max_offset(t)
+
+
+@cpu_only
+def test_plans_hold_across_strides():
+    """Same sizes, other strides (a transposed B, a padded x): each call runs with its own plan and
+    matches a call made with the memo empty, bit for bit."""
+    mm, bg = module("matmul"), module("bias_gelu")
+    A, B = ops.OPS["matmul"].inputs(dict(M=5, K=6, N=7), seed=2)
+    x, b = ops.OPS["bias_gelu"].inputs(dict(R=4, C=9), seed=2)
+    calls = [(mm.matmul, (A, B), {}), (mm.matmul, (A, B.t().contiguous().t()), {}),
+             (mm.matmul, (A.t().contiguous().t(), B), dict(dtype="tf32")),
+             (bg.bias_gelu, (x, b), {}), (bg.bias_gelu, (torch.cat([x, x], 1)[:, :9], b), {})]
+    for mod in (mm, bg):
+        mod._PLANS.clear()
+    warm = [fn(*a, **k) for fn, a, k in calls]
+    for (fn, a, k), y in zip(calls, warm):
+        module(fn.__module__.split(".")[1])._PLANS.clear()
+        assert torch.equal(fn(*a, **k), y)
+
+
+@cpu_only
+def test_stage_checks_run_the_launchers_checks(monkeypatch):
+    mod, seen = module("bias_gelu"), []
+    monkeypatch.setattr(mod, "_checked", lambda *a: seen.append(a))
+    parts = stages.hook("bias_gelu", {}, registry.get("bias_gelu", "triton"), ops.OPS["bias_gelu"].inputs(dict(R=2, C=3)))
+    dict(parts["stages"])[stages.CHECKS]()
+    assert len(seen) >= 2  # the watched call, then the stage

@@ -83,6 +83,45 @@ def choose_split(op: str, defaults: dict, shape: dict, config: dict) -> tuple[di
     return dict(hit[0]), dict(hit[1])
 
 
+_PLAN_LIMIT = 1024  # plans kept per launcher (a tile sweep or a shape fuzz makes a few hundred at most)
+
+
+def plan(plans: dict, make, *key):
+    """``make(*key)``, memoised in ``plans`` (one dict per launcher) on ``key``: a launcher's plan (its
+    config choice, grid and kernel keywords) from everything it depends on (sizes, strides, precision,
+    config overrides), so a repeated call pays one tuple and one look-up. ``make`` sees only the key, so
+    the key is complete by construction; a plan it refuses (a bad config) raises and is never stored.
+    Callers must not change what it returns. An unhashable key (a list among the config values) is
+    planned afresh on every call."""
+    try:
+        hit = plans.get(key)
+    except TypeError:
+        return make(*key)
+    if hit is None:
+        hit = make(*key)
+        if len(plans) >= _PLAN_LIMIT:
+            plans.clear()
+        plans[key] = hit
+    return hit
+
+
+def frozen(config: dict) -> tuple:
+    """A config's overrides as a key part (insertion order: the same call spelt the same way hits)."""
+    return tuple(config.items()) if config else ()
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for host ints (``triton.cdiv`` is a jit function: calling it from Python costs a few us)."""
+    return -(-a // b)
+
+
+def reach(shape, strides) -> int:
+    """The element offset of the last element from the first (``max_offset`` from sizes and strides)."""
+    if 0 in tuple(shape):
+        return 0
+    return sum((s - 1) * abs(st) for s, st in zip(shape, strides))
+
+
 def on_device(op: str, named: dict) -> None:
     """Refuse, before any launch, a tensor the kernel cannot read: a compiled kernel reads only CUDA
     memory, the interpreter only host memory it can address (CPU, or CUDA it copies); a 'meta' tensor

@@ -109,23 +109,51 @@ def _validate(x, b):
     SPEC.validate(*(t.new_empty((), dtype=torch.float32).expand(t.shape) for t in (x, b)))
 
 
+def _good(x, b) -> bool:
+    """The spec's checks of a well-formed FP32 call in a few attribute reads: True only where
+    ``SPEC.validate`` passes (a False sends the call to ``_validate``, which names what is wrong)."""
+    return (type(x) is torch.Tensor and type(b) is torch.Tensor and x.dtype is torch.float32
+            and b.dtype is torch.float32 and x.ndim == 2 and b.ndim == 1 and b.shape[0] == x.shape[1]
+            and x.device == b.device)
+
+
+def _checked(x, b) -> None:
+    """Every check, once per call: the common case (FP32 CUDA tensors that pass) in a few attribute
+    reads, anything else (bf16, CPU, a bad input) through the full checks, which raise."""
+    if not (_good(x, b) and x.is_cuda):
+        _validate(x, b)
+        common.on_device("bias_gelu", {"x": x, "b": b})
+
+
+_PLANS: dict = {}
+
+
+def _plan(R, C, config):
+    """(grid, kernel keywords) of a call: a function of its sizes and config overrides only."""
+    consts, launch = common.choose_split("bias_gelu", DEFAULTS, dict(R=R, C=C), dict(config))
+    tiles = (common.cdiv(R, consts["BLOCK_R"]), common.cdiv(C, consts["BLOCK_C"]))
+    grid = (tiles[0] * tiles[1],) if consts["LINEAR"] else tiles
+    even = R % consts["BLOCK_R"] == 0 and C % consts["BLOCK_C"] == 0
+    return grid, dict(EVEN=even, **consts, **launch)
+
+
 def bias_gelu(x, b, out=None, **config):
     """y = gelu(x + b), exact GELU. x's columns must be contiguous (a strided view is copied first)."""
-    _validate(x, b)
+    _checked(x, b)
     R, C = x.shape
-    ops.check_out("bias_gelu", out, (R, C), x.dtype, x.device)
-    common.on_device("bias_gelu", {"x": x, "b": b})
-    out = torch.empty((R, C), dtype=x.dtype, device=x.device) if out is None else out
+    if out is None:
+        # x's own layout where it is row-major (the cheapest allocation), else row-major
+        out = torch.empty_like(x) if x.is_contiguous() else x.new_empty((R, C))
+    else:
+        ops.check_out("bias_gelu", out, (R, C), x.dtype, x.device)
     if R == 0 or C == 0:
         return out
     if x.stride(1) != 1:
         x = x.contiguous()  # costs one extra read and write of x
-    b = b.contiguous()
-    consts, launch = common.choose_split("bias_gelu", DEFAULTS, dict(R=R, C=C), config)
-    tiles = (triton.cdiv(R, consts["BLOCK_R"]), triton.cdiv(C, consts["BLOCK_C"]))
-    grid = (tiles[0] * tiles[1],) if consts["LINEAR"] else tiles
-    even = R % consts["BLOCK_R"] == 0 and C % consts["BLOCK_C"] == 0
-    common.launch(_bias_gelu_kernel, grid, x, b, out, R, C, x.stride(0), out.stride(0), EVEN=even, **consts, **launch)
+    if b.stride(0) != 1:
+        b = b.contiguous()  # the kernel reads b's C values as one run
+    grid, kw = common.plan(_PLANS, _plan, R, C, common.frozen(config))
+    common.launch(_bias_gelu_kernel, grid, x, b, out, R, C, x.stride(0), out.stride(0), **kw)
     return out
 
 

@@ -186,13 +186,41 @@ def _validate(x, gamma, beta):
     SPEC.validate(*(t.new_empty((), dtype=torch.float32).expand(t.shape) for t in (x, gamma, beta)))
 
 
+def _good(x, gamma, beta) -> bool:
+    """The spec's checks of a well-formed FP32 call in a few attribute reads: True only where
+    ``SPEC.validate`` passes (a False sends the call to ``_validate``, which names what is wrong)."""
+    f32, T = torch.float32, torch.Tensor
+    return (type(x) is T and type(gamma) is T and type(beta) is T and x.dtype is f32 and gamma.dtype is f32
+            and beta.dtype is f32 and x.ndim == 2 and gamma.ndim == 1 and beta.ndim == 1
+            and x.shape[1] != 0 and gamma.shape[0] == x.shape[1] and beta.shape[0] == x.shape[1]
+            and x.device == gamma.device and x.device == beta.device)
+
+
+def _checked(x, gamma, beta) -> None:
+    """Every check, once per call: the common case (FP32 CUDA tensors that pass) in a few attribute
+    reads, anything else (bf16, CPU, a bad input) through the full checks, which raise."""
+    if not (_good(x, gamma, beta) and x.is_cuda):
+        _validate(x, gamma, beta)
+        common.on_device("layernorm", {"x": x, "gamma": gamma, "beta": beta})
+
+
+_PLANS: dict = {}
+
+
+def _plan(R, C, config):
+    """(grid, kernel keywords) of a call: a function of its sizes and config overrides only."""
+    consts, launch = common.choose_split("layernorm", DEFAULTS, dict(R=R, C=C), dict(config))
+    block_c = min(common.pow2(C), consts.pop("MAX_BLOCK_C"))
+    grid = (common.cdiv(R, consts["BLOCK_R"]),)
+    return grid, dict(BLOCK_C=block_c, ONE_BLOCK=block_c >= C, EVEN=block_c == C and R % consts["BLOCK_R"] == 0,
+                      **consts, **launch)
+
+
 def layernorm(x, gamma, beta, out=None, stats=None, **config):
     """y = (x - mean) / sqrt(var + eps) * gamma + beta over each row, eps = spec.EPS. ``stats``: a pair
     of float32 tensors [R] that receive each row's mean and 1 / sqrt(var + eps) (the training path's)."""
-    _validate(x, gamma, beta)
+    _checked(x, gamma, beta)
     R, C = x.shape
-    ops.check_out("layernorm", out, (R, C), x.dtype, x.device)
-    common.on_device("layernorm", {"x": x, "gamma": gamma, "beta": beta})
     if stats is not None:  # the kernel writes one value per row into each: refuse what it would misplace
         if not isinstance(stats, (tuple, list)) or len(stats) != 2:
             raise MageInputError("layernorm", "stats", "must be a pair of tensors (mean, rstd)")
@@ -200,19 +228,23 @@ def layernorm(x, gamma, beta, out=None, stats=None, **config):
             if t is None:
                 raise MageInputError("layernorm", name, "must be a float32 tensor, got None")
             ops.check_out("layernorm", t, (R,), torch.float32, x.device, name=name)
-    out = torch.empty((R, C), dtype=x.dtype, device=x.device) if out is None else out
+    if out is None:
+        # x's own layout where it is row-major (the cheapest allocation), else row-major
+        out = torch.empty_like(x) if x.is_contiguous() else x.new_empty((R, C))
+    else:
+        ops.check_out("layernorm", out, (R, C), x.dtype, x.device)
     if R == 0:
         return out
     if x.stride(1) != 1:
         x = x.contiguous()  # costs one extra read and write of x
-    gamma, beta = gamma.contiguous(), beta.contiguous()
-    consts, launch = common.choose_split("layernorm", DEFAULTS, dict(R=R, C=C), config)
-    block_c = min(common.pow2(C), consts.pop("MAX_BLOCK_C"))
-    grid = (triton.cdiv(R, consts["BLOCK_R"]),)
-    common.launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), EPS,
-                            BLOCK_C=block_c, ONE_BLOCK=block_c >= C,
-                            EVEN=block_c == C and R % consts["BLOCK_R"] == 0, **consts, **launch,
-                            **({} if stats is None else dict(Mean=stats[0], Rstd=stats[1], STATS=True)))
+    if gamma.stride(0) != 1:
+        gamma = gamma.contiguous()  # the kernel reads gamma and beta as runs of C values
+    if beta.stride(0) != 1:
+        beta = beta.contiguous()
+    grid, kw = common.plan(_PLANS, _plan, R, C, common.frozen(config))
+    if stats is not None:
+        kw = dict(kw, Mean=stats[0], Rstd=stats[1], STATS=True)
+    common.launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), EPS, **kw)
     return out
 
 

@@ -152,36 +152,67 @@ DEFAULTS = {
 PRECISION = {"fp32": "ieee", "fp32x3": "tf32x3", "tf32": "tf32", "bf16": "ieee"}
 
 
+_FLOAT = frozenset(ops.FLOAT)
+_PLANS: dict = {}
+
+
+def _good(A, B) -> bool:
+    """The spec's checks of a well-formed call in a few attribute reads: True only where
+    ``SPEC.validate`` passes (a False sends the call to it, which names what is wrong)."""
+    return (type(A) is torch.Tensor and type(B) is torch.Tensor and A.dtype in _FLOAT and B.dtype is A.dtype
+            and A.ndim == 2 and B.ndim == 2 and B.shape[0] == A.shape[1] and A.device == B.device)
+
+
+def _checked(A, B) -> None:
+    """Every check of the spec and the device check, once per call: the common case (CUDA tensors
+    that pass) in a few attribute reads, anything else through the full checks, which raise."""
+    if not (_good(A, B) and A.is_cuda):
+        SPEC.validate(A, B)
+        common.on_device("matmul", {"A": A, "B": B})
+
+
+def _plan(dtype, M, K, N, a_strides, b_strides, config):
+    """(B_KMAJOR, grid, kernel keywords) of a call: a function of its sizes, strides, precision and
+    config overrides only (memoised by ``common.plan``)."""
+    consts, launch = common.choose_split("matmul", DEFAULTS[dtype], dict(M=M, K=K, N=N), dict(config))
+    kmajor = consts.pop("B_KMAJOR", 0)  # a launcher choice, not a constant of the kernel
+    if kmajor not in (0, 1):
+        raise MageInputError("matmul", "config", f"B_KMAJOR must be 0 or 1, got {kmajor!r}")
+    b_reach = (N - 1) * K + (K - 1) if kmajor else common.reach((K, N), b_strides)  # the copy: [N, K]
+    offs_64 = max(common.reach((M, K), a_strides), b_reach, M * N - 1) >= common.INT32_LIMIT
+    grid = (common.cdiv(M, consts["BLOCK_M"]) * common.cdiv(N, consts["BLOCK_N"]),)
+    return kmajor, grid, dict(PRECISION=PRECISION[dtype], OFFS_64=offs_64, **consts, **launch)
+
+
 def matmul(A, B, out=None, dtype=None, **config):
     """C = A @ B. ``dtype``: 'fp32' (IEEE, the default for fp32 inputs), 'fp32x3' (FP32 accuracy on
     the tensor cores), 'tf32', or 'bf16' (bf16 inputs, fp32 accumulation, bf16 output as torch gives).
     ``config`` overrides the tile sizes and, on the tensor-core rows, ``B_KMAJOR``."""
-    SPEC.validate(A, B)
+    _checked(A, B)
     dtype = dtype or ("bf16" if A.dtype == torch.bfloat16 else "fp32")
     if dtype not in PRECISION:
         raise MageInputError("matmul", "dtype", f"must be one of {sorted(PRECISION)}, got {dtype!r}")
-    if (dtype == "bf16") != (A.dtype == torch.bfloat16):
+    if (dtype == "bf16") != (A.dtype is torch.bfloat16):
         raise MageInputError("matmul", "A", f"has dtype {A.dtype}, which does not fit precision {dtype!r}")
     (M, K), N = A.shape, B.shape[1]
-    ops.check_out("matmul", out, (M, N), A.dtype, A.device)
-    common.on_device("matmul", {"A": A, "B": B})
-    out = torch.empty((M, N), dtype=A.dtype, device=A.device) if out is None else out
+    if out is None:
+        out = A.new_empty((M, N))
+    else:
+        ops.check_out("matmul", out, (M, N), A.dtype, A.device)
     if M == 0 or N == 0:
         return out
     if K == 0:
         return out.zero_()
-    consts, launch = common.choose_split("matmul", DEFAULTS[dtype], dict(M=M, K=K, N=N), config)
-    kmajor = consts.pop("B_KMAJOR", 0)  # a launcher choice, not a constant of the kernel
-    if kmajor not in (0, 1):
-        raise MageInputError("matmul", "config", f"B_KMAJOR must be 0 or 1, got {kmajor!r}")
+    kmajor, grid, kw = common.plan(_PLANS, _plan, dtype, M, K, N, A.stride(), B.stride(), common.frozen(config))
     # K-major: the same kernel reads a [N, K] copy through swapped strides. The copy is a launch of
-    # its own, timed with the call; a B that is already K-major (a transposed view) is not copied.
-    Bk = B.t().contiguous() if kmajor else B
-    stride_bk, stride_bn = (Bk.stride(1), Bk.stride(0)) if kmajor else (B.stride(0), B.stride(1))
-    grid = (triton.cdiv(M, consts["BLOCK_M"]) * triton.cdiv(N, consts["BLOCK_N"]),)
-    common.launch(_matmul_kernel, grid, A, Bk, out, M, N, K, A.stride(0), A.stride(1), stride_bk, stride_bn,
-                         out.stride(0), out.stride(1), PRECISION=PRECISION[dtype],
-                         OFFS_64=common.offsets_64(A, Bk, out), **consts, **launch)
+    # its own, timed with the call (K * N * 4 bytes read and written, plus an allocation of K * N * 4);
+    # a B that is already K-major (a transposed view) is not copied.
+    if kmajor:
+        B = B.t().contiguous()
+        stride_bk, stride_bn = B.stride(1), B.stride(0)
+    else:
+        stride_bk, stride_bn = B.stride()
+    common.launch(_matmul_kernel, grid, A, B, out, M, N, K, *A.stride(), stride_bk, stride_bn, *out.stride(), **kw)
     return out
 
 

@@ -197,30 +197,61 @@ def _refuse_bad_config(c: dict) -> None:
             no(f"{key} must be a power of two, got {c[key]}")
 
 
+def _good(A, B) -> bool:
+    """The spec's checks of a well-formed call in a few attribute reads: True only where
+    ``SPEC.validate`` passes (a False sends the call to it, which names what is wrong)."""
+    return (type(A) is torch.Tensor and type(B) is torch.Tensor and A.dtype is torch.float32
+            and B.dtype is torch.float32 and A.ndim == 3 and A.shape[1] == A.shape[0] and B.shape == A.shape
+            and A.device == B.device)
+
+
+def _checked(A, B) -> None:
+    """Every check, once per call: the common case (CUDA tensors that pass) in a few attribute reads,
+    anything else through the full checks, which raise."""
+    if not (_good(A, B) and A.is_cuda):
+        SPEC.validate(A, B)
+        common.on_device("triangle", {"A": A, "B": B})
+
+
+_PLANS: dict = {}
+
+
+def _plan(dtype, N, C, a_strides, b_strides, config):
+    """The road of a call and what it launches with: a function of its sizes, strides, precision and
+    config overrides only (memoised by ``common.plan``). The output is contiguous [N, N, C]."""
+    consts, launch = common.split(common.choose("triangle", BY_DTYPE[dtype][0], dict(N=N, C=C), dict(config)))
+    _refuse_bad_config(consts)
+    precision = INPUT_PRECISION[dtype]
+    shape = (N, N, C)
+    offs_64 = max(common.reach(shape, a_strides), common.reach(shape, b_strides), N * N * C - 1) >= common.INT32_LIMIT
+    if consts["LAYOUT"] == "channel_major":
+        # the [C, N, N] scratch copies are contiguous with A's element count, whatever A's strides
+        return "channel_major", (consts, launch, precision, offs_64 or N * N * C >= common.INT32_LIMIT)
+    consts = {k: v for k, v in consts.items() if k not in ("LAYOUT", "STORE", "K_INNER")}
+    grid = (common.cdiv(N, consts["BLOCK_I"]) * common.cdiv(N, consts["BLOCK_J"]), common.cdiv(C, consts["BLOCK_C"]))
+    return "in_place", (grid, dict(OFFS_64=offs_64, PRECISION=precision, **consts, **launch))
+
+
 def triangle(A, B, out=None, dtype="fp32", **config):
     """O_ijc = sum_k A_ikc B_jkc for A, B of shape [N, N, C], any strides. ``dtype``: 'fp32' (IEEE FMA
     products) or 'fp32x3' (three TF32 tensor-core products each); ``config`` overrides the tiles and
     the road (LAYOUT, STORE)."""
-    SPEC.validate(A, B)
+    _checked(A, B)
     if dtype not in INPUT_PRECISION:
         raise MageInputError("triangle", "dtype", f"must be one of {sorted(INPUT_PRECISION)}, got {dtype!r}")
     N, _, C = A.shape
-    ops.check_out("triangle", out, (N, N, C), A.dtype, A.device)
-    common.on_device("triangle", {"A": A, "B": B})
-    out = torch.empty((N, N, C), dtype=A.dtype, device=A.device) if out is None else out
+    if out is None:
+        out = A.new_empty((N, N, C))
+    else:
+        ops.check_out("triangle", out, (N, N, C), A.dtype, A.device)
     if N == 0 or C == 0:
         return out
-    consts, launch = common.split(common.choose("triangle", BY_DTYPE[dtype][0], dict(N=N, C=C), config))
-    _refuse_bad_config(consts)
-    precision = INPUT_PRECISION[dtype]
-    if consts["LAYOUT"] == "channel_major":
-        # the [C, N, N] scratch copies are contiguous with A's element count, whatever A's strides
-        offs_64 = common.offsets_64(A, B, out) or A.numel() >= common.INT32_LIMIT
-        return road.channel_major(A, B, out, consts, launch, precision, offs_64)
-    consts = {k: v for k, v in consts.items() if k not in ("LAYOUT", "STORE", "K_INNER")}
-    grid = (triton.cdiv(N, consts["BLOCK_I"]) * triton.cdiv(N, consts["BLOCK_J"]), triton.cdiv(C, consts["BLOCK_C"]))
-    common.launch(_triangle_kernel, grid, A, B, out, N, C, *A.stride(), *B.stride(), *out.stride(),
-                           OFFS_64=common.offsets_64(A, B, out), PRECISION=precision, **consts, **launch)
+    road_name, how = common.plan(_PLANS, _plan, dtype, N, C, A.stride(), B.stride(), common.frozen(config))
+    if road_name == "channel_major":
+        consts, launch, precision, offs_64 = how
+        return road.channel_major(A, B, out, dict(consts), dict(launch), precision, offs_64)
+    grid, kw = how
+    common.launch(_triangle_kernel, grid, A, B, out, N, C, *A.stride(), *B.stride(), *out.stride(), **kw)
     return out
 
 
