@@ -18,10 +18,12 @@ _TENSOR, _F32T = torch.Tensor, torch.float32
 INDEX_ARGS = ("rowptr", "col")  # int32 graph structure; every other tensor the kernels take is float32
 
 
-def on_cuda(op: str, named: dict) -> int:
-    """The device index once every tensor is of the kernels' dtype, on a CUDA device and contiguous."""
+def on_cuda(op: str, named: dict, storage: torch.dtype = torch.float32, fp32_args: tuple = ()) -> int:
+    """The device index once every tensor is of the kernels' dtype, on a CUDA device and contiguous.
+    ``storage``: the float tensors' dtype (bfloat16 for the model blocks' bf16 kernels), except the
+    ``fp32_args``, which stay float32 (the graph's edge weights)."""
     for name, t in named.items():
-        want = torch.int32 if name in INDEX_ARGS else torch.float32
+        want = torch.int32 if name in INDEX_ARGS else torch.float32 if name in fp32_args else storage
         if t.dtype != want:
             # the ops accept bf16 (and int64 indices) too, but these kernels read float32 and int32: a
             # wider or narrower buffer would be read with the wrong element size

@@ -120,24 +120,32 @@ def own_spans(op: str, kernel: str, args: Callable) -> Callable:
     return spans
 
 
+def _block(op: str, inputs) -> str:
+    """The library's name of block ``op`` at its inputs' precision (the output's dtype says it)."""
+    from .register import block_name, dtype_of  # register imports this module
+    return block_name(op, dtype_of(ops.OPS[op].empty_out(*inputs)))
+
+
 def block_own_spans(op: str, values: Callable) -> Callable:
     """The ``own_spans`` of a model block's 'rust_native': the whole block run by the binary on the
-    harness's input set; ``values(*inputs)`` -> (packed values, indices that travel as sizes)."""
+    harness's input set, at its precision; ``values(*inputs)`` -> (packed values, indices that travel
+    as sizes)."""
     def spans(inputs, shape: dict, shape_set: str, plan, graph: bool = True) -> dict:
         inputs = tuple(t.to("cpu") for t in inputs)
         vals, outputs = values(*inputs)
-        return run(op, vals, plan, graph, block=True, outputs=outputs)
+        return run(_block(op, inputs), vals, plan, graph, block=True, outputs=outputs)
     return spans
 
 
 def block_output(op: str, values: Callable, inputs, timeout: float = 300) -> torch.Tensor:
-    """Block ``op``'s output as rust_native computes it (on the host, float32), for comparison."""
+    """Block ``op``'s output as rust_native computes it (on the host, in the output's dtype: float32 or
+    bfloat16), for comparison."""
     from mage.timing import SpanPlan
     inputs = tuple(t.to("cpu") for t in inputs)
     vals, outputs = values(*inputs)
     y = ops.OPS[op].empty_out(*inputs)
     with tempfile.NamedTemporaryFile(prefix="mage_rust_out_", suffix=".bin") as f:
-        run(op, vals, SpanPlan.make(n=1, rounds=1, block=1, warmup=0), graph=False, timeout=timeout, block=True,
-            outputs=outputs, out_path=f.name)
+        run(_block(op, inputs), vals, SpanPlan.make(n=1, rounds=1, block=1, warmup=0), graph=False, timeout=timeout,
+            block=True, outputs=outputs, out_path=f.name)
         data = f.read()
-    return torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(y.shape) if data else y.zero_()
+    return torch.frombuffer(bytearray(data), dtype=y.dtype).reshape(y.shape) if data else y.zero_()

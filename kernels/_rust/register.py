@@ -114,6 +114,18 @@ def block_pack(values):
     return (_U64 * len(out))(*out)
 
 
+def block_name(op: str, dtype: str = "fp32") -> str:
+    """The library's name of block ``op`` at ``dtype``: the op's name at fp32, 'op.bf16' at bf16."""
+    if dtype not in ("fp32", "bf16"):
+        raise MageInputError(op, "dtype", f"the Rust block runs fp32 or bf16, not {dtype!r}")
+    return op if dtype == "fp32" else f"{op}.{dtype}"
+
+
+def dtype_of(t: torch.Tensor) -> str:
+    """'bf16' for a bfloat16 tensor, else 'fp32' (the block's own validation refuses other dtypes)."""
+    return "bf16" if t.dtype == torch.bfloat16 else "fp32"
+
+
 @functools.lru_cache(maxsize=4096)
 def block_info(op: str, rows: int, width: int, hidden: int) -> tuple:
     """(floats of scratch, kernels launched per call) of block ``op`` at these sizes: the library's."""
@@ -149,13 +161,15 @@ def block_run(op: str, device: int, values, stream: Optional[int] = None) -> Non
 
 
 def register_block(op: str, fn: Callable, native_values: Callable, config: dict,
-                   prepare: Optional[Callable] = None) -> None:
-    """Registers block ``op``'s Rust columns: 'rust' (``fn``, the C ABI) and 'rust_native' (the Rust
-    binary runs the whole block; ``native_values(*inputs)`` -> (packed values, indices of the outputs
-    and scratch, which travel as sizes))."""
-    add(_impl(op, "rust", fn, available=available, prepare=prepare, config=dict(config, launch="C ABI")))
+                   prepare: Optional[Callable] = None, dtype: str = "fp32") -> None:
+    """Registers block ``op``'s Rust columns at ``dtype``: 'rust' (``fn``, the C ABI) and 'rust_native'
+    (the Rust binary runs the whole block; ``native_values(*inputs)`` -> (packed values, indices of the
+    outputs and scratch, which travel as sizes)). The library's block at ``dtype`` is ``block_name``'s."""
+    add(_impl(op, "rust", fn, available=available, prepare=prepare, dtype=dtype,
+              config=dict(config, launch="C ABI")))
     add(_impl(op, "rust_native", None, available=native.available, own_spans=native.block_own_spans(op, native_values),
-              kernels_of="rust", config=dict(kernel=op)))
+              kernels_of="rust", dtype=dtype, config=dict(kernel=block_name(op, dtype))))
 
 
-__all__ = ["register_op", "variant", "register_block", "block_run", "block_info", "block_check", "block_cublas"]
+__all__ = ["register_op", "variant", "register_block", "block_run", "block_info", "block_check", "block_cublas",
+           "block_name", "dtype_of"]

@@ -1,7 +1,8 @@
-"""The MLP block from Rust (rust_block.py, kernels/_rust/host/src/blocks.rs). CPU: bad input named by
-block and argument (in Python and in the library's own checks), the cuBLAS loader's error, the launch
-count the library states. GPU: against the float64 reference at 30+ random shapes, launches per call,
-and rust_native computing the same output."""
+"""The MLP block from Rust (rust_block.py, kernels/_rust/host/src/blocks.rs), at fp32 and bf16. CPU: bad
+input named by block and argument (in Python and in the library's own checks), the cuBLAS loader's
+error, the launch count the library states, the bf16 column's registration. GPU: against the float64
+reference at 30+ random shapes per precision (bf16: the reference of the bf16 inputs, the spec's bf16
+tolerance), launches per call, and rust_native computing the same output."""
 from __future__ import annotations
 
 import os
@@ -94,6 +95,37 @@ def test_rust_native_refuses_an_unknown_block(tmp_path):
     assert done.returncode == 1 and "no block named" in done.stderr, done.stderr
 
 
+# ---- bf16 without a GPU -------------------------------------------------------------------------------
+def test_bf16_is_registered_beside_fp32():
+    impl, native_impl = registry.get(OP, "rust", "bf16"), registry.get(OP, "rust_native", "bf16")
+    assert impl.fn is registry.get(OP, "rust").fn  # one function: the inputs' dtype picks the block
+    assert "GemmEx bf16" in impl.config["gemm"] and impl.config["launches"] == rust_block.LAUNCHES
+    assert native_impl.config["kernel"] == "mlp_block.bf16" and native_impl.kernels_of == "rust"
+    assert register.block_name(OP, "bf16") == "mlp_block.bf16" and register.block_name(OP) == OP
+    assert_refuses(register.block_name, OP, "dtype", OP, "tf32")
+
+
+def test_bf16_bad_inputs_name_the_block_and_the_argument():
+    x, gamma, beta, W1, b1, W2, b2 = SPEC.inputs(dict(T=3, d=8, hidden=4), dtype="bf16")
+    assert_refuses(rust_block.mlp_block, OP, "W2", x, gamma, beta, W1, b1, W2.float(), b2)
+    assert_refuses(rust_block.mlp_block, OP, "out", x, gamma, beta, W1, b1, W2, b2, out=torch.empty(3, 8))
+    if not torch.cuda.is_available():
+        assert_refuses(rust_block.mlp_block, OP, "x", x, gamma, beta, W1, b1, W2, b2)  # needs a CUDA device
+
+
+@built
+def test_bf16_library_checks_and_launches():
+    name = register.block_name(OP, "bf16")
+    register.block_check(name, _packed())
+    with pytest.raises(rust.RustKernelError, match="MAGE_BAD_ARGUMENT") as e:
+        register.block_check(name, _packed(W1=0))
+    assert "mlp_block: W1 is a null pointer" in str(e.value)  # the block named without its precision
+    assert register.block_info(name, 5, 37, 19) == register.block_info(OP, 5, 37, 19)
+    assert register.block_info(name, 5, 37, 19)[1] == rust_block.LAUNCHES
+    with pytest.raises(rust.RustKernelError, match="no block named"):
+        register.block_info("mlp_block.fp16", 1, 1, 1)
+
+
 # ---- on a GPU ---------------------------------------------------------------------------------------
 @gpu
 @built
@@ -141,3 +173,57 @@ def test_gpu_rust_native_computes_the_same_output():
         via_bin = native.block_output(OP, rust_block.native_values, inputs)
         assert rel_err(via_bin, SPEC.reference(*inputs).cpu()) < SPEC.tol("fp32")
         assert torch.equal(via_bin, via_c), float((via_bin - via_c).abs().max())
+
+
+# ---- bf16 on a GPU ----------------------------------------------------------------------------------
+@gpu
+@built
+def test_gpu_bf16_rust_block_at_random_shapes():
+    impl = registry.get(OP, "rust", "bf16")
+    assert impl.runs_on("cuda") is None, impl.runs_on("cuda")
+    failures = gpu_failures(impl, SPEC.random_shapes(30, seed=17) + SPEC.awkward + SPEC.shapes["field"])
+    assert not failures, failures[:5]
+
+
+@gpu
+@built
+def test_gpu_bf16_output_is_bf16_and_near_the_triton_block():
+    inputs = SPEC.inputs(dict(T=67, d=130, hidden=257), seed=3, device="cuda", dtype="bf16")
+    ref = SPEC.reference(*inputs)
+    out = torch.full(inputs[0].shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    assert rust_block.mlp_block(*inputs, out=out) is out
+    err, tri = rel_err(out, ref), rel_err(registry.get(OP, "triton", "bf16").fn(*inputs), ref)
+    print(f"\n{OP}/rust bf16: rel error {err:.2e} (triton bf16 {tri:.2e}, tolerance {SPEC.tol('bf16'):.0e})")
+    # bf16 storage alone costs about 2^-9; FP32 math keeps the block near that, as the Triton block
+    assert 1e-4 < err < SPEC.tol("bf16") / 2 and err < 2 * tri + 1e-3
+
+
+@gpu
+@built
+def test_gpu_bf16_launches_per_call():
+    from mage.profile import profile
+    impl = registry.get(OP, "rust", "bf16")
+    for shape in (SPEC.shapes["field"][0], dict(T=67, d=130, hidden=257)):
+        inputs = SPEC.inputs(shape, seed=0, device="cuda", dtype="bf16")
+        counts = [profile(lambda: impl.fn(*inputs), iters=20) for _ in range(2)]
+        print(f"\n{OP}/rust bf16 {ops.shape_key(shape)}: {counts[0].launches:g} launches: {counts[0].kernel_names}")
+        assert counts[0].launches == counts[1].launches, "launches per call must be stable"
+        assert any("bf16" in k for k in counts[0].kernel_names), counts[0].kernel_names  # the bf16 kernels ran
+        if shape == SPEC.shapes["field"][0]:  # as at fp32: elsewhere cuBLAS may split K (more kernels)
+            assert counts[0].launches == rust_block.launches({}), counts[0].kernel_names
+        else:
+            assert counts[0].launches >= rust_block.launches({}), counts[0].kernel_names
+
+
+@gpu
+@built
+def test_gpu_bf16_rust_native_computes_the_same_output():
+    if native.available():
+        pytest.skip(native.available())
+    for k, shape in enumerate([dict(T=67, d=130, hidden=257), dict(T=1, d=5, hidden=3), SPEC.shapes["field"][0]]):
+        inputs = SPEC.inputs(shape, seed=k, device="cuda", dtype="bf16")
+        via_c = registry.get(OP, "rust", "bf16").fn(*inputs).cpu()
+        via_bin = native.block_output(OP, rust_block.native_values, inputs)
+        assert via_bin.dtype == torch.bfloat16
+        assert rel_err(via_bin, SPEC.reference(*inputs).cpu()) < SPEC.tol("bf16")
+        assert torch.equal(via_bin, via_c), float((via_bin.float() - via_c.float()).abs().max())

@@ -7,15 +7,20 @@ at run time, IEEE FP32) in order on the caller's stream:
       -> y += ones b2^T -> y += g W2^T
 
 Six kernels a call (``LAUNCHES``). The aggregation's split plan is the library's, built once per graph
-and cached (kernels/_rust/plan.py). 'rust_native' runs the same function from the Rust binary. FP32
-only for now (the Rust kernels read float32)."""
+and cached (kernels/_rust/plan.py). 'rust_native' runs the same function from the Rust binary.
+
+Precisions: fp32, and bf16 (h's dtype picks; the library's block 'mp_block.bf16'): h, the layer's
+weights, m, LN(m), z, g and y stored in bf16, the graph's edge weights and the aggregation's partial
+sums in f32, every kernel computing in FP32 (the ops' bf16 kernel entries), the GEMMs cublasGemmEx on
+bf16 operands with FP32 accumulation, y = h + b2 rounded to bf16 once before the last GEMM adds into
+it (as the Triton bf16 block). The same six launches."""
 from __future__ import annotations
 
 import torch
 
 from kernels import _rust
 from kernels._rust.plan import plan_for
-from kernels._rust.register import block_info, block_run, register_block
+from kernels._rust.register import block_info, block_name, block_run, dtype_of, register_block
 from mage import ops
 
 from .spec import EPS, OP, SPEC
@@ -31,7 +36,9 @@ def _prologue(inputs, out):
     graph, h = inputs[0], inputs[1]
     y = SPEC.empty_out(*inputs) if out is None else out
     named = {"rowptr": graph.rowptr, "col": graph.col, "w": graph.w, "h": h, **dict(zip(LAYER, inputs[2:])), "out": y}
-    return y, _rust.on_cuda(OP, named)
+    # bf16 features and weights run the bf16 kernels; the graph's edge weights stay float32 at both
+    storage = torch.bfloat16 if h.dtype == torch.bfloat16 else torch.float32
+    return y, _rust.on_cuda(OP, named, storage=storage, fp32_args=("w",))
 
 
 def values(graph, h, gamma, beta, W1, b1, W2, b2, y, scratch, plan, buffers):
@@ -53,7 +60,8 @@ def mp_block(graph, h, gamma, beta, W1, b1, W2, b2, out=None):
     y, dev = _prologue(inputs, out)
     if graph.n:
         plan = plan_for(graph)
-        block_run(OP, dev, values(*inputs, y, _scratch(h, W1), plan, plan.buffers(h.shape[1], h.device)))
+        vals = values(*inputs, y, _scratch(h, W1), plan, plan.buffers(h.shape[1], h.device))
+        block_run(block_name(OP, dtype_of(h)), dev, vals)
     return y
 
 
@@ -79,6 +87,9 @@ def launches(config: dict) -> int:
     return LAUNCHES
 
 
-register_block(OP, mp_block, native_values, prepare=prepare,
-               config=dict(aggregation="Rust neighbor_agg", layernorm="Rust", gemm="cuBLAS SGEMM (loaded from Rust)",
-                           bias_gelu="Rust", bias2_residual="copy + depth-1 SGEMM", launches=LAUNCHES))
+GEMM = {"fp32": "cuBLAS SGEMM (loaded from Rust)",
+        "bf16": "cuBLAS GemmEx bf16, FP32 accumulation (loaded from Rust)"}
+for _dtype in ("fp32", "bf16"):  # one function: h's dtype picks the library's block
+    register_block(OP, mp_block, native_values, prepare=prepare, dtype=_dtype,
+                   config=dict(aggregation="Rust neighbor_agg", layernorm="Rust", gemm=GEMM[_dtype], bias_gelu="Rust",
+                               bias2_residual="copy + depth-1 GEMM", launches=LAUNCHES))

@@ -1,6 +1,8 @@
-"""The message-passing layer from Rust (rust_block.py, kernels/_rust/host/src/blocks.rs). CPU: bad input
-named by block and argument, the library's own checks, the cuBLAS loader's error, the launch count.
-GPU: against the float64 reference at 30+ random shapes, launches per call, rust_native's output."""
+"""The message-passing layer from Rust (rust_block.py, kernels/_rust/host/src/blocks.rs), at fp32 and
+bf16. CPU: bad input named by block and argument, the library's own checks, the cuBLAS loader's error,
+the launch count, the bf16 column's registration. GPU: against the float64 reference at 30+ random
+shapes per precision (bf16: the reference of the bf16 inputs, the spec's bf16 tolerance), launches per
+call, rust_native's output."""
 from __future__ import annotations
 
 import os
@@ -36,10 +38,10 @@ def test_bad_inputs_name_the_block_and_the_argument():
     assert_refuses(fn, OP, "out", graph, h, gamma, beta, W1, b1, W2, b2, out=torch.empty(37, 32))
     if not torch.cuda.is_available():
         assert_refuses(fn, OP, "rowptr", graph, h, gamma, beta, W1, b1, W2, b2)  # on the CPU: needs CUDA
-    bf = SPEC.inputs(SMALL, seed=1, dtype="bf16")
-    if torch.cuda.is_available():
-        bf = tuple(t.to("cuda") for t in bf)
-        assert_refuses(fn, OP, "h", *bf)  # the Rust kernels read float32
+    # bf16: the layer in bf16 throughout, a stray float32 weight refused by name
+    graph, h, gamma, beta, W1, b1, W2, b2 = SPEC.inputs(SMALL, seed=1, dtype="bf16")
+    assert_refuses(fn, OP, "W1", graph, h, gamma, beta, W1.float(), b1, W2, b2)
+    assert_refuses(fn, OP, "out", graph, h, gamma, beta, W1, b1, W2, b2, out=torch.empty(37, 33))
 
 
 def _packed(n=40, F=3, H=5, **change):
@@ -78,6 +80,25 @@ def test_a_missing_cublas_is_named_with_the_block(tmp_path):
     env = dict(os.environ, MAGE_CUBLAS=str(tmp_path / "nothing-here.so"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120).stdout
     assert "MAGE_NO_CUBLAS" in out and "mp_block: cannot load cuBLAS" in out and "nothing-here.so" in out, out
+
+
+# ---- bf16 without a GPU -------------------------------------------------------------------------------
+def test_bf16_is_registered_beside_fp32():
+    impl, native_impl = registry.get(OP, "rust", "bf16"), registry.get(OP, "rust_native", "bf16")
+    assert impl.fn is registry.get(OP, "rust").fn and impl.prepare is registry.get(OP, "rust").prepare
+    assert "GemmEx bf16" in impl.config["gemm"] and impl.config["launches"] == rust_block.LAUNCHES
+    assert native_impl.config["kernel"] == "mp_block.bf16" and native_impl.kernels_of == "rust"
+
+
+@built
+def test_bf16_library_checks_and_launches():
+    name = register.block_name(OP, "bf16")
+    register.block_check(name, _packed())
+    with pytest.raises(rust.RustKernelError, match="MAGE_BAD_ARGUMENT") as e:
+        register.block_check(name, _packed(tasks=7))
+    assert "mp_block: without a plan there is one task per node" in str(e.value)
+    assert register.block_info(name, 37, 33, 17) == register.block_info(OP, 37, 33, 17)
+    assert register.block_info(name, 37, 33, 17)[1] == rust_block.LAUNCHES
 
 
 # ---- on a GPU ---------------------------------------------------------------------------------------
@@ -119,3 +140,57 @@ def test_gpu_rust_native_computes_the_same_output():
         via_bin = native.block_output(OP, rust_block.native_values, inputs)
         assert rel_err(via_bin, SPEC.reference(*inputs).cpu()) < SPEC.tol("fp32")
         assert torch.equal(via_bin, via_c), float((via_bin - via_c).abs().max())
+
+
+# ---- bf16 on a GPU ----------------------------------------------------------------------------------
+@gpu
+@built
+def test_gpu_bf16_rust_block_at_random_shapes():
+    impl = registry.get(OP, "rust", "bf16")
+    assert impl.runs_on("cuda") is None, impl.runs_on("cuda")
+    failures = gpu_failures(impl, SPEC.random_shapes(30, seed=17) + SPEC.awkward + SPEC.shapes["field"])
+    assert not failures, failures[:5]
+
+
+@gpu
+@built
+def test_gpu_bf16_output_is_bf16_and_near_the_triton_block():
+    inputs = SPEC.inputs(SMALL, seed=3, device="cuda", dtype="bf16")
+    ref = SPEC.reference(*inputs)
+    out = torch.full(tuple(inputs[1].shape), float("nan"), dtype=torch.bfloat16, device="cuda")
+    assert rust_block.mp_block(*inputs, out=out) is out
+    err, tri = rel_err(out, ref), rel_err(registry.get(OP, "triton", "bf16").fn(*inputs), ref)
+    print(f"\n{OP}/rust bf16: rel error {err:.2e} (triton bf16 {tri:.2e}, tolerance {SPEC.tol('bf16'):.0e})")
+    # bf16 storage alone costs about 2^-9; FP32 math keeps the layer near that, as the Triton block
+    assert 1e-4 < err < SPEC.tol("bf16") / 2 and err < 2 * tri + 1e-3
+
+
+@gpu
+@built
+def test_gpu_bf16_launches_per_call():
+    from mage.profile import profile
+    impl = registry.get(OP, "rust", "bf16")
+    for shape in (SPEC.shapes["field"][0], SMALL):
+        inputs = impl.prepare(*SPEC.inputs(shape, seed=0, device="cuda", dtype="bf16"))
+        counts = [profile(lambda: impl.fn(*inputs), iters=20) for _ in range(2)]
+        print(f"\n{OP}/rust bf16 {ops.shape_key(shape)}: {counts[0].launches:g} launches: {counts[0].kernel_names}")
+        assert counts[0].launches == counts[1].launches, "launches per call must be stable"
+        assert any("bf16" in k for k in counts[0].kernel_names), counts[0].kernel_names  # the bf16 kernels ran
+        if shape == SPEC.shapes["field"][0]:  # as at fp32: elsewhere cuBLAS may split K (more kernels)
+            assert counts[0].launches == rust_block.launches({}), counts[0].kernel_names
+        else:
+            assert counts[0].launches >= rust_block.launches({}), counts[0].kernel_names
+
+
+@gpu
+@built
+def test_gpu_bf16_rust_native_computes_the_same_output():
+    if native.available():
+        pytest.skip(native.available())
+    for k, shape in enumerate([SMALL, dict(n=40, F=3, H=5, deg=2), SPEC.shapes["field"][0]]):
+        inputs = SPEC.inputs(shape, seed=k, device="cuda", dtype="bf16")
+        via_c = registry.get(OP, "rust", "bf16").fn(*inputs).cpu()
+        via_bin = native.block_output(OP, rust_block.native_values, inputs)
+        assert via_bin.dtype == torch.bfloat16
+        assert rel_err(via_bin, SPEC.reference(*inputs).cpu()) < SPEC.tol("bf16")
+        assert torch.equal(via_bin, via_c), float((via_bin.float() - via_c.float()).abs().max())
