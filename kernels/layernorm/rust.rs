@@ -159,12 +159,31 @@ mod tests {
             let (xf, gf, bf) = (widened(&xb), widened(&gb), widened(&bb));
             let mut yf = vec![f32::NAN; r * c];
             let mut yb = vec![0x7fc0u16; r * c];
-            let (pf, pb) = ([p!(xf), p!(gf), p!(bf), yf.as_mut_ptr() as usize], [p!(xb), p!(gb), p!(bb), yb.as_mut_ptr() as usize]);
+            let (pf, pb) = (
+                [p!(xf), p!(gf), p!(bf), yf.as_mut_ptr() as usize],
+                [p!(xb), p!(gb), p!(bb), yb.as_mut_ptr() as usize],
+            );
             run(launch::layernorm(r as u32).unwrap(), move || {
-                super::layernorm(pf[0] as *const f32, pf[1] as *const f32, pf[2] as *const f32, pf[3] as *mut f32, r as u32, c as u32, 1e-5)
+                super::layernorm(
+                    pf[0] as *const f32,
+                    pf[1] as *const f32,
+                    pf[2] as *const f32,
+                    pf[3] as *mut f32,
+                    r as u32,
+                    c as u32,
+                    1e-5,
+                )
             });
             run(launch::layernorm(r as u32).unwrap(), move || {
-                super::layernorm(pb[0] as *const u16, pb[1] as *const u16, pb[2] as *const u16, pb[3] as *mut u16, r as u32, c as u32, 1e-5)
+                super::layernorm(
+                    pb[0] as *const u16,
+                    pb[1] as *const u16,
+                    pb[2] as *const u16,
+                    pb[3] as *mut u16,
+                    r as u32,
+                    c as u32,
+                    1e-5,
+                )
             });
             assert_eq!(yb, bf16s(&yf), "layernorm bf16 {r}x{c}");
         }

@@ -212,7 +212,15 @@ mod tests {
     }
 
     /// One launch of the kernel at storage type S on the emulator: y [n, f] from x.
-    fn agg<S: crate::bf16::Store>(rowptr: &[i32], col: &[i32], w: &[f32], x: &[S], f: usize, split: usize, y: &mut [S]) {
+    fn agg<S: crate::bf16::Store>(
+        rowptr: &[i32],
+        col: &[i32],
+        w: &[f32],
+        x: &[S],
+        f: usize,
+        split: usize,
+        y: &mut [S],
+    ) {
         let n = rowptr.len() - 1;
         let pl = plan::build(rowptr, split).unwrap();
         let (ws, flags) = (vec![0.0f32; pl.parts * f], vec![0u32; pl.parts]);
