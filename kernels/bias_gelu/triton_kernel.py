@@ -128,8 +128,9 @@ def _checked(x, b) -> None:
 _PLANS: dict = {}
 
 
-def _plan(R, C, config):
-    """(grid, kernel keywords) of a call: a function of its sizes and config overrides only."""
+def _plan(table_id, R, C, config):
+    """(grid, kernel keywords) of a call: a function of its sizes and config overrides only
+    (``table_id``: the defaults table's identity, so a replaced table misses)."""
     consts, launch = common.choose_split("bias_gelu", DEFAULTS, dict(R=R, C=C), dict(config))
     tiles = (common.cdiv(R, consts["BLOCK_R"]), common.cdiv(C, consts["BLOCK_C"]))
     grid = (tiles[0] * tiles[1],) if consts["LINEAR"] else tiles
@@ -152,7 +153,7 @@ def bias_gelu(x, b, out=None, **config):
         x = x.contiguous()  # costs one extra read and write of x
     if b.stride(0) != 1:
         b = b.contiguous()  # the kernel reads b's C values as one run
-    grid, kw = common.plan(_PLANS, _plan, R, C, common.frozen(config))
+    grid, kw = common.plan(_PLANS, _plan, id(DEFAULTS), R, C, common.frozen(config))
     common.launch(_bias_gelu_kernel, grid, x, b, out, R, C, x.stride(0), out.stride(0), **kw)
     return out
 

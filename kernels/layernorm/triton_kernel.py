@@ -207,8 +207,9 @@ def _checked(x, gamma, beta) -> None:
 _PLANS: dict = {}
 
 
-def _plan(R, C, config):
-    """(grid, kernel keywords) of a call: a function of its sizes and config overrides only."""
+def _plan(table_id, R, C, config):
+    """(grid, kernel keywords) of a call: a function of its sizes and config overrides only
+    (``table_id``: the defaults table's identity, so a replaced table misses)."""
     consts, launch = common.choose_split("layernorm", DEFAULTS, dict(R=R, C=C), dict(config))
     block_c = min(common.pow2(C), consts.pop("MAX_BLOCK_C"))
     grid = (common.cdiv(R, consts["BLOCK_R"]),)
@@ -241,7 +242,7 @@ def layernorm(x, gamma, beta, out=None, stats=None, **config):
         gamma = gamma.contiguous()  # the kernel reads gamma and beta as runs of C values
     if beta.stride(0) != 1:
         beta = beta.contiguous()
-    grid, kw = common.plan(_PLANS, _plan, R, C, common.frozen(config))
+    grid, kw = common.plan(_PLANS, _plan, id(DEFAULTS), R, C, common.frozen(config))
     if stats is not None:
         kw = dict(kw, Mean=stats[0], Rstd=stats[1], STATS=True)
     common.launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), EPS, **kw)

@@ -171,9 +171,10 @@ def _checked(A, B) -> None:
         common.on_device("matmul", {"A": A, "B": B})
 
 
-def _plan(dtype, M, K, N, a_strides, b_strides, config):
+def _plan(dtype, table_id, M, K, N, a_strides, b_strides, config):
     """(B_KMAJOR, grid, kernel keywords) of a call: a function of its sizes, strides, precision and
-    config overrides only (memoised by ``common.plan``)."""
+    config overrides only (memoised by ``common.plan``; ``table_id``, the defaults table's identity, so
+    a replaced table misses)."""
     consts, launch = common.choose_split("matmul", DEFAULTS[dtype], dict(M=M, K=K, N=N), dict(config))
     kmajor = consts.pop("B_KMAJOR", 0)  # a launcher choice, not a constant of the kernel
     if kmajor not in (0, 1):
@@ -203,7 +204,7 @@ def matmul(A, B, out=None, dtype=None, **config):
         return out
     if K == 0:
         return out.zero_()
-    kmajor, grid, kw = common.plan(_PLANS, _plan, dtype, M, K, N, A.stride(), B.stride(), common.frozen(config))
+    kmajor, grid, kw = common.plan(_PLANS, _plan, dtype, id(DEFAULTS[dtype]), M, K, N, A.stride(), B.stride(), common.frozen(config))
     # K-major: the same kernel reads a [N, K] copy through swapped strides. The copy is a launch of
     # its own, timed with the call (K * N * 4 bytes read and written, plus an allocation of K * N * 4);
     # a B that is already K-major (a transposed view) is not copied.

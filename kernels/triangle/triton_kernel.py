@@ -216,9 +216,10 @@ def _checked(A, B) -> None:
 _PLANS: dict = {}
 
 
-def _plan(dtype, N, C, a_strides, b_strides, config):
+def _plan(dtype, table_id, N, C, a_strides, b_strides, config):
     """The road of a call and what it launches with: a function of its sizes, strides, precision and
-    config overrides only (memoised by ``common.plan``). The output is contiguous [N, N, C]."""
+    config overrides only (memoised by ``common.plan``; ``table_id``: the defaults table's identity,
+    so a replaced table misses). The output is contiguous [N, N, C]."""
     consts, launch = common.split(common.choose("triangle", BY_DTYPE[dtype][0], dict(N=N, C=C), dict(config)))
     _refuse_bad_config(consts)
     precision = INPUT_PRECISION[dtype]
@@ -246,7 +247,7 @@ def triangle(A, B, out=None, dtype="fp32", **config):
         ops.check_out("triangle", out, (N, N, C), A.dtype, A.device)
     if N == 0 or C == 0:
         return out
-    road_name, how = common.plan(_PLANS, _plan, dtype, N, C, A.stride(), B.stride(), common.frozen(config))
+    road_name, how = common.plan(_PLANS, _plan, dtype, id(BY_DTYPE[dtype][0]), N, C, A.stride(), B.stride(), common.frozen(config))
     if road_name == "channel_major":
         consts, launch, precision, offs_64 = how
         return road.channel_major(A, B, out, dict(consts), dict(launch), precision, offs_64)
