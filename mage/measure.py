@@ -235,6 +235,7 @@ def _streams_anyway(spec, shape, dtype, st) -> bool:
 def run_cases(cases, out_dir, st: Settings, log=print):
     all_rows, all_checks = [], []
     last_warm = {}
+    passes.allow_repeated_backward(st.passes)
     t_start = time.perf_counter()
     for n, (spec, shape, shape_set, cache, group) in enumerate(cases, 1):
         elapsed = time.perf_counter() - t_start

@@ -34,6 +34,17 @@ DEFAULT = ("forward",)
 GRAD_TOL_FACTOR = 4.0
 
 
+def allow_repeated_backward(passes) -> None:
+    """Before anything is compiled: when a backward pass is measured, compiled columns keep their saved
+    tensors for the whole backward instead of donating them to its outputs. ``backward`` walks one graph
+    many times (``retain_graph=True``); a backward compiled with donated buffers refuses that (on the H200
+    it did, for LayerNorm and the neighbour aggregation). Donation saves memory, not kernel work: the
+    backward's kernels are the same. ``both`` runs under the same setting, so the two passes compare."""
+    if "backward" in passes:
+        import torch._functorch.config as functorch_config
+        functorch_config.donated_buffer = False
+
+
 def check_passes(passes, where: str = "measure") -> tuple:
     """The passes asked for, in their canonical order; an unknown one names the option."""
     passes = tuple(passes or DEFAULT)

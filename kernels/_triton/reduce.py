@@ -28,12 +28,20 @@ def _column_sum_kernel(Part, Out, n, C, BLOCK_N: tl.constexpr, BLOCK_C: tl.const
 # </kernel>
 
 
-SUM_CONFIG = dict(BLOCK_N=8, BLOCK_C=256, num_warps=4)
+# A program owns BLOCK_C columns and walks every row, so the grid is C / BLOCK_C programs: narrow column
+# blocks where C is small (the first version's fixed 256 left 2 to 4 programs walking 512 partial rows at
+# the field shapes, most of those backward passes' time on the H200). A tile of 2048 values a step.
+TILE, MIN_BLOCK_C, MAX_BLOCK_C, WANT_PROGRAMS = 2048, 32, 256, 128
+
+
+def sum_config(C: int) -> dict:
+    block_c = max(MIN_BLOCK_C, min(MAX_BLOCK_C, common.pow2(triton.cdiv(C, WANT_PROGRAMS))))
+    return dict(BLOCK_N=TILE // block_c, BLOCK_C=block_c, num_warps=4)
 
 
 def column_sum(part: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """``out`` [C] = the column sums of the contiguous float32 ``part`` [n, C], added in row order."""
     n, C = part.shape
-    consts, launch = common.split(SUM_CONFIG)
+    consts, launch = common.split(sum_config(C))
     _column_sum_kernel[(triton.cdiv(C, consts["BLOCK_C"]),)](part, out, n, C, **consts, **launch)
     return out
