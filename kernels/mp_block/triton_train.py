@@ -1,0 +1,35 @@
+"""The custom message-passing block's training path: h + W2 gelu(W1 LN(m) + b1) + b2 with
+m_i = sum over j in N(i) of w_ij h_j, composed of the project's differentiable Triton operators and
+cuBLAS GEMMs through torch, so that autograd runs the project's backward kernels:
+
+1. m = ``mage::triton_neighbor_agg`` (backward: dh = A^T dy through the transposed graph, built once
+   per graph and kept, every sum in a fixed order);
+2. the MLP part, as the MLP block's training path runs it (``kernels/mlp_block/triton_train.py``):
+   the Triton LayerNorm with saved statistics, a cuBLAS GEMM, the Triton bias + GELU, and a cuBLAS
+   addmm with the residual h and b2 in its epilogue (the forward block adds the residual in a launch
+   of its own after an addmm with b2: the same sums, one launch fewer here).
+
+The graph's structure and its edge weights are not trained (they are the input, as positions are): the
+aggregation is differentiable in w too, but the block's arguments hold w inside the graph object, which
+the trainer leaves alone, so no edge-weight gradient is asked for.
+
+Precisions: FP32 (IEEE FP32 GEMMs), and bf16 mixed precision as the MLP block's path follows autocast:
+the GEMMs in bf16, the Triton operators (aggregation, LayerNorm, bias + GELU, whose backward kernels take
+FP32 gradients only) in FP32, the output FP32.
+"""
+from __future__ import annotations
+
+from kernels.mlp_block.triton_train import fp32, mlp
+from kernels.neighbor_agg import triton_backward as _agg_bwd  # noqa: F401 - makes the operator differentiable
+from kernels.neighbor_agg.triton_operator import neighbor_agg_op
+from mage.registry import differentiable
+
+from .spec import OP, SPEC
+
+
+@differentiable(OP, "triton", "fp32", autocast=True)
+def train(graph, h, gamma, beta, W1, b1, W2, b2):
+    """The custom block's training path, differentiable in h and every weight."""
+    SPEC.validate(graph, h, gamma, beta, W1, b1, W2, b2)
+    m = neighbor_agg_op(graph.rowptr, graph.col, graph.w, fp32(h))
+    return mlp(h, m, gamma, beta, W1, b1, W2, b2)
