@@ -82,7 +82,8 @@ class Impl:
 _REGISTRY: dict[tuple, Impl] = {}
 # Roles the kernel packages claim, so the harness can default to them without naming any implementation:
 # 'baseline' (the column others are compared with), 'custom' (the project's own kernels a block
-# prediction is about) and 'library_family' (the family whose columns are differentiable as they are).
+# prediction is about), 'library_family' (the family whose columns are differentiable as they are) and
+# 'compiled' (the compiler's column, the rival of the memory-bound kernels).
 _ROLES: dict[str, str] = {}
 
 

@@ -13,6 +13,7 @@ from mage.registry import register, set_role
 
 set_role("baseline", "pytorch")  # eager PyTorch: the column the others are compared with
 set_role("library_family", "pytorch")  # its columns are differentiable (and follow autocast) as they are
+set_role("compiled", "torch_compile")  # the compiler's column: what the memory-bound kernels race (issues 14, 16)
 
 LABEL = {"pytorch": "PyTorch eager", "torch_compile": "torch.compile",
          "torch_compile_graphs": "torch.compile + CUDA graphs"}
