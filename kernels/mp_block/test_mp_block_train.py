@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from kernels._triton.testing import cpu_only, gpu, poisoned_memory
-from kernels.mlp_block.test_mlp_block_train import check_block, gpu_random, path, steps_move_weights
+from kernels.mlp_block.test_mlp_block_train import (
+    check_block,
+    gpu_random,
+    path,
+    steps_move_weights,
+)
 from mage import ops, passes
 
 OP = "mp_block"

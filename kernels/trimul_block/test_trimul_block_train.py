@@ -5,9 +5,15 @@ and a training step that moves the weights."""
 from __future__ import annotations
 
 import pytest
+import torch
 
-from kernels._triton.testing import cpu_only, gpu, poisoned_memory
-from kernels.mlp_block.test_mlp_block_train import check_block, gpu_random, path, steps_move_weights
+from kernels._triton.testing import cpu_only, gpu, poisoned_memory, rel_err
+from kernels.mlp_block.test_mlp_block_train import (
+    check_block,
+    gpu_random,
+    path,
+    steps_move_weights,
+)
 from mage import ops, passes
 
 OP = "trimul_block"
@@ -39,9 +45,7 @@ def test_bf16_autocast(dist):
 @cpu_only
 def test_a_batch_of_complexes():
     """[B, N, N, C]: each complex's gradients as if it were trained alone (the batch's own shapes)."""
-    import torch
-    from kernels._triton.testing import rel_err
-    spec, (im, fn) = ops.OPS[OP], path(OP)
+    spec, (_, fn) = ops.OPS[OP], path(OP)
     one = [spec.inputs(SMALL, seed=s) for s in (1, 2)]
     z = torch.stack([one[0][0], one[1][0]]).requires_grad_(True)
     mask = torch.stack([one[0][1], one[1][1]])
