@@ -36,9 +36,21 @@ LR, WEIGHT_DECAY = 1e-4, 1e-2
 PARTS = ("forward", "backward", "optimizer")
 
 
+_ROLES: dict = {}
+
+
 def roles(spec, shape, device="cpu"):
     """(weight positions, activation positions, items per step) of ``spec`` at ``shape``; see the module
-    docstring. The shapes compared are the size sweep's first two (its smallest), made on the CPU."""
+    docstring. The shapes compared are the size sweep's first two (its smallest), made on the CPU once
+    per block: a graph block's inputs take tens of seconds to build on a slow host (the H200 run spent
+    37 s a column preparing the message-passing block), and the answer depends on the spec alone."""
+    key = (spec.name, id(spec))
+    if key not in _ROLES:
+        _ROLES[key] = _roles(spec, device)
+    return _ROLES[key]
+
+
+def _roles(spec, device):
     sweep = spec.shapes.get("sweep") or []
     if len(sweep) < 2:
         raise MageInputError("train", spec.name, "needs two sweep shapes to tell its weights from its activations")

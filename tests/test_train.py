@@ -146,3 +146,14 @@ def test_a_path_that_ignores_autocast_gets_no_bf16_row():
         for k in ((op, "custom_x", "fp32"), (op, "custom_y", "fp32")):
             registry._TRAIN.pop(k, None)
             registry._AUTOCAST.discard(k)
+
+
+def test_a_blocks_roles_are_worked_out_once():
+    # The H200 run spent 37 s per column preparing the message-passing block: each Step rebuilt the size
+    # sweep's two graphs on the CPU to tell weights from activations.
+    import dataclasses
+    real = ops.get("mlp_block")
+    calls = []
+    spec = dataclasses.replace(real, make_inputs=lambda *a, **k: calls.append(1) or real.make_inputs(*a, **k))
+    first = train.roles(spec, spec.shapes["sweep"][0])
+    assert train.roles(spec, spec.shapes["field"][0]) == first and len(calls) == 2
