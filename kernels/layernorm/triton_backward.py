@@ -119,7 +119,9 @@ def _config(R, C, config):
         want_rows = max(1, R // PROGRAMS)
         cfg["ROWS"] = min(MAX_ROWS, 1 << (want_rows.bit_length() - 1))
     if "BLOCK_R" not in cfg:  # short rows: several a step, as many as divide ROWS
-        br = max(1, min(8, 2048 // block_c))
+        # 2048 values a step, 8192 from 4096-wide rows: two rows a step there measured 428 us against 462
+        # for one at the large shape (development sweep, run 20261204T0014*: kernels/NOTES.md)
+        br = max(1, min(8, (8192 if block_c >= 4096 else 2048) // block_c))
         while cfg["ROWS"] % br and br > 1:
             br //= 2
         cfg["BLOCK_R"] = br
