@@ -1,0 +1,9 @@
+"""The custom MLP block as a CUDA graph ('triton_graphs'): the 'triton' column's five launches (its
+default road) recorded once per input signature and replayed as one graph launch, with the inputs
+copied into the graph's static buffers on each call (``kernels/_triton/graphed.py``)."""
+from kernels._triton.graphed import register_graphed
+
+from .spec import SPEC
+from .triton_block import DEFAULT, mlp_block
+
+GRAPHED = register_graphed(SPEC, mlp_block, config=dict(DEFAULT, of="triton"))

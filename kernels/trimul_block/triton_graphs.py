@@ -1,0 +1,9 @@
+"""The custom triangle update as a CUDA graph ('triton_graphs'): the 'triton' column's launches (its
+default tiles at each shape) recorded once per input signature and replayed as one graph launch, with
+the inputs copied into the graph's static buffers on each call (``kernels/_triton/graphed.py``)."""
+from kernels._triton.graphed import register_graphed
+
+from .spec import SPEC
+from .triton_block import trimul_block
+
+GRAPHED = register_graphed(SPEC, trimul_block, config=dict(of="triton"))
