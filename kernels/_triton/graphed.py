@@ -38,7 +38,9 @@ from mage.op_inputs import check_out
 # How figures and tables show the column: label, column order (just after 'triton', 10; before Rust,
 # 20) and colour (a darker orange than the Triton column's, the same family read at a glance).
 LOOK = {"triton_graphs": ("Triton block + CUDA graphs", 11, "#A6611A")}
-MAXSIZE = 4  # signatures kept per column: a service pads to a handful of batch sizes
+# Signatures kept per column: a served block pads its batches to powers of two (1, 2, 4, ... up to
+# the largest batch: 11 sizes at 1024), and every size must stay captured or the queue's calls capture.
+MAXSIZE = 16
 WARMUPS = 3  # calls on the side stream before capture (compilation, autotune-free plans, workspaces)
 
 
@@ -80,6 +82,34 @@ class CudaCapture:
     def release(self, entry) -> None:
         # a replay of the evicted graph may still be running; its pool must outlive it
         torch.cuda.synchronize()
+
+
+class CallAgain:
+    """Stand-in primitives for a machine without a GPU (the tests): any device, the warm-up one plain
+    call, and a "replay" that calls the block again on the static buffers into the static output, so
+    a result is right only if the inputs were really copied in. Counts what it did."""
+
+    def __init__(self):
+        self.warms = self.captures = 0
+        self.released, self.in_capture = [], False
+
+    def usable(self, device) -> bool:
+        return True
+
+    def capturing(self) -> bool:
+        return self.in_capture
+
+    def warm(self, call: Callable, device):
+        self.warms += 1
+        return call()
+
+    def capture(self, call: Callable, device):
+        self.captures += 1
+        y = call()
+        return (lambda: y.copy_(call())), y, None
+
+    def release(self, entry) -> None:
+        self.released.append(entry)
 
 
 class _Entry:
@@ -161,6 +191,11 @@ class Graphed:
         entry.replay()
         return entry.out if out is None else out.copy_(entry.out)
 
+    def clear(self) -> None:
+        """Drop every captured graph (and its memory pool)."""
+        while self.cache:
+            self.capture.release(self.cache.popitem(last=False)[1])
+
     def _check(self, args, out) -> None:
         """Everything refused before a capture: a device a graph cannot record, the spec's own checks."""
         op = self.spec.name
@@ -194,7 +229,13 @@ class Graphed:
             entry = _Entry(statics, y, None, kept)
         else:
             try:
-                replay, y, graph = self.capture.capture(call, device)
+                try:
+                    replay, y, graph = self.capture.capture(call, device)
+                except torch.cuda.OutOfMemoryError:
+                    self.clear()  # the other signatures' pools hold memory: give it back, try once more
+                    replay, y, graph = self.capture.capture(call, device)
+            except torch.cuda.OutOfMemoryError:
+                raise  # as it is: a caller sizing batches to the memory limit reads it
             except Exception as e:  # noqa: BLE001 - say which block and why, keep nothing half-made
                 raise CaptureError(f"{op}: the call could not be captured as a CUDA graph ({type(e).__name__}: "
                                    f"{e}); the plain 'triton' column runs it") from e

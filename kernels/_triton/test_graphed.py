@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels._triton.graphed import CaptureError, CudaCapture, Graphed, NestedCaptureError
+from kernels._triton.graphed import CallAgain, CaptureError, CudaCapture, Graphed, NestedCaptureError
 from kernels._triton.testing import gpu
 from mage.errors import MageInputError
 from mage.op_inputs import check_out
@@ -34,32 +34,18 @@ def toy(x, w, out=None):
     return y if out is None else out.copy_(y)
 
 
-class FakeCapture:
-    """CPU primitives: any device, warm-up and capture counted, replay = the call again on the statics."""
+class FakeCapture(CallAgain):
+    """The wrapper's own CPU stand-in, able to fail its capture."""
 
     def __init__(self, fail=False):
-        self.warms = self.captures = 0
-        self.released, self.in_capture, self.fail = [], False, fail
-
-    def usable(self, device):
-        return True
-
-    def capturing(self):
-        return self.in_capture
-
-    def warm(self, call, device):
-        self.warms += 1
-        return call()
+        super().__init__()
+        self.fail = fail
 
     def capture(self, call, device):
-        self.captures += 1
         if self.fail:
+            self.captures += 1
             raise RuntimeError("operation not permitted when stream is capturing")
-        y = call()
-        return (lambda: y.copy_(call())), y, None
-
-    def release(self, entry):
-        self.released.append(entry)
+        return super().capture(call, device)
 
 
 def made(maxsize=4, **kw):
@@ -166,6 +152,22 @@ def test_the_cache_is_bounded_least_recently_used_first_out():
         Graphed(Toy, toy, maxsize=0)
 
 
+def test_out_of_memory_in_a_capture_frees_the_other_graphs_and_tries_once_more():
+    class Tight(FakeCapture):
+        def capture(self, call, device):
+            if self.captures == 1 and not self.released:  # the second capture finds memory held
+                self.captures += 1
+                raise torch.cuda.OutOfMemoryError("out of memory")
+            return super().capture(call, device)
+
+    g = Graphed(Toy, toy, capture=Tight())
+    s1, s2 = pair(1, 3), pair(2, 3)
+    g(*s1)
+    assert torch.equal(g(*s2), toy(*s2)) and len(g.cache) == 1 and len(g.capture.released) == 1
+    g.clear()
+    assert not g.cache
+
+
 def test_a_call_during_a_capture_is_refused():
     g, cap = made()
     cap.in_capture = True
@@ -269,3 +271,85 @@ def test_gpu_call_inside_a_capture_is_refused():
         with torch.cuda.graph(graph):
             g(*a)
     torch.cuda.synchronize()
+
+
+# ---- what the blocks' tests share (kernels/<block>/test_<block>_graphs.py) ----------------------------
+def registered(op: str, dtype: str) -> Graphed:
+    import importlib
+    return importlib.import_module(f"kernels.{op}.triton_graphs").GRAPHED[dtype]
+
+
+def like(op: str, dtype: str, capture) -> Graphed:
+    """A wrapper like the registered column's (same block, held arguments, kept plan), with ``capture``."""
+    g = registered(op, dtype)
+    return Graphed(g.spec, g.fn, hold=g.hold, keep=g.keep, maxsize=g.maxsize, capture=capture)
+
+
+def same_signature(op: str, shape: dict, dtype: str, device: str, seeds=(1, 2)):
+    """Two input sets of one signature: the second's held arguments (a graph) are the first's."""
+    from mage import ops
+    spec = ops.OPS[op]
+    a = spec.inputs(shape, seed=seeds[0], device=device, dtype=dtype)
+    b = spec.inputs(shape, seed=seeds[1], device=device, dtype=dtype)
+    hold = registered(op, dtype).hold
+    return a, tuple(x if name in hold else y for name, x, y in zip(spec.args, a, b))
+
+
+def check_registration(op: str) -> None:
+    from mage import registry
+    for dtype in ("fp32", "bf16"):
+        i = registry.get(op, "triton_graphs", dtype)
+        plain = registry.get(op, "triton", dtype)
+        assert (i.family, i.label, i.order) == (plain.family, "Triton block + CUDA graphs", plain.order + 1)
+        assert i.color and i.color != plain.color and i.needs_cuda and not i.interpret
+        assert i.runs_on("cpu") and i.prepare is not None and i.fn is registered(op, dtype)
+    assert registry.role("custom") == "triton"
+
+
+def check_on_cpu(op: str, shape: dict, dtype: str) -> None:
+    """The wrapper around the real block (under the interpreter, with CallAgain): bit for bit the plain
+    call, a second set of the same signature its own answer, out= filled, one capture."""
+    g = like(op, dtype, CallAgain())
+    a, b = same_signature(op, shape, dtype, "cpu")
+    ya = g(*a).clone()
+    assert torch.equal(ya, g.fn(*a))
+    assert torch.equal(g(*b), g.fn(*b))
+    out = torch.full_like(ya, float("nan"))
+    assert g(*a, out=out) is out and torch.equal(out, ya)
+    assert g.capture.captures == 1 and len(g.cache) == 1
+
+
+def check_on_gpu(op: str, dtype: str, shapes) -> None:
+    """The registered column against the plain 'triton' column, bit for bit, at each shape; a second
+    input set of the same signature; the float64 check of the harness."""
+    from mage import registry
+    from kernels._triton.testing import gpu_failures
+    graphs, plain = registry.get(op, "triton_graphs", dtype), registry.get(op, "triton", dtype)
+    for shape in shapes:
+        a, b = same_signature(op, shape, dtype, "cuda")
+        a = graphs.prepare(*a)  # captures here, as the harness's prepare does
+        before = registered(op, dtype).captures
+        for args in (a, b, a):
+            want = plain.fn(*(plain.prepare(*args) if plain.prepare else args))
+            got = graphs.fn(*args)
+            torch.cuda.synchronize()
+            assert torch.equal(got, want), (shape, (got.double() - want.double()).abs().max().item())
+        assert registered(op, dtype).captures == before, "the same signature captured again"
+    failures = gpu_failures(graphs, shapes)
+    assert not failures, failures[:5]
+
+
+def check_launches(op: str, dtype: str, shape: dict) -> None:
+    """One graph launch a call (host side); on the GPU the plain column's kernels, no more."""
+    from mage import ops, registry
+    from mage.profile import profile
+    graphs, plain = registry.get(op, "triton_graphs", dtype), registry.get(op, "triton", dtype)
+    inputs = ops.OPS[op].inputs(shape, seed=0, device="cuda", dtype=dtype)
+    args = graphs.prepare(*inputs)
+    p = profile(lambda: graphs.fn(*args), iters=20)
+    pargs = plain.prepare(*inputs) if plain.prepare else inputs
+    q = profile(lambda: plain.fn(*pargs), iters=20)
+    print(f"\n{op}/triton_graphs/{dtype}: host launches {sorted(set(p.per_iter_launches))}, "
+          f"{p.launches:g} kernels a call (plain: {q.launches:g}), copies {p.copy_us:.2f} us")
+    assert set(p.per_iter_launches) == {1}, p.per_iter_launches
+    assert p.launches == q.launches, (p.kernel_names, q.kernel_names)
