@@ -170,12 +170,13 @@ def test_old_data_without_the_column_reads_as_forward(tmp_path):
         load(tmp_path)
 
 
-def test_a_measured_backward_turns_off_buffer_donation_before_compiling(monkeypatch):
+def test_a_measured_backward_turns_off_buffer_donation_before_compiling():
     # The H200 run failed torch.compile's backward-alone rows: a backward compiled with donated buffers
-    # refuses to walk its graph twice, which the backward pass does.
+    # refuses to walk its graph twice, which the backward pass does. The config's own patch restores it
+    # (pytest's monkeypatch deletes the entry on undo, which hides it from every later compile).
     import torch._functorch.config as functorch_config
-    monkeypatch.setattr(functorch_config, "donated_buffer", True)
-    passes.allow_repeated_backward(("forward",))
-    assert functorch_config.donated_buffer is True  # forward alone: compiled columns as they ship
-    passes.allow_repeated_backward(("forward", "backward"))
-    assert functorch_config.donated_buffer is False
+    with functorch_config.patch(donated_buffer=True):
+        passes.allow_repeated_backward(("forward",))
+        assert functorch_config.donated_buffer is True  # forward alone: compiled columns as they ship
+        passes.allow_repeated_backward(("forward", "backward"))
+        assert functorch_config.donated_buffer is False
