@@ -110,3 +110,89 @@ def test_gpu_bitwise_deterministic_at_large_shape():
         _poison(x, b)
         again = _bwd().bias_gelu_backward(x, b, dy)
         assert all(torch.equal(a, c) for a, c in zip(first, again))
+
+
+# ---- bf16 storage (the model blocks' bf16 rows): bf16 in, FP32 sums, each gradient rounded once ------
+# The reference is float64 autograd on the bf16 values themselves, so what is left is the kernel's own
+# error: one rounding of each gradient to bf16 after FP32 arithmetic. On the GPU the store rounds to
+# nearest (relative error at most 2^-8 = 3.9e-3 an element); the interpreter truncates (at most 2^-7 =
+# 7.8e-3), so the norm-wise bound is 8e-3 on both, as the forward's bf16 tests state theirs, and inside
+# the bf16 tolerance the harness checks the bf16 blocks against (spec.tol("bf16")).
+BF16_TOL = 8e-3
+assert BF16_TOL <= spec(OP).tol("bf16")
+
+
+def bf16_inputs(op, shape, dist, device="cpu", seed=0):
+    """The op's inputs and a gradient dy, all rounded to bf16."""
+    inputs = [t.bfloat16() for t in spec(op).inputs(shape, seed=seed, device=device, dist=dist)]
+    g = torch.Generator(device).manual_seed(seed + 1)
+    return inputs, torch.randn(inputs[0].shape, generator=g, device=device).bfloat16()
+
+
+def assert_bf16_grads_close(got, want, what, names, scales=None):
+    """Each gradient is bf16 with its reference's shape, finite, and within BF16_TOL of it norm-wise
+    (``scales`` as in testing.assert_grads_close: the size of the terms a gradient is a difference of)."""
+    for g, r, name in zip(got, want, names):
+        assert g.dtype == torch.bfloat16 and g.shape == r.shape, (what, name, g.dtype)
+        assert bool(torch.isfinite(g).all()), (what, name, "non-finite")
+        size = max(float(r.norm()), float((scales or {}).get(name, 0.0)), 1e-300)
+        err = float((g.double() - r.to(g.device)).norm() / size) if r.numel() else 0.0
+        assert err <= BF16_TOL, (what, name, err)
+
+
+def check_bf16_at(shape, dist, device="cpu", seed=0, **config):
+    (x, b), dy = bf16_inputs(OP, shape, dist, device, seed)
+    want = reference_grads((x, b), dy)
+    got = _bwd().bias_gelu_backward(x, b, dy, **config) if config else grads_of(_bwd().train, (x, b), dy)
+    assert_bf16_grads_close(got, want, (shape, dist, config), ("dx", "db"))
+
+
+@cpu_only
+@pytest.mark.parametrize("dist", ["normal", "heavy"])
+def test_bf16_gradients_at_awkward_shapes(dist):
+    for shape in spec(OP).awkward + TINY:
+        check_bf16_at(shape, dist)
+
+
+@cpu_only
+def test_bf16_forced_tiles_and_determinism():
+    for cfg in (dict(ROWS=4, BLOCK_R=2, BLOCK_C=16), dict(ROWS=32, BLOCK_R=8)):
+        check_bf16_at(dict(R=67, C=40), "heavy", **cfg)
+    (x, b), dy = bf16_inputs(OP, dict(R=67, C=40), "heavy")
+    first = _bwd().bias_gelu_backward(x, b, dy, ROWS=8, BLOCK_R=2, BLOCK_C=16)
+    for _ in range(3):
+        _poison(x, b)
+        again = _bwd().bias_gelu_backward(x, b, dy, ROWS=8, BLOCK_R=2, BLOCK_C=16)
+        assert all(torch.equal(a, c) for a, c in zip(first, again))
+
+
+@cpu_only
+def test_bf16_backward_operator_and_autograd_dtypes():
+    (x, b), dy = bf16_inputs(OP, dict(R=5, C=9), "normal")
+    torch.library.opcheck(torch.ops.mage.triton_bias_gelu_backward.default, (x, b, dy))
+    # a bf16 copy of FP32 master weights: the gradient reaches them as FP32 through the cast
+    x32, b32 = (t.float().requires_grad_() for t in (x, b))
+    _bwd().train(x32.bfloat16(), b32.bfloat16()).backward(dy)
+    assert x32.grad.dtype == b32.grad.dtype == torch.float32
+    assert torch.equal(b32.grad, _bwd().bias_gelu_backward(x, b, dy)[1].float())
+
+
+def test_bf16_bad_gradients_name_op_and_argument():
+    x, b = torch.ones(3, 4, dtype=torch.bfloat16), torch.ones(4, dtype=torch.bfloat16)
+    fn = _bwd().bias_gelu_backward
+    assert_refuses(fn, OP, "dy", x, b, torch.ones(3, 4))  # FP32 dy for a bf16 x
+    assert_refuses(fn, OP, "dy", x.float(), b.float(), torch.ones(3, 4, dtype=torch.bfloat16))
+    assert_refuses(fn, OP, "dy", x, b, torch.ones(4, 3, dtype=torch.bfloat16))
+    assert_refuses(fn, OP, "b", x, b.float(), torch.ones(3, 4, dtype=torch.bfloat16))  # the forward's rule
+
+
+@gpu
+def test_gpu_bf16_random_shapes_and_bitwise_repeat():
+    for i, shape in enumerate(spec(OP).random_shapes(10, seed=116)):
+        check_bf16_at(shape, "heavy" if i % 2 else "normal", device="cuda", seed=i)
+    (x, b), dy = bf16_inputs(OP, spec(OP).shapes["large"][0], "heavy", device="cuda")
+    first = _bwd().bias_gelu_backward(x, b, dy)
+    for _ in range(9):
+        _poison(x, b)
+        again = _bwd().bias_gelu_backward(x, b, dy)
+        assert all(torch.equal(a, c) for a, c in zip(first, again))

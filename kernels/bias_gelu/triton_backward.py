@@ -6,6 +6,11 @@ rows into a [row_blocks, C] buffer of partial sums. A second small kernel (kerne
 adds those partials, row block by row block, in order: db is the same bits on every run (no atomics,
 whose order the scheduler picks).
 
+Precisions: FP32, and bf16 storage (the model blocks' bf16 rows, which the forward kernel serves too): a
+bf16 x, b and dy are read as bf16 and widened in registers, every sum is FP32 (the partials too), and dx
+and db are rounded once, at their stores, to the inputs' dtype (autograd hands a gradient back in its
+input's dtype; a bf16 copy of FP32 master weights passes db on to them through its cast's backward).
+
 Makes ``mage::triton_bias_gelu`` differentiable (eagerly and inside torch.compile) and registers it as
 the Triton column's training path.
 """
@@ -21,7 +26,7 @@ from mage.registry import differentiable
 
 from kernels._triton import common, reduce
 
-from .spec import SPEC
+from .triton_kernel import _validate  # the launcher's checks, bf16 rows included
 from .triton_kernel import bias_gelu_op  # the operator this module makes differentiable
 
 OP = "bias_gelu"
@@ -40,19 +45,21 @@ def _bias_gelu_bwd_kernel(
     tile_r, tile_c = tl.program_id(0), tl.program_id(1)
     cols = tile_c * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
-    b = tl.load(Bias + cols, mask=cmask, other=0.0)
+    b = tl.load(Bias + cols, mask=cmask, other=0.0).to(tl.float32)
     acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
     for r0 in range(0, ROWS, BLOCK_R):  # a fixed order: the partial sum is the same bits every run
         row = tile_r * ROWS + r0 + tl.arange(0, BLOCK_R)
         mask = (row < R)[:, None] & cmask[None, :]
         row64 = row.to(tl.int64)[:, None]  # R * C can pass 2^31 elements
-        x = tl.load(X + row64 * stride_x + cols[None, :], mask=mask, other=0.0)
-        dy = tl.load(DY + row64 * stride_dy + cols[None, :], mask=mask, other=0.0)
+        # bf16 storage widened here (no-ops for FP32); dx is rounded to DX's dtype by the store
+        x = tl.load(X + row64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + row64 * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         z = x + b[None, :]
         cdf = 0.5 * (1.0 + tl.math.erf(z * 0.7071067811865476))  # Phi(z)
         pdf = 0.3989422804014327 * tl.exp(-0.5 * z * z)  # phi(z) = exp(-z^2 / 2) / sqrt(2 pi)
         dx = dy * (cdf + z * pdf)
         tl.store(DX + row64 * stride_dx + cols[None, :], dx, mask=mask)
+        # db sums the FP32 dx, not the bf16 value stored: one rounding of db, at its own store
         acc += tl.sum(tl.where(mask, dx, 0.0), axis=0)
     tl.store(Part + tile_r.to(tl.int64) * C + cols, acc, mask=cmask)
 # </kernel>
@@ -67,22 +74,28 @@ MAX_ROWS, PROGRAMS = 64, 1024
 
 
 def check_grad(op, name, g, like) -> torch.Tensor:
-    """A gradient handed to a backward: a float32 tensor of ``like``'s shape on its device."""
-    ops.tensor(op, name, g, (torch.float32,))
+    """A gradient handed to a backward: a tensor of ``like``'s dtype (float32 or bfloat16) and shape, on
+    its device (a bf16 output's gradient is bf16: autograd hands it back in the output's dtype)."""
+    ops.tensor(op, name, g, (like.dtype,))
     if tuple(g.shape) != tuple(like.shape):
         raise MageInputError(op, name, f"must have the output's shape {tuple(like.shape)}, got {tuple(g.shape)}")
     ops.same_device(op, {"x": like, name: g})
     return g
 
 
+def _check_args(x, b, dy):
+    """The forward's checks (FP32, or bf16 x with bf16 b), then dy's."""
+    _validate(x, b)
+    check_grad(OP, "dy", dy, x)
+
+
 def bias_gelu_backward(x, b, dy, **config):
     """(dx, db) of y = gelu(x + b) for the incoming gradient dy; deterministic."""
-    SPEC.validate(x, b)
-    check_grad(OP, "dy", dy, x)
+    _check_args(x, b, dy)
     common.on_device(OP, {"x": x, "b": b, "dy": dy})
     R, C = x.shape
     dx = torch.empty((R, C), dtype=x.dtype, device=x.device)
-    db = torch.zeros((C,), dtype=x.dtype, device=x.device)
+    db = torch.zeros((C,), dtype=b.dtype, device=x.device)
     if R == 0 or C == 0:
         return dx, db
     x = x if x.stride(1) == 1 else x.contiguous()
@@ -94,10 +107,10 @@ def bias_gelu_backward(x, b, dy, **config):
     if consts["ROWS"] % consts["BLOCK_R"]:
         raise MageInputError(OP, "config", f"ROWS={consts['ROWS']} must be a multiple of BLOCK_R={consts['BLOCK_R']}")
     row_blocks = triton.cdiv(R, consts["ROWS"])
-    part = torch.empty((row_blocks, C), dtype=torch.float32, device=x.device)
+    part = torch.empty((row_blocks, C), dtype=torch.float32, device=x.device)  # FP32 at any precision
     _bias_gelu_bwd_kernel[(row_blocks, triton.cdiv(C, consts["BLOCK_C"]))](
         x, b.contiguous(), dy, dx, part, R, C, x.stride(0), dy.stride(0), dx.stride(0), **consts, **launch)
-    reduce.column_sum(part, db)
+    reduce.column_sum(part, db)  # FP32 sums, rounded once by the store where db is bf16
     return dx, db
 
 
@@ -109,8 +122,7 @@ def bias_gelu_backward_op(x: torch.Tensor, b: torch.Tensor, dy: torch.Tensor) ->
 
 @bias_gelu_backward_op.register_fake
 def _(x, b, dy):
-    SPEC.validate(x, b)
-    check_grad(OP, "dy", dy, x)
+    _check_args(x, b, dy)  # the launcher's checks: bf16 passes here as it does there
     return torch.empty_like(x), torch.empty_like(b)
 
 
