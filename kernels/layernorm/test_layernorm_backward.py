@@ -190,3 +190,87 @@ def test_the_launchers_stats_buffers_are_checked_before_any_launch():
                        ((None, good), "stats[0]")):
         with pytest.raises(MageInputError, match=f"layernorm: argument '{arg}'".replace("[", r"\[").replace("]", r"\]")):
             layernorm(x, g, b, stats=stats)
+
+
+# ---- bf16 storage (the model blocks' bf16 rows): bf16 x, gamma, dy; the statistics FP32 -------------
+# The bound and its reason: kernels/bias_gelu/test_bias_gelu_backward.py (one rounding of each gradient
+# after FP32 arithmetic, against float64 on the bf16 values). dx is judged against the size of its terms
+# as in FP32: where they cancel, one rounding of the terms is all FP32 promises before the bf16 store.
+from kernels.bias_gelu.test_bias_gelu_backward import assert_bf16_grads_close, bf16_inputs  # noqa: E402
+
+NAMES = ("dx", "dgamma", "dbeta")
+
+
+def check_bf16_at(shape, dist, device="cpu", seed=0, fn=None, **config):
+    inputs, dy = bf16_inputs(OP, shape, dist, device, seed)
+    x, g, b = inputs
+    want = reference_grads(inputs, dy)
+    if config:
+        _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, g, b)
+        assert mean.dtype == rstd.dtype == torch.float32
+        got = _bwd().layernorm_backward(x, g, mean, rstd, dy, **config)
+    else:
+        got = grads_of(fn or _bwd().train, inputs, dy)
+    assert_bf16_grads_close(got, want, (shape, dist, config), NAMES, scales={"dx": dx_terms(x, g, dy)})
+
+
+@cpu_only
+@pytest.mark.parametrize("dist", ["normal", "heavy"])
+def test_bf16_gradients_at_awkward_shapes(dist):
+    for shape in spec(OP).awkward + TINY:
+        if shape["C"] and (dist == "normal" or shape["C"] < 4096):  # the interpreter's time: long rows once
+            check_bf16_at(shape, dist)
+
+
+@cpu_only
+def test_bf16_chunked_rows_forced_tiles_plain_operator_and_determinism():
+    shape = dict(R=13, C=300)
+    for cfg in (dict(ROWS=4, BLOCK_R=2), dict(MAX_BLOCK_C=64), dict(MAX_BLOCK_C=128, ROWS=2, BLOCK_R=2)):
+        check_bf16_at(shape, "heavy", **cfg)
+    check_bf16_at(dict(R=6, C=40), "heavy", fn=torch.ops.mage.triton_layernorm)
+    (x, g, b), dy = bf16_inputs(OP, dict(R=45, C=100), "heavy")
+    _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, g, b)
+    for cfg in (dict(ROWS=8, BLOCK_R=2), dict(ROWS=4, MAX_BLOCK_C=32)):
+        first = _bwd().layernorm_backward(x, g, mean, rstd, dy, **cfg)
+        for _ in range(3):
+            _poison(x, g, g)
+            again = _bwd().layernorm_backward(x, g, mean, rstd, dy, **cfg)
+            assert all(torch.equal(a, c) for a, c in zip(first, again)), cfg
+
+
+@cpu_only
+def test_bf16_operators_and_autograd_dtypes():
+    (x, g, b), dy = bf16_inputs(OP, dict(R=5, C=9), "normal")
+    torch.library.opcheck(torch.ops.mage.triton_layernorm_train.default, (x, g, b))
+    _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, g, b)
+    torch.library.opcheck(torch.ops.mage.triton_layernorm_backward.default, (x, g, mean, rstd, dy))
+    # bf16 copies of FP32 master weights: their gradients reach them as FP32 through the casts
+    g32, b32 = (t.float().requires_grad_() for t in (g, b))
+    _bwd().train(x, g32.bfloat16(), b32.bfloat16()).backward(dy)
+    assert g32.grad.dtype == b32.grad.dtype == torch.float32
+    assert torch.equal(b32.grad, _bwd().layernorm_backward(x, g, mean, rstd, dy)[2].float())
+
+
+def test_bf16_bad_gradients_name_op_and_argument():
+    bf = dict(dtype=torch.bfloat16)
+    x, g = torch.ones(3, 4, **bf), torch.ones(4, **bf)
+    mean, rstd = torch.zeros(3), torch.ones(3)
+    fn = _bwd().layernorm_backward
+    assert_refuses(fn, OP, "dy", x, g, mean, rstd, torch.ones(3, 4))  # FP32 dy for a bf16 x
+    assert_refuses(fn, OP, "dy", x.float(), g.float(), mean, rstd, torch.ones(3, 4, **bf))
+    assert_refuses(fn, OP, "dy", x, g, mean, rstd, torch.ones(3, 5, **bf))
+    assert_refuses(fn, OP, "mean", x, g, mean.bfloat16(), rstd, torch.ones(3, 4, **bf))  # statistics stay FP32
+    assert_refuses(fn, OP, "gamma", x, g.float(), mean, rstd, torch.ones(3, 4, **bf))  # the forward's rule
+
+
+@gpu
+def test_gpu_bf16_random_shapes_and_bitwise_repeat():
+    for i, shape in enumerate(spec(OP).random_shapes(10, seed=116)):
+        check_bf16_at(shape, "heavy" if i % 2 else "normal", device="cuda", seed=i)
+    (x, g, b), dy = bf16_inputs(OP, spec(OP).shapes["large"][0], "heavy", device="cuda")
+    _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, g, b)
+    first = _bwd().layernorm_backward(x, g, mean, rstd, dy)
+    for _ in range(9):
+        _poison(x, g, g)
+        again = _bwd().layernorm_backward(x, g, mean, rstd, dy)
+        assert all(torch.equal(a, c) for a, c in zip(first, again))

@@ -7,6 +7,12 @@ from L2). dgamma and dbeta are column sums over rows: each program adds its ROWS
 row order and writes one row of partial sums; a second small kernel (kernels/_triton/reduce.py) adds the
 partials in order. Both are the same bits on every run (no atomics).
 
+Precisions: FP32, and bf16 storage (the model blocks' bf16 rows, which the forward kernel serves too):
+a bf16 x, gamma and dy are read as bf16 and widened in registers; the saved statistics stay FP32 (the
+forward computes them in FP32 from the bf16 row); every sum is FP32 (the partials too); dx, dgamma and
+dbeta are rounded once, at their stores, to the inputs' dtype (autograd hands a gradient back in its
+input's dtype; a bf16 copy of FP32 master weights passes it on to them through its cast's backward).
+
 Adds the training operator ``mage::triton_layernorm_train`` (y with the saved statistics, one launch of
 the forward kernel with STATS) and makes it and ``mage::triton_layernorm`` differentiable; registers the
 training path.
@@ -23,7 +29,7 @@ from mage.registry import differentiable
 
 from kernels._triton import common, reduce
 
-from .spec import SPEC
+from .triton_kernel import _validate  # the launcher's checks, bf16 rows included
 from .triton_kernel import layernorm, layernorm_op  # the operator this module makes differentiable
 
 OP = "layernorm"
@@ -45,7 +51,7 @@ def _layernorm_bwd_kernel(
     part = pid.to(tl.int64) * C
     if ONE_BLOCK:
         cmask = cols < C
-        gamma = tl.load(Gamma + cols, mask=cmask, other=0.0)
+        gamma = tl.load(Gamma + cols, mask=cmask, other=0.0).to(tl.float32)
         dg = tl.zeros((BLOCK_C,), dtype=tl.float32)
         db = tl.zeros((BLOCK_C,), dtype=tl.float32)
         for r0 in range(0, ROWS, BLOCK_R):  # rows in order: the partial sums are the same bits every run
@@ -53,8 +59,9 @@ def _layernorm_bwd_kernel(
             rmask = row < R
             mask = rmask[:, None] & cmask[None, :]
             row64 = row.to(tl.int64)[:, None]
-            x = tl.load(X + row64 * stride_x + cols[None, :], mask=mask, other=0.0)
-            dy = tl.load(DY + row64 * stride_dy + cols[None, :], mask=mask, other=0.0)
+            # bf16 storage widened here (no-ops for FP32); dx is rounded to DX's dtype by the store
+            x = tl.load(X + row64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + row64 * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             mean = tl.load(Mean + row, mask=rmask, other=0.0)
             rstd = tl.load(Rstd + row, mask=rmask, other=0.0)
             xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
@@ -79,9 +86,9 @@ def _layernorm_bwd_kernel(
             for c0 in range(0, C, BLOCK_C):  # the row's two sums
                 cmask = c0 + cols < C
                 mask = rmask[:, None] & cmask[None, :]
-                x = tl.load(X + row64 * stride_x + c0 + cols[None, :], mask=mask, other=0.0)
-                dy = tl.load(DY + row64 * stride_dy + c0 + cols[None, :], mask=mask, other=0.0)
-                gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0)
+                x = tl.load(X + row64 * stride_x + c0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(DY + row64 * stride_dy + c0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0).to(tl.float32)
                 xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
                 g = dy * gamma[None, :]
                 s1 += tl.sum(g * xhat, axis=1)
@@ -90,9 +97,9 @@ def _layernorm_bwd_kernel(
             for c0 in range(0, C, BLOCK_C):  # second read, from L2 while the rows are recent
                 cmask = c0 + cols < C
                 mask = rmask[:, None] & cmask[None, :]
-                x = tl.load(X + row64 * stride_x + c0 + cols[None, :], mask=mask, other=0.0)
-                dy = tl.load(DY + row64 * stride_dy + c0 + cols[None, :], mask=mask, other=0.0)
-                gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0)
+                x = tl.load(X + row64 * stride_x + c0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(DY + row64 * stride_dy + c0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0).to(tl.float32)
                 xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
                 dx = (dy * gamma[None, :] - c2[:, None] - xhat * c1[:, None]) * rstd[:, None]
                 tl.store(DX + row64 * stride_dx + c0 + cols[None, :], dx, mask=mask)
@@ -134,8 +141,10 @@ def _config(R, C, config):
 
 
 def _check_backward_args(x, gamma, mean, rstd, dy):
-    SPEC.validate(x, gamma, gamma)
-    ops.tensor(OP, "dy", dy, (torch.float32,))
+    """The forward's checks (FP32, or bf16 x with bf16 gamma), dy in x's dtype and shape, and the saved
+    FP32 statistics (at either precision: the forward keeps them in FP32)."""
+    _validate(x, gamma, gamma)
+    ops.tensor(OP, "dy", dy, (x.dtype,))  # autograd hands a bf16 output's gradient back in bf16
     if tuple(dy.shape) != tuple(x.shape):
         raise MageInputError(OP, "dy", f"must have the output's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
     ops.same_device(OP, {"x": x, "dy": dy})
@@ -160,14 +169,14 @@ def layernorm_backward(x, gamma, mean, rstd, dy, **config):
     consts, launch = common.split(cfg)
     programs = triton.cdiv(R, consts["ROWS"])
     alloc = torch.empty if block_c >= C else torch.zeros  # the chunked road adds into its partial rows
-    part_g = alloc((programs, C), dtype=torch.float32, device=x.device)
+    part_g = alloc((programs, C), dtype=torch.float32, device=x.device)  # FP32 at any precision
     part_b = alloc((programs, C), dtype=torch.float32, device=x.device)
     _layernorm_bwd_kernel[(programs,)](x, gamma.contiguous(), mean.contiguous(), rstd.contiguous(), dy, dx, part_g,
                                        part_b, R, C, x.stride(0), dy.stride(0), dx.stride(0), BLOCK_C=block_c,
                                        ONE_BLOCK=block_c >= C, **consts, **launch)
     dgamma, dbeta = torch.empty_like(gamma), torch.empty_like(gamma)
     reduce.column_sum(part_g, dgamma)
-    reduce.column_sum(part_b, dbeta)
+    reduce.column_sum(part_b, dbeta)  # FP32 sums, rounded once by the store where gamma is bf16
     return dx, dgamma, dbeta
 
 
@@ -175,7 +184,7 @@ def layernorm_backward(x, gamma, mean, rstd, dy, **config):
 def layernorm_train_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, mean, rstd): the forward kernel with its statistics saved (one launch, 8 bytes a row more)."""
-    SPEC.validate(x, gamma, beta)
+    _validate(x, gamma, beta)  # FP32, or bf16 rows (their statistics still FP32)
     R = x.shape[0]
     mean = torch.empty((R,), dtype=torch.float32, device=x.device)
     rstd = torch.empty((R,), dtype=torch.float32, device=x.device)
@@ -184,8 +193,9 @@ def layernorm_train_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor
 
 @layernorm_train_op.register_fake
 def _(x, gamma, beta):
-    SPEC.validate(x, gamma, beta)
-    return torch.empty_like(x), x.new_empty((x.shape[0],)), x.new_empty((x.shape[0],))
+    _validate(x, gamma, beta)
+    stat = x.new_empty((x.shape[0],), dtype=torch.float32)  # FP32 whatever x's dtype
+    return torch.empty_like(x), stat, torch.empty_like(stat)
 
 
 @torch.library.custom_op("mage::triton_layernorm_backward", mutates_args=())
