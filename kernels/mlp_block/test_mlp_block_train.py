@@ -10,6 +10,7 @@ import torch
 from kernels._triton.testing import cpu_only, gpu, poisoned_memory, rel_err
 from mage import ops, passes, registry
 from mage.train import Step
+from torch.utils._python_dispatch import TorchDispatchMode
 
 OP = "mlp_block"
 SMALL = dict(T=5, d=37, hidden=19)
@@ -67,6 +68,35 @@ def steps_move_weights(op: str, shape: dict) -> None:
         assert Step(ops.OPS[op], im, fn, shape, prec, device="cpu").verify() == "", (op, prec)
 
 
+class _MageDtypes(TorchDispatchMode):
+    """Records each project operator's name and the dtype of its first argument as it runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "mage":
+            self.seen.add((func.__name__.split(".")[0], args[0].dtype))
+        return func(*args, **(kwargs or {}))
+
+
+def memory_bound_steps_in_bf16(op: str, shape: dict, want: set) -> None:
+    """Under a bf16 autocast the training path's LayerNorm and bias + GELU, forward and backward, see
+    bf16 activations (``want``: the (operator, dtype) pairs the path must run), none of them FP32."""
+    spec, (im, fn) = ops.OPS[op], path(op)
+    raw = spec.inputs(shape, seed=3)
+    args = list(im.prepare(*raw) if im.prepare else raw)
+    for i in passes.floating(raw):
+        args[i] = args[i].detach().clone().requires_grad_(True)
+    with _MageDtypes() as mode:
+        with torch.enable_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            y = fn(*args)
+        y.backward(torch.ones_like(y))
+    steps = {(name, dt) for name, dt in mode.seen if "layernorm" in name or "bias_gelu" in name}
+    assert steps == want, (op, sorted(map(str, steps)))
+
+
 def gpu_random(op: str, n: int = 10, seed: int = 16) -> None:
     """grad_check (FP32) and the bf16 autocast check at ``n`` random shapes, every other heavy-tailed."""
     im, fn = path(op)
@@ -97,6 +127,13 @@ def test_output_and_gradients(shape, dist, poisoned):
 @pytest.mark.parametrize("dist", ["normal", "heavy"])
 def test_bf16_autocast(dist):
     check_block(OP, dict(T=17, d=33, hidden=131), dist, amp=True)
+
+
+@cpu_only
+def test_bf16_autocast_keeps_the_memory_bound_steps_in_bf16():
+    bf = torch.bfloat16
+    memory_bound_steps_in_bf16(OP, SMALL, {(f"triton_{n}", bf) for n in (
+        "layernorm_train", "layernorm_backward", "bias_gelu", "bias_gelu_backward")})
 
 
 @cpu_only

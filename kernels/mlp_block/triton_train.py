@@ -15,13 +15,18 @@ with the bias + GELU and the residual in a Triton epilogue) is not used: those G
 yet, so the training step measures the unfused pieces the project can differentiate today.
 
 Precisions. FP32: IEEE FP32 GEMMs (TF32 off, as in the forward block). bf16 mixed precision (the
-trainer's ``torch.autocast``, FP32 master weights): the path follows autocast. The GEMMs, forward and
-backward, run in bf16 on the tensor cores as autocast makes them; the Triton operators accept FP32
-gradients only, so their inputs are FP32 (the GEMM's bf16 output is widened before bias + GELU) and
-they compute and store in FP32, as autocast itself keeps LayerNorm in FP32. The residual sum and the
-output are FP32 (x + a bf16 product, as PyTorch's eager block does under autocast). So at bf16 the
-GEMMs (nearly all the FLOPs) are bf16 and the memory-bound steps move FP32 bytes: the bf16 row
-measures that.
+trainer's ``torch.autocast``, FP32 master weights): the path follows autocast and keeps the activations
+of the memory-bound steps in bf16. The GEMMs, forward and backward, run in bf16 on the tensor cores as
+autocast makes them. LayerNorm and bias + GELU run on bf16 storage, forward and backward: their input
+is rounded to bf16 before LN (autocast's own LayerNorm would read the FP32 x and write FP32; the GEMM
+after it rounds to bf16 anyway), gamma, beta and b1 are bf16 copies of the FP32 weights (their
+gradients reach the weights through the casts' backward), and the kernels compute every sum and the
+statistics in FP32 and round once at each store. What stays FP32, and why: the residual stream (x, the
+sum x + the bf16 product, and the output, as PyTorch's eager block under autocast: a bf16 residual
+would lose the small updates it accumulates), the saved LayerNorm statistics (8 bytes a row), the
+partial column sums of db, dgamma and dbeta (the determinism scheme's buffers), and x's gradient where
+it joins the residual's. Under an autocast to another dtype (float16) the Triton steps run in FP32 as
+before: their kernels take FP32 or bf16 only.
 """
 from __future__ import annotations
 
@@ -37,19 +42,29 @@ from .spec import NAME, SPEC
 
 
 def fp32(t: torch.Tensor) -> torch.Tensor:
-    """t as FP32, what the Triton operators and their backward kernels take (no copy when it is)."""
+    """t as FP32 (no copy when it is)."""
     return t if t.dtype == torch.float32 else t.float()
+
+
+def storage(device: torch.device) -> torch.dtype:
+    """The Triton steps' activation dtype: bf16 under a bf16 autocast, else FP32 (their kernels'
+    two storage types)."""
+    kind = device.type
+    if torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.bfloat16:
+        return torch.bfloat16
+    return torch.float32
 
 
 def mlp(res, h_in, gamma, beta, W1, b1, W2, b2):
     """res + W2 gelu(W1 LN(h_in) + b1) + b2 through the differentiable operators (see the module
     docstring); the message-passing block's training path reuses it with h_in = the aggregation."""
-    h = torch.ops.mage.triton_layernorm_train(fp32(h_in), fp32(gamma), fp32(beta))[0]
+    act = storage(h_in.device)  # .to() is no copy where a tensor already has it
+    h = torch.ops.mage.triton_layernorm_train(h_in.to(act), gamma.to(act), beta.to(act))[0]
     amp = torch.is_autocast_enabled(h.device.type)
     if not amp:
         set_precision("fp32")  # IEEE FP32 GEMMs whatever an earlier TF32 call left set
     a = F.linear(h, W1)  # bf16 under autocast
-    g = torch.ops.mage.triton_bias_gelu(fp32(a), fp32(b1))
+    g = torch.ops.mage.triton_bias_gelu(a.to(act), b1.to(act))  # a.to: FP32 again under a float16 autocast
     if amp:
         # autocast's addmm would round the residual x + b2 to bf16; the product alone is bf16, the sum FP32
         return res + F.linear(g, W2, b2)

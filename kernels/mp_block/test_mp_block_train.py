@@ -5,11 +5,13 @@ bf16 autocast too, and a training step that moves the weights."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from kernels._triton.testing import cpu_only, gpu, poisoned_memory
 from kernels.mlp_block.test_mlp_block_train import (
     check_block,
     gpu_random,
+    memory_bound_steps_in_bf16,
     path,
     steps_move_weights,
 )
@@ -40,6 +42,12 @@ def test_output_and_gradients(shape, dist, poisoned):
 @pytest.mark.parametrize("dist", ["normal", "heavy"])
 def test_bf16_autocast(dist):
     check_block(OP, dict(n=37, F=33, H=17, deg=24), dist, amp=True)
+
+
+@cpu_only
+def test_bf16_autocast_keeps_the_memory_bound_steps_in_bf16():
+    memory_bound_steps_in_bf16(OP, SMALL, {(f"triton_{n}", torch.bfloat16) for n in (
+        "layernorm_train", "layernorm_backward", "bias_gelu", "bias_gelu_backward")})
 
 
 @cpu_only

@@ -14,8 +14,10 @@ aggregation is differentiable in w too, but the block's arguments hold w inside 
 the trainer leaves alone, so no edge-weight gradient is asked for.
 
 Precisions: FP32 (IEEE FP32 GEMMs), and bf16 mixed precision as the MLP block's path follows autocast:
-the GEMMs in bf16, the Triton operators (aggregation, LayerNorm, bias + GELU, whose backward kernels take
-FP32 gradients only) in FP32, the output FP32.
+the GEMMs in bf16, LayerNorm and bias + GELU on bf16 storage forward and backward (the aggregation's
+FP32 result rounded to bf16 as LN reads it; the kernels' sums and statistics FP32). What stays FP32: the
+aggregation, forward and backward (its kernels take FP32 only; it reads h, the FP32 residual stream, and
+is left as it is), the residual sum and the output, and the buffers the MLP block's path keeps FP32.
 """
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from kernels._triton.testing import cpu_only, gpu, poisoned_memory, rel_err
 from kernels.mlp_block.test_mlp_block_train import (
     check_block,
     gpu_random,
+    memory_bound_steps_in_bf16,
     path,
     steps_move_weights,
 )
@@ -60,6 +61,12 @@ def test_a_batch_of_complexes():
     assert rel_err(y.detach(), ref.detach()) <= spec.tol("fp32")
     for g, r in zip([z.grad] + [t.grad for t in w], want):
         assert rel_err(g, r) <= spec.tol("fp32") * passes.GRAD_TOL_FACTOR
+
+
+@cpu_only
+def test_bf16_autocast_keeps_the_memory_bound_steps_in_bf16():
+    memory_bound_steps_in_bf16(OP, SMALL, {(f"triton_{n}", torch.bfloat16) for n in (
+        "layernorm_train", "layernorm_backward")})
 
 
 @cpu_only

@@ -18,11 +18,14 @@ its config chooses), not the forward block's fused gate-and-transpose launch: wh
 differentiate today.
 
 Precisions: FP32 (IEEE FP32 GEMMs), and bf16 mixed precision following autocast as the MLP block's
-path does: the two projections (forward and backward) in bf16 on the tensor cores, everything else in
-FP32 (the Triton operators' backward kernels take FP32 gradients only; the triangle's Triton operator
-has no bf16 precision), the output FP32. The projections are N^2 C (5H + C) multiply-adds and the
-contraction N^3 H: at the field shape (N = C = H = 128) the projections hold six times the contraction's
-FLOPs, so bf16 speeds up most of the arithmetic, and the row measures that mixture.
+path does: the two projections (forward and backward) in bf16 on the tensor cores, and both LayerNorms
+on bf16 storage, forward and backward (z, and the contraction's FP32 o, rounded to bf16 as LN reads
+them: the projection after each rounds its input to bf16 anyway; the kernels' sums and statistics FP32).
+What stays FP32, and why: the gates and the contraction (the triangle's Triton operator has no bf16
+precision, so its operands a and b are FP32 and the gates that make them run in FP32 too), the output
+gate and the output (the residual stream's dtype). The projections are N^2 C (5H + C) multiply-adds
+and the contraction N^3 H: at the field shape (N = C = H = 128) the projections hold six times the
+contraction's FLOPs, so bf16 speeds up most of the arithmetic, and the row measures that mixture.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import torch
 
 from kernels._pytorch import set_precision
 from kernels.layernorm import triton_backward as _layernorm_bwd  # noqa: F401 - makes the operator differentiable
-from kernels.mlp_block.triton_train import fp32
+from kernels.mlp_block.triton_train import fp32, storage
 from kernels.triangle import triton_backward as _triangle_bwd  # noqa: F401 - likewise
 from mage.registry import differentiable
 
@@ -38,7 +41,10 @@ from .spec import NAME, SPEC
 
 
 def _ln(x, gamma, beta):
-    return torch.ops.mage.triton_layernorm_train(fp32(x), fp32(gamma), fp32(beta))[0]
+    """LN(x) on the path's storage dtype: bf16 under a bf16 autocast (bf16 copies of the FP32 weights),
+    else FP32."""
+    act = storage(x.device)
+    return torch.ops.mage.triton_layernorm_train(x.to(act), gamma.to(act), beta.to(act))[0]
 
 
 @differentiable(NAME, "triton", "fp32", autocast=True)
