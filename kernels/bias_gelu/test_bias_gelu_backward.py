@@ -75,6 +75,7 @@ def test_bitwise_deterministic():
 
 @cpu_only
 def test_opcheck_and_compiled_backward():
+    _bwd()  # registers the operators (a test run alone imports nothing else first)
     x, b = spec(OP).inputs(dict(R=5, C=9))
     xr, br = x.clone().requires_grad_(), b.clone().requires_grad_()
     torch.library.opcheck(torch.ops.mage.triton_bias_gelu.default, (xr, br))
@@ -168,6 +169,7 @@ def test_bf16_forced_tiles_and_determinism():
 
 @cpu_only
 def test_bf16_backward_operator_and_autograd_dtypes():
+    _bwd()  # registers the operators (a test run alone imports nothing else first)
     (x, b), dy = bf16_inputs(OP, dict(R=5, C=9), "normal")
     torch.library.opcheck(torch.ops.mage.triton_bias_gelu_backward.default, (x, b, dy))
     # a bf16 copy of FP32 master weights: the gradient reaches them as FP32 through the cast
@@ -175,6 +177,16 @@ def test_bf16_backward_operator_and_autograd_dtypes():
     _bwd().train(x32.bfloat16(), b32.bfloat16()).backward(dy)
     assert x32.grad.dtype == b32.grad.dtype == torch.float32
     assert torch.equal(b32.grad, _bwd().bias_gelu_backward(x, b, dy)[1].float())
+
+
+@cpu_only
+@pytest.mark.xfail(strict=False, reason="the forward operator's fake (triton_kernel.py) checks with SPEC.validate, "
+                   "which refuses bf16; proposed: the launcher's _validate there")
+def test_bf16_compiled_backward():
+    (x, b), dy = bf16_inputs(OP, dict(R=5, C=9), "normal")
+    compiled = torch.compile(_bwd().train, backend="aot_eager", fullgraph=True)
+    got, want = grads_of(compiled, (x, b), dy), grads_of(_bwd().train, (x, b), dy)
+    assert all(torch.equal(a, c) for a, c in zip(got, want))
 
 
 def test_bf16_bad_gradients_name_op_and_argument():

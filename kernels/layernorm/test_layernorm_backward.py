@@ -81,6 +81,7 @@ def test_training_path_is_registered():
 
 @cpu_only
 def test_saved_statistics_and_unchanged_output():
+    _bwd()  # registers the operators (a test run alone imports nothing else first)
     x, g, b = spec(OP).inputs(dict(R=3, C=2100), dist="heavy")  # chunked rows in the forward's default
     x[1] *= 1e25  # a row whose squares overflow: the statistics are saved in x's units all the same
     for shape_x in (x, x[:, :700].contiguous()):  # chunked and one-block
@@ -101,6 +102,7 @@ def test_gradients_at_awkward_shapes(dist):
 
 @cpu_only
 def test_plain_operator_is_differentiable_too():
+    _bwd()  # registers the operators (a test run alone imports nothing else first)
     check_at(dict(R=6, C=40), "heavy", fn=torch.ops.mage.triton_layernorm)
 
 
@@ -134,6 +136,7 @@ def test_bitwise_deterministic():
 
 @cpu_only
 def test_opcheck_and_compiled_backward():
+    _bwd()  # registers the operators (a test run alone imports nothing else first)
     x, g, b = spec(OP).inputs(dict(R=5, C=9))
     req = tuple(t.clone().requires_grad_() for t in (x, g, b))
     torch.library.opcheck(torch.ops.mage.triton_layernorm.default, req)
@@ -224,6 +227,7 @@ def test_bf16_gradients_at_awkward_shapes(dist):
 
 @cpu_only
 def test_bf16_chunked_rows_forced_tiles_plain_operator_and_determinism():
+    _bwd()  # registers the operators (a test run alone imports nothing else first)
     shape = dict(R=13, C=300)
     for cfg in (dict(ROWS=4, BLOCK_R=2), dict(MAX_BLOCK_C=64), dict(MAX_BLOCK_C=128, ROWS=2, BLOCK_R=2)):
         check_bf16_at(shape, "heavy", **cfg)
@@ -240,6 +244,7 @@ def test_bf16_chunked_rows_forced_tiles_plain_operator_and_determinism():
 
 @cpu_only
 def test_bf16_operators_and_autograd_dtypes():
+    _bwd()  # registers the operators (a test run alone imports nothing else first)
     (x, g, b), dy = bf16_inputs(OP, dict(R=5, C=9), "normal")
     torch.library.opcheck(torch.ops.mage.triton_layernorm_train.default, (x, g, b))
     _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, g, b)
@@ -249,6 +254,9 @@ def test_bf16_operators_and_autograd_dtypes():
     _bwd().train(x, g32.bfloat16(), b32.bfloat16()).backward(dy)
     assert g32.grad.dtype == b32.grad.dtype == torch.float32
     assert torch.equal(b32.grad, _bwd().layernorm_backward(x, g, mean, rstd, dy)[2].float())
+    compiled = torch.compile(_bwd().train, backend="aot_eager", fullgraph=True)  # both fakes take bf16
+    got, want = grads_of(compiled, (x, g, b), dy), grads_of(_bwd().train, (x, g, b), dy)
+    assert all(torch.equal(a, c) for a, c in zip(got, want))
 
 
 def test_bf16_bad_gradients_name_op_and_argument():
