@@ -180,8 +180,6 @@ def test_bf16_backward_operator_and_autograd_dtypes():
 
 
 @cpu_only
-@pytest.mark.xfail(strict=False, reason="the forward operator's fake (triton_kernel.py) checks with SPEC.validate, "
-                   "which refuses bf16; proposed: the launcher's _validate there")
 def test_bf16_compiled_backward():
     (x, b), dy = bf16_inputs(OP, dict(R=5, C=9), "normal")
     compiled = torch.compile(_bwd().train, backend="aot_eager", fullgraph=True)
