@@ -94,10 +94,12 @@ def test_saved_statistics_and_unchanged_output():
 
 @cpu_only
 @pytest.mark.parametrize("dist", ["normal", "heavy"])
-def test_gradients_at_awkward_shapes(dist):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_gradients_at_awkward_shapes(precision, dist):
+    check = check_at if precision == "fp32" else check_bf16_at  # bf16: storage, against bf16-rounded inputs
     for shape in spec(OP).awkward + TINY:
         if shape["C"] and (dist == "normal" or shape["C"] < 4096):  # the interpreter's time: long rows once
-            check_at(shape, dist)
+            check(shape, dist)
 
 
 @cpu_only
@@ -215,14 +217,6 @@ def check_bf16_at(shape, dist, device="cpu", seed=0, fn=None, **config):
     else:
         got = grads_of(fn or _bwd().train, inputs, dy)
     assert_bf16_grads_close(got, want, (shape, dist, config), NAMES, scales={"dx": dx_terms(x, g, dy)})
-
-
-@cpu_only
-@pytest.mark.parametrize("dist", ["normal", "heavy"])
-def test_bf16_gradients_at_awkward_shapes(dist):
-    for shape in spec(OP).awkward + TINY:
-        if shape["C"] and (dist == "normal" or shape["C"] < 4096):  # the interpreter's time: long rows once
-            check_bf16_at(shape, dist)
 
 
 @cpu_only
