@@ -122,19 +122,24 @@ _TRAIN: dict[tuple, Callable] = {}
 
 
 _AUTOCAST: set = set()  # training paths that follow torch.autocast (bf16 mixed precision) themselves
+_STEP_GRAPH: set = set()  # training columns whose whole step (forward, backward, update) is one CUDA graph
 
 
-def differentiable(op: str, name: str, dtype: str = "fp32", autocast: bool = False) -> Callable:
+def differentiable(op: str, name: str, dtype: str = "fp32", autocast: bool = False,
+                   step_graph: bool = False) -> Callable:
     """Decorator: ``@differentiable("layernorm", "triton")`` names fn as that implementation's training
     path: the harness runs forward and backward through it. ``autocast``: the path computes in bf16 under
     ``torch.autocast`` (a torch.library operator with no autocast rule does not: it keeps computing in
-    its inputs' precision, so a bf16 training row of it would be an FP32 one mislabelled)."""
+    its inputs' precision, so a bf16 training row of it would be an FP32 one mislabelled).
+    ``step_graph``: the trainer records this column's whole step (forward, backward and the optimizer's
+    update) as one CUDA graph and replays it, as a kernel author owning the training loop would."""
     if op not in OPS:
         raise MageInputError("differentiable", "op", f"must be one of {list(OPS)}, got {op!r}")
 
     def deco(fn):
         _TRAIN[(op, name, dtype)] = fn
         (_AUTOCAST.add if autocast else _AUTOCAST.discard)((op, name, dtype))
+        (_STEP_GRAPH.add if step_graph else _STEP_GRAPH.discard)((op, name, dtype))
         return fn
 
     return deco
@@ -146,6 +151,11 @@ def follows_autocast(impl: Impl) -> bool:
     if impl.key in _TRAIN:
         return impl.key in _AUTOCAST
     return impl.family == _ROLES.get("library_family")
+
+
+def step_graphed(impl: Impl) -> bool:
+    """Whether the trainer replays ``impl``'s whole training step as one CUDA graph."""
+    return impl.key in _STEP_GRAPH
 
 
 def train_fn(impl: Impl) -> Optional[Callable]:

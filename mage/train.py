@@ -78,7 +78,7 @@ class Step:
     """One implementation's training step on one input set: call it to run a step. ``parts`` collects
     (forward, backward, optimizer) event triples for ``part_times``."""
 
-    def __init__(self, spec, impl, fn, shape, precision, seed=0, device="cuda"):
+    def __init__(self, spec, impl, fn, shape, precision, seed=0, device="cuda", graphed=False):
         weights, _, first = roles(spec, shape)
         raw = spec.inputs(shape, seed=seed, device=device, dtype="fp32")
         args = list(impl.prepare(*raw) if impl.prepare else raw)
@@ -88,8 +88,11 @@ class Step:
         args[first] = args[first].detach().requires_grad_(True)
         self.args, self.fn, self.items, self.first = args, fn, items_per_step(raw[first]), first
         self.amp, self.device = precision == "bf16", device
-        self.opt = torch.optim.AdamW(self.params, lr=LR, weight_decay=WEIGHT_DECAY,
-                                     fused=device == "cuda")  # one pass over all weights, as trainers use
+        # a graphed step keeps the optimizer's step count on the device (capturable), or the replay would
+        # reuse the count the capture saw
+        self.graphed, self.graph = graphed and device == "cuda", None
+        self.opt = torch.optim.AdamW(self.params, lr=LR, weight_decay=WEIGHT_DECAY, fused=device == "cuda",
+                                     capturable=self.graphed)  # one pass over all weights, as trainers use
         with torch.enable_grad(), self._autocast():
             out = fn(*self.args)
         self.g = passes.grad_out_like(out, seed + 1)  # in the output's dtype under this precision
@@ -101,14 +104,17 @@ class Step:
             self._event = HostEvent
 
     def _autocast(self):
-        return torch.autocast(device_type=self.device, dtype=torch.bfloat16, enabled=self.amp)
+        # autocast's cache of bf16 weight copies would be freed after the capture that filled it
+        return torch.autocast(device_type=self.device, dtype=torch.bfloat16, enabled=self.amp,
+                              cache_enabled=not self.graphed)
 
     def __call__(self):
+        if self.graphed:
+            return self._replay()
         events = [self._event(enable_timing=True) for _ in range(4)] if self.record else None
         if events:
             events[0].record()
-        self.opt.zero_grad(set_to_none=True)
-        self.args[self.first].grad = None
+        self._zero()
         with torch.enable_grad(), self._autocast():
             out = self.fn(*self.args)
         if events:
@@ -122,6 +128,42 @@ class Step:
             self.parts.append(events)
         return out
 
+    def _zero(self):
+        self.opt.zero_grad(set_to_none=True)
+        self.args[self.first].grad = None
+
+    def _replay(self):
+        """The whole step as one CUDA graph: recorded on the first call, replayed on every call. The parts
+        are not split (an event inside a graph is not timed), so a graphed column has no part rows."""
+        if self.graph is None:
+            self._capture()
+        self.graph.replay()
+        return self.out
+
+    def _capture(self):
+        """PyTorch's whole-network capture: a few eager steps on a side stream (Triton's compilation,
+        the optimizer's state, the autograd plans), the gradients set to None so the captured backward
+        allocates them from the graph's pool and writes them (no accumulation on replay), then one step
+        recorded."""
+        main, side = torch.cuda.current_stream(), torch.cuda.Stream()
+        side.wait_stream(main)
+        graphed, self.graphed = self.graphed, False
+        try:
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    self()
+        finally:
+            self.graphed = graphed
+        main.wait_stream(side)
+        self._zero()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            with torch.enable_grad(), self._autocast():
+                out = self.fn(*self.args)
+            out.backward(self.g)
+            self.opt.step()
+        self.graph, self.out = graph, out
+
     def part_times(self) -> dict:
         """Mean microseconds of each part over the recorded steps (read after a synchronisation)."""
         _sync(self.device)
@@ -132,6 +174,9 @@ class Step:
 
     def verify(self) -> str:
         """'' when one step leaves finite weights that moved; else what is wrong."""
+        if self.graphed and self.graph is None:
+            self()  # the capture's eager steps move the weights: the replay is what is checked
+            _sync(self.device)
         before = [p.detach().clone() for p in self.params]
         self()
         _sync(self.device)
@@ -218,7 +263,8 @@ def _case(spec, shape, shape_set, precision, impl_names, plan, iters, seed, run,
             continue
         t0 = time.perf_counter()
         try:
-            step = Step(spec, im, fn, shape, precision, seed=seed, device=device)
+            step = Step(spec, im, fn, shape, precision, seed=seed, device=device,
+                        graphed=registry.step_graphed(im))
             why = step.verify()
             for _ in range(2):  # compilation (torch.compile's backward, CUDA graph recording) lands here
                 step()

@@ -115,9 +115,9 @@ def test_steps_figure_and_the_custom_verdict():
     df = _frame(_train_rows(block, {"fp32": {custom: 100.0, base: 150.0}, "bf16": {custom: 101.0, base: 100.0}}))
     fig = FT.steps(df, "card")
     assert [b["label"] for b in fig.layout.updatemenus[0].buttons] == ["FP32", "bf16 mixed precision"]
-    c, rival = TR.custom_against_fastest(df, block, "fp32")
-    assert c.verdict == "faster" and rival == base
-    c, _ = TR.custom_against_fastest(df, block, "bf16")
+    c, rival, mine = TR.custom_against_fastest(df, block, "fp32")
+    assert c.verdict == "faster" and rival == base and mine == custom
+    c, _, _ = TR.custom_against_fastest(df, block, "bf16")
     assert c.verdict == "tie"  # 1% apart: within the harness's precision
     text = TR.train_findings(df)
     assert "1 of the 1 blocks" in text and "behind" not in text
@@ -131,3 +131,17 @@ def test_cost_table_comes_from_the_specs():
     for r in t.itertuples():
         f, b = ops.OPS[r.op].grad_cost(ops.OPS[r.op].shapes["large"][0])
         assert (r.bwd_flops, r.bwd_bytes) == (f, b)
+
+
+def test_the_custom_verdict_takes_the_faster_custom_column():
+    """A custom step replayed as one CUDA graph counts as the custom step when it is the faster of the two;
+    where only the plain column was measured, that one is compared."""
+    block = _block()
+    custom, base = registry.role("custom"), registry.role("baseline")
+    graphed = custom + "_graphs"
+    df = _frame(_train_rows(block, {"fp32": {custom: 200.0, graphed: 90.0, base: 150.0},
+                                    "bf16": {custom: 200.0, base: 150.0}}))
+    c, rival, mine = TR.custom_against_fastest(df, block, "fp32")
+    assert (mine, rival, c.verdict, c.a) == (graphed, base, "faster", 90.0)
+    c, _, mine = TR.custom_against_fastest(df, block, "bf16")
+    assert (mine, c.verdict) == (custom, "slower")

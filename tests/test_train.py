@@ -157,3 +157,50 @@ def test_a_blocks_roles_are_worked_out_once():
     spec = dataclasses.replace(real, make_inputs=lambda *a, **k: calls.append(1) or real.make_inputs(*a, **k))
     first = train.roles(spec, spec.shapes["sweep"][0])
     assert train.roles(spec, spec.shapes["field"][0]) == first and len(calls) == 2
+
+
+def test_the_graphed_columns_replay_their_whole_step():
+    registry.load()
+    for name in ("mlp_block", "trimul_block", "mp_block"):
+        graphed, plain = registry.get(name, "triton_graphs", "fp32"), registry.get(name, "triton", "fp32")
+        assert registry.step_graphed(graphed) and not registry.step_graphed(plain)
+        assert registry.train_fn(graphed) is registry.train_fn(plain)  # the same path, only replayed
+        assert registry.follows_autocast(graphed)
+
+
+def test_a_graphed_step_on_the_cpu_runs_eagerly():
+    spec, im = ops.get("mlp_block"), registry.get("mlp_block", "pytorch", "fp32")
+    step = train.Step(spec, im, registry.train_fn(im), TINY["mlp_block"], "fp32", seed=2, device="cpu",
+                      graphed=True)
+    assert not step.graphed and step.verify() == ""
+
+
+GPU_SHAPES = {"mlp_block": dict(T=37, d=64, hidden=96), "trimul_block": dict(N=19, C=32, H=16),
+              "mp_block": dict(n=700, F=32, H=48, deg=12)}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", list(GPU_SHAPES))
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_gpu_a_replayed_step_trains_as_the_eager_step_does(name, precision):
+    """The graph's replays are real steps: after 4 and then 7 steps the weights match the eager column's
+    (the same kernels; AdamW's capturable form reads its step count from the device)."""
+    registry.load()
+    spec, shape = ops.get(name), GPU_SHAPES[name]
+    im = registry.get(name, "triton", "fp32")
+    fn = registry.train_fn(im)
+    eager = train.Step(spec, im, fn, shape, precision, seed=5)
+    graphed = train.Step(spec, registry.get(name, "triton_graphs", "fp32"), fn, shape, precision, seed=5,
+                         graphed=True)
+    assert graphed.graphed
+    graphed()  # three eager steps on a side stream, the capture, one replay: four steps
+    for _ in range(4):
+        eager()
+    for rounds in (0, 3):
+        for _ in range(rounds):
+            graphed(), eager()
+        torch.cuda.synchronize()
+        for a, b in zip(graphed.params, eager.params):
+            assert torch.isfinite(a).all()
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-6), (name, precision, rounds, float((a - b).abs().max()))

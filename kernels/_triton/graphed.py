@@ -249,12 +249,17 @@ class Graphed:
 
 
 def register_graphed(spec, fn: Callable, dtypes=("fp32", "bf16"), prepare: Optional[Callable] = None,
-                     config: Optional[dict] = None, **kw) -> dict:
+                     config: Optional[dict] = None, train: Optional[Callable] = None, **kw) -> dict:
     """Register ``Graphed(spec, fn, **kw)`` as ``spec``'s 'triton_graphs' column at each of ``dtypes``
     (one wrapper and cache per precision). Its prepare (never timed) runs the plain column's
     ``prepare`` and then one call, so the capture happens there and never inside a measurement.
-    Returns {dtype: the wrapper}."""
-    from mage.registry import register
+    ``train``: the plain column's training path, which this column's training step runs with the whole
+    step (forward, backward, update) recorded as one CUDA graph (``mage.train``). Returns {dtype: the
+    wrapper}."""
+    from mage.registry import differentiable, register
+
+    if train is not None:
+        differentiable(spec.name, "triton_graphs", "fp32", autocast=True, step_graph=True)(train)
 
     label, order, color = LOOK["triton_graphs"]
     made = {}

@@ -7,7 +7,8 @@ signature holds its identity and its tensors' version counters (an in-place writ
 validated again). The aggregation's split plan (built on the host from rowptr, a synchronisation) is
 built by the warm-up before the capture, and its buffers, which the captured kernel reads, are kept
 alive by the cache entry: the aggregation's own memo may drop them later.
-"""
+Its training step (``mage.train``) is the plain column's training path with the whole step (forward,
+backward and the AdamW update) recorded as one CUDA graph."""
 import triton
 
 from kernels._triton import common
@@ -16,6 +17,7 @@ from kernels.neighbor_agg import triton_kernel as agg
 
 from .spec import SPEC
 from .triton_block import prepare, mp_block
+from .triton_train import train
 
 # The harness's cold-cache rotation gives every input set a graph structure of its own (in fresh
 # memory), so each set is a signature: room for all of them (its most sets), so no timed call captures.
@@ -37,4 +39,4 @@ def _plan(graph, h, *layer):
 
 
 GRAPHED = register_graphed(SPEC, mp_block, prepare=prepare, hold={"graph": _versions}, keep=_plan,
-                           maxsize=SIGNATURES, config=dict(of="triton"))
+                           maxsize=SIGNATURES, config=dict(of="triton"), train=train)
