@@ -159,13 +159,19 @@ def test_a_blocks_roles_are_worked_out_once():
     assert train.roles(spec, spec.shapes["field"][0]) == first and len(calls) == 2
 
 
+PLAIN = {"triton_graphs": "triton", "pytorch_graphs": "pytorch"}  # each graphed column and what it replays
+
+
 def test_the_graphed_columns_replay_their_whole_step():
     registry.load()
     for name in ("mlp_block", "trimul_block", "mp_block"):
-        graphed, plain = registry.get(name, "triton_graphs", "fp32"), registry.get(name, "triton", "fp32")
-        assert registry.step_graphed(graphed) and not registry.step_graphed(plain)
-        assert registry.train_fn(graphed) is registry.train_fn(plain)  # the same path, only replayed
-        assert registry.follows_autocast(graphed)
+        for g, p in PLAIN.items():
+            graphed, plain = registry.get(name, g, "fp32"), registry.get(name, p, "fp32")
+            assert registry.step_graphed(graphed) and not registry.step_graphed(plain)
+            assert registry.follows_autocast(graphed) and graphed.family == plain.family
+        # the same path, only replayed (eager's path is its forward expression)
+        assert registry.train_fn(registry.get(name, "triton_graphs", "fp32")) is \
+            registry.train_fn(registry.get(name, "triton", "fp32"))
 
 
 def test_a_graphed_step_on_the_cpu_runs_eagerly():
@@ -183,16 +189,16 @@ GPU_SHAPES = {"mlp_block": dict(T=37, d=64, hidden=96), "trimul_block": dict(N=1
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("name", list(GPU_SHAPES))
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_gpu_a_replayed_step_trains_as_the_eager_step_does(name, precision):
-    """The graph's replays are real steps: after 4 and then 7 steps the weights match the eager column's
+@pytest.mark.parametrize("column", list(PLAIN))
+def test_gpu_a_replayed_step_trains_as_the_eager_step_does(name, precision, column):
+    """The graph's replays are real steps: after 4 and then 7 steps the weights match the plain column's
     (the same kernels; AdamW's capturable form reads its step count from the device)."""
     registry.load()
     spec, shape = ops.get(name), GPU_SHAPES[name]
-    im = registry.get(name, "triton", "fp32")
-    fn = registry.train_fn(im)
-    eager = train.Step(spec, im, fn, shape, precision, seed=5)
-    graphed = train.Step(spec, registry.get(name, "triton_graphs", "fp32"), fn, shape, precision, seed=5,
-                         graphed=True)
+    im, gim = registry.get(name, PLAIN[column], "fp32"), registry.get(name, column, "fp32")
+    eager = train.Step(spec, im, registry.train_fn(im), shape, precision, seed=5)
+    graphed = train.Step(spec, gim, registry.train_fn(gim), shape, precision, seed=5,
+                         graphed=registry.step_graphed(gim))
     assert graphed.graphed
     graphed()  # three eager steps on a side stream, the capture, one replay: four steps
     for _ in range(4):

@@ -75,9 +75,12 @@ class Compiled:
         return into(out, self.compiled(*inputs))
 
 
-def register_expression(op: str, expr, dtypes=("fp32",), uses_matmul=False, graphs=False) -> None:
+def register_expression(op: str, expr, dtypes=("fp32",), uses_matmul=False, graphs=False, graph_kw=None) -> None:
     """The PyTorch columns of ``op``: eager (also on the CPU) and torch.compile (default mode); with
-    ``graphs``, also torch.compile in "reduce-overhead" mode (CUDA graphs; CUDA only)."""
+    ``graphs``, also torch.compile in "reduce-overhead" mode and eager PyTorch recorded as a CUDA graph
+    per input signature ('pytorch_graphs', whose training step is one graph: forward, backward and the
+    optimizer's update), both CUDA only. ``graph_kw``: the graph wrapper's options (``Graphed``: the
+    arguments it holds in place, its signature limit)."""
     for dtype in dtypes:
         register(op, "pytorch", dtype=dtype, family="pytorch", order=ORDER["pytorch"], label=LABEL["pytorch"],
                  color=COLOR["pytorch"], needs_cuda=False)(eager(op, expr, dtype, uses_matmul))
@@ -90,3 +93,14 @@ def register_expression(op: str, expr, dtypes=("fp32",), uses_matmul=False, grap
             register(op, "torch_compile_graphs", dtype=dtype, family="pytorch", order=ORDER["torch_compile_graphs"],
                      label=LABEL["torch_compile_graphs"], color=COLOR["torch_compile_graphs"], prepare=g.prepare,
                      size_sweep=False, needs_cuda=True, config={"mode": "reduce-overhead", "dynamic": False})(g)
+            _graphed_eager(op, eager(op, expr, dtype, uses_matmul), dtype, graph_kw or {})
+
+
+def _graphed_eager(op, fn, dtype, kw):
+    """Eager PyTorch's call captured by the same wrapper the custom blocks' graphed column uses, so the
+    two graphed columns differ by their kernels alone; at FP32 its training path is registered as a
+    whole-step graph of the eager expression (which follows autocast, as eager PyTorch does)."""
+    from kernels._triton.graphed import register_graphed  # the wrapper knows no kernel language
+    from mage.ops import OPS
+    register_graphed(OPS[op], fn, dtypes=(dtype,), name="pytorch_graphs", plain="pytorch", family="pytorch",
+                     config={"of": "pytorch"}, train=fn if dtype == "fp32" else None, **kw)

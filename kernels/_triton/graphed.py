@@ -37,7 +37,10 @@ from mage.op_inputs import check_out
 
 # How figures and tables show the column: label, column order (just after 'triton', 10; before Rust,
 # 20) and colour (a darker orange than the Triton column's, the same family read at a glance).
-LOOK = {"triton_graphs": ("Triton block + CUDA graphs", 11, "#A6611A")}
+LOOK = {"triton_graphs": ("Triton block + CUDA graphs", 11, "#A6611A"),
+        # eager PyTorch's block recorded the same way: the library column a serving stack or a training
+        # loop that owns its graphs would run (after compile + graphs, 2; a dark blue of the same family)
+        "pytorch_graphs": ("PyTorch eager + CUDA graphs", 3, "#004C80")}
 # Signatures kept per column: a served block pads its batches to powers of two (1, 2, 4, ... up to
 # the largest batch: 11 sizes at 1024), and every size must stay captured or the queue's calls capture.
 MAXSIZE = 16
@@ -133,14 +136,15 @@ class Graphed:
     the entry; ``capture``: the primitives (default ``CudaCapture()``)."""
 
     def __init__(self, spec, fn: Callable, hold: Optional[dict] = None, keep: Optional[Callable] = None,
-                 maxsize: int = MAXSIZE, capture=None):
+                 maxsize: int = MAXSIZE, capture=None, name: str = "triton_graphs", plain: str = "triton"):
         if maxsize < 1:
             raise MageInputError(spec.name, "maxsize", f"must be at least 1, got {maxsize}")
         self.spec, self.fn, self.hold, self.keep, self.maxsize = spec, fn, dict(hold or {}), keep, maxsize
         self.capture = capture if capture is not None else CudaCapture()
         self.cache: OrderedDict = OrderedDict()
         self.captures = 0  # signatures captured so far (the tests read it; a miss in a timed loop shows)
-        self.__name__ = f"{spec.name}_triton_graphs"
+        self.plain = plain  # the column that runs the same block without the graph (named in errors)
+        self.__name__ = f"{spec.name}_{name}"
 
     # ------------------------------------------------------------------------------ the signature
     def key(self, args) -> tuple:
@@ -203,7 +207,7 @@ class Graphed:
             device = getattr(a, "device", None)  # a tensor's, or a held object's (a graph's tensors)
             if isinstance(device, torch.device) and not self.capture.usable(device):
                 raise MageInputError(op, name, f"is on {device}: a CUDA graph records GPU work only "
-                                     "(run the plain 'triton' column, or move the inputs to the GPU)")
+                                     f"(run the plain '{self.plain}' column, or move the inputs to the GPU)")
         self.spec.validate(*args)
         self.spec.validate_out(args, out)
 
@@ -238,7 +242,7 @@ class Graphed:
                 raise  # as it is: a caller sizing batches to the memory limit reads it
             except Exception as e:  # noqa: BLE001 - say which block and why, keep nothing half-made
                 raise CaptureError(f"{op}: the call could not be captured as a CUDA graph ({type(e).__name__}: "
-                                   f"{e}); the plain 'triton' column runs it") from e
+                                   f"{e}); the plain '{self.plain}' column runs it") from e
             entry = _Entry(statics, y, replay, (kept, graph))
             self.captures += 1
         while len(self.cache) >= self.maxsize:
@@ -249,30 +253,31 @@ class Graphed:
 
 
 def register_graphed(spec, fn: Callable, dtypes=("fp32", "bf16"), prepare: Optional[Callable] = None,
-                     config: Optional[dict] = None, train: Optional[Callable] = None, **kw) -> dict:
-    """Register ``Graphed(spec, fn, **kw)`` as ``spec``'s 'triton_graphs' column at each of ``dtypes``
-    (one wrapper and cache per precision). Its prepare (never timed) runs the plain column's
-    ``prepare`` and then one call, so the capture happens there and never inside a measurement.
-    ``train``: the plain column's training path, which this column's training step runs with the whole
-    step (forward, backward, update) recorded as one CUDA graph (``mage.train``). Returns {dtype: the
-    wrapper}."""
+                     config: Optional[dict] = None, train: Optional[Callable] = None, name: str = "triton_graphs",
+                     plain: str = "triton", family: str = "triton", **kw) -> dict:
+    """Register ``Graphed(spec, fn, **kw)`` as ``spec``'s ``name`` column (the graphed form of the ``plain``
+    column, in ``family``) at each of ``dtypes`` (one wrapper and cache per precision). Its prepare (never
+    timed) runs the plain column's ``prepare`` and then one call, so the capture happens there and never
+    inside a measurement. ``train``: the plain column's training path, which this column's training step
+    runs with the whole step (forward, backward, update) recorded as one CUDA graph (``mage.train``).
+    Returns {dtype: the wrapper}."""
     from mage.registry import differentiable, register
 
     if train is not None:
-        differentiable(spec.name, "triton_graphs", "fp32", autocast=True, step_graph=True)(train)
-
-    label, order, color = LOOK["triton_graphs"]
+        differentiable(spec.name, name, "fp32", autocast=True, step_graph=True)(train)
+    label, order, color = LOOK[name]
     made = {}
     for dtype in dtypes:
-        g = made[dtype] = Graphed(spec, fn, **kw)
+        g = made[dtype] = Graphed(spec, fn, name=name, plain=plain, **kw)
 
         def prep(*inputs, _g=g):
             inputs = tuple(prepare(*inputs)) if prepare else inputs
             _g(*inputs)
             return inputs
 
-        register(spec.name, "triton_graphs", dtype=dtype, family="triton", order=order, label=label, color=color,
+        register(spec.name, name, dtype=dtype, family=family, order=order, label=label, color=color,
                  needs_cuda=True, interpret=False, prepare=prep,
                  config=dict(config or {}, graph="one CUDA graph per input signature",
                              signatures=g.maxsize))(g)
     return made
+

@@ -14,6 +14,7 @@ import triton
 from kernels._triton import common
 from kernels._triton.graphed import register_graphed
 from kernels.neighbor_agg import triton_kernel as agg
+from kernels.neighbor_agg.graph import CSRGraph
 
 from .spec import SPEC
 from .triton_block import prepare, mp_block
@@ -22,10 +23,6 @@ from .triton_train import train
 # The harness's cold-cache rotation gives every input set a graph structure of its own (in fresh
 # memory), so each set is a signature: room for all of them (its most sets), so no timed call captures.
 SIGNATURES = 64
-
-
-def _versions(graph):
-    return (graph.rowptr._version, graph.col._version, graph.w._version)
 
 
 def _plan(graph, h, *layer):
@@ -38,5 +35,5 @@ def _plan(graph, h, *layer):
     return agg._plan(graph.rowptr, graph.max_degree, cfg["SPLIT"], F, triton.cdiv(F, block_f))
 
 
-GRAPHED = register_graphed(SPEC, mp_block, prepare=prepare, hold={"graph": _versions}, keep=_plan,
+GRAPHED = register_graphed(SPEC, mp_block, prepare=prepare, hold={"graph": CSRGraph.versions}, keep=_plan,
                            maxsize=SIGNATURES, config=dict(of="triton"), train=train)

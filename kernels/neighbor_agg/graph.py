@@ -44,9 +44,13 @@ class CSRGraph:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.rowptr, self.col, self.w))
 
+    def versions(self) -> tuple:
+        """The version counters of the validated tensors now (each in-place write bumps one)."""
+        return (self.rowptr._version, self.col._version, self.w._version)
+
     def intact(self) -> bool:
         """False when one of the validated tensors was modified in place since ``build``."""
-        return self._versions == (self.rowptr._version, self.col._version, self.w._version)
+        return self._versions == self.versions()
 
     def check_intact(self) -> None:
         if not self.intact():
