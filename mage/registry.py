@@ -158,6 +158,11 @@ def step_graphed(impl: Impl) -> bool:
     return impl.key in _STEP_GRAPH
 
 
+def trains_as_one_graph(op: str, name: str) -> bool:
+    """``step_graphed`` by names (a recorded row's op and implementation; training paths are FP32's)."""
+    return (op, name, "fp32") in _STEP_GRAPH
+
+
 def train_fn(impl: Impl) -> Optional[Callable]:
     """The callable that runs ``impl`` forward with autograd recording, or None when it has none. The
     library family's columns are differentiable as they are; every other column must register one."""

@@ -240,6 +240,24 @@ def custom_against_fastest(df: pd.DataFrame, block: str, dtype: str, view: str =
     return best
 
 
+def loop_words(df: pd.DataFrame) -> str:
+    """Whether the PyTorch side of the step comparison includes a column whose whole step is one CUDA
+    graph, as the graphed custom column's is (the span view credits the graph as much as the kernels)."""
+    from . import registry
+    t = train_rows(df)
+    pairs = sorted({(o, i) for o, i in zip(t["op"], t["impl"])}) if len(t) else []
+    graphed = sorted({C.impl_name(i) for o, i in pairs if C.family(i) == role("library_family")
+                      and registry.trains_as_one_graph(o, i)})
+    head = "the graphed custom column records its optimizer's update inside its graph"
+    if graphed:
+        return (f"{head}, and so does {C.join(graphed)} among the PyTorch columns, so the step's span "
+                "compares kernels and launch paths on equal terms.")
+    return (f"{head}, while `torch.compile`'s CUDA graphs hold the forward and backward only and eager "
+            "PyTorch holds none; eager PyTorch captured whole the same way has no recorded row here, so where "
+            "the custom step wins on its span but not on its kernel time, the win belongs to the graph, not "
+            "to the kernels.")
+
+
 def train_findings(df: pd.DataFrame) -> str:
     """One sentence per precision: in how many blocks the custom step is at least as fast as the fastest
     PyTorch variant (a tie counts), and which are not."""

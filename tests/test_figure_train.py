@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from mage import figure_train as FT
+from mage import claims as C
 from mage import ops, registry
 from mage import training as TR
 from mage.data import REQUIRED
@@ -145,3 +146,13 @@ def test_the_custom_verdict_takes_the_faster_custom_column():
     assert (mine, rival, c.verdict, c.a) == (graphed, base, "faster", 90.0)
     c, _, mine = TR.custom_against_fastest(df, block, "bf16")
     assert (mine, c.verdict) == (custom, "slower")
+
+
+def test_the_loop_sentence_says_whether_a_pytorch_column_owns_its_whole_step():
+    block = _block()
+    custom, base = registry.role("custom"), registry.role("baseline")
+    only = _frame(_train_rows(block, {"fp32": {custom + "_graphs": 90.0, base: 150.0}}))
+    assert "no recorded row" in TR.loop_words(only)
+    both = _frame(_train_rows(block, {"fp32": {custom + "_graphs": 90.0, base + "_graphs": 95.0, base: 150.0}}))
+    words = TR.loop_words(both)
+    assert "equal terms" in words and C.impl_name(base + "_graphs") in words
