@@ -1,7 +1,8 @@
-"""The service experiment's executor and session (mage.service_gpu): each request's inputs moved on the
-host and its output back in its slice, a batch axis that is not the first, resident arguments built per
-batch size, the whole session's rows loading through mage.data (all on the CPU), and (on a GPU) the
-executor on the tiny block of tests/service_tiny.py. The loops and statistics are tests/test_service.py's."""
+"""The service experiment's executor and session (mage.service_gpu, mage.service_session): each
+request's inputs moved on the host and its output back in its slice, a batch axis that is not the
+first, resident arguments built per batch size, the whole session's rows loading through mage.data (all
+on the CPU), and (on a GPU) the executor on the tiny block of tests/service_tiny.py. The loops and
+statistics are tests/test_service.py's."""
 from __future__ import annotations
 
 import dataclasses
@@ -104,7 +105,7 @@ def test_the_session_writes_rows_that_load(tiny_op, tmp_path):
     tiny block land in service.csv with the run's environment, and load back through mage.data."""
     from mage import registry
     from mage.registry import Impl
-    from mage.service_gpu import FILE, measure
+    from mage.service_session import FILE, measure
     impls = [registry.add(Impl(op="tiny_block", name="mm", fn=lambda x, w, out=None: x @ w, dtype=dt,
                                family="pytorch", needs_cuda=False)) for dt in ("fp32", "bf16")]
     try:
