@@ -61,7 +61,7 @@ def cmd_serve(a):
     _known_impls("serve", a.impls)
     _cuda_or_exit("serve")
     from . import measure as m
-    from .service_gpu import FILE, measure
+    from .service_session import FILE, measure
     out = Path(a.out)
     _same_machine(out, a.force_machine)
     run, rows = measure(out, names, a.impls, a.dtypes, a.shape_set, a.items, a.host, a.requests, a.batch, a.wait_us,

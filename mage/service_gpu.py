@@ -1,7 +1,7 @@
 """The service experiment on a CUDA device: the executor that serves a batch of requests of one
 implementation (inputs from host memory, the call, the outputs back to host memory). The session that
 runs the loops of ``mage.service`` over the selected blocks and writes their rows is
-``mage.service_session`` (``measure`` and ``FILE`` are re-exported here, where callers found them).
+``mage.service_session``.
 
 A request's inputs live in host memory, pinned or pageable (``host_mem``), one value per per-request
 argument (``Op.batch.axes``); the shared weights are on the device before the first request. Serving a
@@ -25,7 +25,6 @@ import time
 from . import service as sv
 from .errors import MageInputError
 from .ops import Op, shape_key
-from .service_session import FILE, executor_factory, measure  # noqa: F401 - the session, re-exported
 
 # host memory a pool of requests drawn one by one may take (at least two requests are drawn)
 POOL_BYTES = 1 << 30
