@@ -11,7 +11,7 @@ from .errors import MageInputError
 
 
 def cmd_train(a):
-    from . import train
+    from . import train_session as train
     blocks = [n for n, s in ops.OPS.items() if s.kind == "block"]
     names = a.ops or blocks
     bad = [n for n in names if n not in blocks]

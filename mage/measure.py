@@ -77,8 +77,9 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
     if set(st.passes) - {"forward"}:
         for im in good:
             fn = registry.train_fn(im)
-            if fn is None:
-                log(f"  no backward for {im.name} {key}: it registers no training path")
+            if fn is None or registry.step_graphed(im):  # a graphed step is timed whole by mage.train
+                log(f"  no backward for {im.name} {key}: " + ("its training step is one CUDA graph (mage train)"
+                                                              if fn else "it registers no training path"))
                 continue
             c = passes.grad_check(im, fn, shape, seed=st.seed + 29)
             checks.append({**c.row(), "run": st.run})

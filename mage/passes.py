@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from . import ops
+from . import ops, registry
 from .check import CheckResult, rel_error
 from .errors import MageInputError
 from .timing import graph_span
@@ -130,7 +130,8 @@ def grad_check(impl, fn, shape: dict, seed: int, device: str = "cuda") -> CheckR
     res = CheckResult(impl.op, impl.name, impl.dtype, ops.shape_key(shape), "grad", math.nan, tol, False, 1)
     try:
         raw = spec.inputs(shape, seed=seed, device=device, dtype=impl.dtype)
-        args = impl.prepare(*raw) if impl.prepare else raw
+        prepare = registry.train_prepare(impl)
+        args = prepare(*raw) if prepare else raw
         # the positions both sides differentiate: a floating input the path receives as it is
         pos = [i for i in floating(raw) if i < len(args) and isinstance(args[i], torch.Tensor)
                and args[i].shape == raw[i].shape and args[i].is_floating_point()]

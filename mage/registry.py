@@ -123,26 +123,60 @@ _TRAIN: dict[tuple, Callable] = {}
 
 _AUTOCAST: set = set()  # training paths that follow torch.autocast (bf16 mixed precision) themselves
 _STEP_GRAPH: set = set()  # training columns whose whole step (forward, backward, update) is one CUDA graph
+_KEEP: dict = {}  # (op, name, dtype) -> keep(*inputs): what a captured step reads from memos (kept alive)
+_PREPARE: dict = {}  # (op, name, dtype) -> the training path's own input preparation, where not the column's
 
 
 def differentiable(op: str, name: str, dtype: str = "fp32", autocast: bool = False,
-                   step_graph: bool = False) -> Callable:
+                   step_graph: bool = False, keep: Optional[Callable] = None) -> Callable:
     """Decorator: ``@differentiable("layernorm", "triton")`` names fn as that implementation's training
     path: the harness runs forward and backward through it. ``autocast``: the path computes in bf16 under
     ``torch.autocast`` (a torch.library operator with no autocast rule does not: it keeps computing in
     its inputs' precision, so a bf16 training row of it would be an FP32 one mislabelled).
     ``step_graph``: the trainer records this column's whole step (forward, backward and the optimizer's
-    update) as one CUDA graph and replays it, as a kernel author owning the training loop would."""
+    update) as one CUDA graph and replays it, as a kernel author owning the training loop would.
+    ``keep(*inputs)``: the buffers the path reads from caches that hold them weakly or drop old entries
+    (a graph structure's plans): a step recorded as a CUDA graph keeps them alive while it replays."""
     if op not in OPS:
         raise MageInputError("differentiable", "op", f"must be one of {list(OPS)}, got {op!r}")
 
     def deco(fn):
-        _TRAIN[(op, name, dtype)] = fn
-        (_AUTOCAST.add if autocast else _AUTOCAST.discard)((op, name, dtype))
-        (_STEP_GRAPH.add if step_graph else _STEP_GRAPH.discard)((op, name, dtype))
+        key = (op, name, dtype)
+        _TRAIN[key] = fn
+        (_AUTOCAST.add if autocast else _AUTOCAST.discard)(key)
+        (_STEP_GRAPH.add if step_graph else _STEP_GRAPH.discard)(key)
+        if keep is None:
+            _KEEP.pop(key, None)
+        else:
+            _KEEP[key] = keep
         return fn
 
     return deco
+
+
+def train_as_graph(op: str, plain: str, name: str, dtypes=("fp32", "bf16")) -> None:
+    """``name`` (a column replayed from CUDA graphs) trains as ``plain`` does, with the whole step recorded
+    as one graph: the same path, autocast behaviour, kept buffers and input preparation (not ``name``'s
+    own, whose forward capture the step does not use). Training paths are FP32's (bf16 is autocast over
+    them), so ``name`` at every other dtype has none: its forward is a graph, not differentiable."""
+    p = get(op, plain, "fp32")
+    fn = train_fn(p)
+    if fn is None:
+        raise MageInputError("differentiable", plain, f"has no training path for {name} to record")
+    differentiable(op, name, "fp32", autocast=follows_autocast(p), step_graph=True, keep=_KEEP.get(p.key))(fn)
+    _PREPARE[(op, name, "fp32")] = p.prepare
+    for dtype in dtypes:
+        if dtype != "fp32":
+            _TRAIN[(op, name, dtype)] = None
+
+
+def train_prepare(impl: Impl) -> Optional[Callable]:
+    """The input preparation of ``impl``'s training path (the column's own unless it trains as another)."""
+    return _PREPARE.get(impl.key, impl.prepare)
+
+
+def train_keep(impl: Impl) -> Optional[Callable]:
+    return _KEEP.get(impl.key)
 
 
 def follows_autocast(impl: Impl) -> bool:

@@ -175,118 +175,6 @@ def verdict_words(verdict: str, a: float, b: float, tol: float, what: str = "the
     return "not measured"
 
 
-# ------------------------------------------------------------------------------------- training
-def train_rows(df: pd.DataFrame) -> pd.DataFrame:
-    return V.select(df, shape_set="train") if len(df) and "shape_set" in df.columns else df.iloc[:0]
-
-
-def train_shape(df: pd.DataFrame, block: str) -> str:
-    """The block's training shape shown: its first field shape with step rows, else any it has."""
-    have = set(V.select(train_rows(df), op=block)["shape"])
-    for s in V.shapes_of(block, "field") + V.shapes_of(block, "large"):
-        if s in have:
-            return s
-    return sorted(have)[0] if have else ""
-
-
-def train_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (block, precision, implementation): items per second and step time at the block's shape."""
-    t = train_rows(df)
-    rows = []
-    for block in V.ops_in(t["op"], kind="block") if len(t) else []:
-        shape = train_shape(df, block)
-        for dtype in ("fp32", "bf16"):
-            for view in ("throughput", "train_step"):
-                h = V.headline(t, op=block, view=view, dtype=dtype, shape=shape, shape_set="train")
-                for _, r in h.iterrows():
-                    rows.append(dict(block=block, dtype=dtype, shape=shape, impl=r["impl"], view=view,
-                                     value=float(r["value"]), lo=r["lo"], hi=r["hi"]))
-    return pd.DataFrame(rows, columns=["block", "dtype", "shape", "impl", "view", "value", "lo", "hi"])
-
-
-def step_table(t: pd.DataFrame) -> pd.DataFrame:
-    """``train_table`` wide: one row per (block, precision, implementation) with step time and items per
-    second, blocks in the specs' order, FP32 first, implementations in column order."""
-    from .figure_style import impls_in
-    cols = ["block", "dtype", "shape", "impl", "train_step", "throughput"]
-    if t.empty:
-        return pd.DataFrame(columns=cols)
-    w = t.pivot_table(index=["block", "dtype", "shape", "impl"], columns="view", values="value", aggfunc="first")
-    w = w.reindex(columns=["train_step", "throughput"]).reset_index()
-    order = {b: i for i, b in enumerate(OPS)}
-    rank = {i: k for k, i in enumerate(impls_in(w["impl"]))}
-    w = w.assign(_b=w["block"].map(order), _d=(w["dtype"] != "fp32").astype(int), _i=w["impl"].map(rank))
-    return w.sort_values(["_b", "_d", "_i"])[cols].reset_index(drop=True)
-
-
-def custom_against_fastest(df: pd.DataFrame, block: str, dtype: str, view: str = "train_step"):
-    """(comparison, rival, custom column): the fastest custom step (the plain column, or its whole step
-    replayed as a CUDA graph where that was measured) against the fastest library column's, by ``view``:
-    the step's event span ('train_step', host launch time included) or its kernel time ('kernel_time',
-    the GPU's work alone: the stable view on a shared host)."""
-    t = train_rows(df)
-    shape = train_shape(df, block)
-    custom, lib = role("custom"), role("library_family")
-    have = set(V.select(t, op=block, dtype=dtype)["impl"]) if len(t) else set()
-    rivals = sorted(i for i in have if C.family(i) == lib)
-    mine = sorted(i for i in have if C.family(i) == C.family(custom)) or [custom]
-    best = (V.judge(math.nan, math.nan), "", custom)
-    if not shape or not rivals:
-        return best
-    for m in mine:
-        c, rival = V.against_fastest(t, block, m, rivals, view=view, shape_set="train", dtype=dtype, shape=shape)
-        if math.isfinite(c.a) and not (c.a >= best[0].a):  # the first measured, then any faster
-            best = (c, rival, m)
-    return best
-
-
-def loop_words(df: pd.DataFrame) -> str:
-    """Whether the PyTorch side of the step comparison includes a column whose whole step is one CUDA
-    graph, as the graphed custom column's is (the span view credits the graph as much as the kernels)."""
-    from . import registry
-    t = train_rows(df)
-    pairs = sorted({(o, i) for o, i in zip(t["op"], t["impl"])}) if len(t) else []
-    graphed = sorted({C.impl_name(i) for o, i in pairs if C.family(i) == role("library_family")
-                      and registry.trains_as_one_graph(o, i)})
-    head = "the graphed custom column records its optimizer's update inside its graph"
-    if graphed:
-        return (f"{head}, and so does {C.join(graphed)} among the PyTorch columns, so the step's span "
-                "compares kernels and launch paths on equal terms.")
-    return (f"{head}, while `torch.compile`'s CUDA graphs hold the forward and backward only and eager "
-            "PyTorch holds none; eager PyTorch captured whole the same way has no recorded row here, so where "
-            "the custom step wins on its span but not on its kernel time, the win belongs to the graph, not "
-            "to the kernels.")
-
-
-def train_findings(df: pd.DataFrame) -> str:
-    """One sentence per precision: in how many blocks the custom step is at least as fast as the fastest
-    PyTorch variant (a tie counts), and which are not."""
-    parts = []
-    for dtype in ("fp32", "bf16"):
-        res = {b: custom_against_fastest(df, b, dtype) for b in blocks()}
-        res = {b: r for b, r in res.items() if r[0].verdict != "not measured"}
-        if not res:
-            parts.append(f"In {dtype} no block's training step was measured for both the custom column and "
-                         "a PyTorch variant.")
-            continue
-        ok = [b for b, (c, _, _) in res.items() if c.verdict in ("faster", "tie")]
-        behind = [f"{C.op_name(b)} ({verdict_words(c.verdict, c.a, c.b, c.tolerance)} of "
-                  f"{C.impl_name(r)})" for b, (c, r, _) in res.items() if c.verdict == "slower"]
-        s = (f"In {dtype} the custom training step is at least as fast as the fastest PyTorch variant in "
-             f"{len(ok)} of the {len(res)} blocks measured by its event span")
-        s += f"; behind in {C.join(behind)}" if behind else ""
-        kern = {b: custom_against_fastest(df, b, dtype, "kernel_time")[0] for b in res}
-        kern = {b: c for b, c in kern.items() if c.verdict != "not measured"}
-        if kern:
-            k_ok = [b for b, c in kern.items() if c.verdict in ("faster", "tie")]
-            s += (f". In kernel time alone (the stable view; the spans carry the host's launches, which move "
-                  f"with a shared host) it is at least as fast in {len(k_ok)} of {len(kern)}")
-            s += "; " + C.join(f"{C.op_name(b)} {verdict_words(c.verdict, c.a, c.b, c.tolerance)}"
-                               for b, c in kern.items())
-        parts.append(s + ".")
-    return " ".join(parts)
-
-
 def backward_findings(df: pd.DataFrame, ceil: pd.DataFrame) -> str:
     """The memory-bound backward kernels against the copy target and the compiled backward, in words."""
     s = copy_shares(df, ceil)
@@ -302,3 +190,8 @@ def backward_findings(df: pd.DataFrame, ceil: pd.DataFrame) -> str:
     return (f"At the large shapes the custom memory-bound backward kernels reach {words} of the copy bandwidth "
             f"on their compulsory bytes ({len(met)} of {len(s)} at or above the {COPY_TARGET:.0%} target); "
             f"in kernel time: {vs}.")
+
+
+# the training steps' tables and sentences, in this chapter's one namespace
+from .training_steps import (custom_against_fastest, fastest_custom, loop_words, step_table,  # noqa: E402,F401
+                             train_findings, train_rows, train_shape, train_table)

@@ -2,7 +2,7 @@
 (a "replay" calls the block again on the static buffers, so a result is right only if the inputs were
 really copied in and the held graph structure really read): the same answer as eager, one capture per
 signature, the message-passing graph held in place and a write to it missed; on a GPU, bit for bit with
-eager."""
+eager (message passing: within its tolerance, as its eager sum uses atomics)."""
 import pytest
 import torch
 
@@ -59,4 +59,8 @@ def test_gpu_graphed_eager_equals_eager_bit_for_bit(name, dtype):
         args = spec.inputs(SMALL[name], seed=seed, device="cuda", dtype=dtype)
         want = eager.fn(*args)
         got = im.fn(*im.prepare(*args)).clone()
-        assert torch.equal(got, want), (name, dtype, seed)
+        if name == "mp_block":  # index_add_ sums with atomics on CUDA: the order, so the last bits, vary
+            err = float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
+            assert err <= spec.tol(dtype), (name, dtype, seed, err)
+        else:
+            assert torch.equal(got, want), (name, dtype, seed)

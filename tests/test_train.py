@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from mage import ops, registry, train
+from mage import ops, registry, train, train_session
 from mage.data import IDENTITY, load, merge_csv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,12 +73,12 @@ def test_train_rows_load_beside_measurements(tmp_path):
             dict(base, view="throughput", value=5e4, unit="items/s", stage="items per step: 5"),
             dict(base, view="train_part", value=40.0, unit="us", stage="forward"),
             dict(base, view="train_part", value=50.0, unit="us", stage="backward")]
-    merge_csv(pd.DataFrame(rows), tmp_path / train.FILE, IDENTITY)
+    merge_csv(pd.DataFrame(rows), tmp_path / train_session.FILE, IDENTITY)
     pd.DataFrame([dict(base, shape_set="field", view="kernel_time", value=3.0, unit="us", **{"pass": ""})]).to_csv(
         tmp_path / "field.csv", index=False)
     df = load(tmp_path)
     assert sorted(df["pass"]) == ["forward"] + ["step"] * 4
-    text = train.summary(rows)
+    text = train_session.summary(rows)
     assert "train_step" in text and "part:backward" in text and "throughput" in text
 
 
@@ -115,7 +115,7 @@ def test_a_case_writes_every_view_and_they_load(tmp_path):
 
     fake_spans = lambda calls, plan, between: spans(calls, plan=plan, timer=Timer(), between=between)  # noqa: E731
     spec = ops.get("mlp_block")
-    rows = train._case(spec, TINY["mlp_block"], "field", "bf16", ["pytorch"], SpanPlan.make(6, 3, 2, warmup=1),
+    rows = train_session._case(spec, TINY["mlp_block"], "field", "bf16", ["pytorch"], SpanPlan.make(6, 3, 2, warmup=1),
                        5, 0, "20990101T000000Z-x", print, profile, fake_spans, lambda: {}, clock_warnings, device="cpu")
     df = pd.DataFrame(rows)
     top = df[(df["round"] == 0) & (df["stat"] == "mean")].fillna({"stage": ""}).set_index(["view", "stage"])["value"]
@@ -125,7 +125,7 @@ def test_a_case_writes_every_view_and_they_load(tmp_path):
     assert sorted(df[df["view"] == "train_step"]["round"].unique()) == [0, 1, 2, 3]
     assert set(df["pass"]) == {"step"} and set(df["dtype"]) == {"bf16"} and set(df["shape_set"]) == {"train"}
     assert '"compute": "autocast bf16"' in df["config"][0] and '"shapes": "field"' in df["config"][0]
-    merge_csv(df, tmp_path / train.FILE, IDENTITY)
+    merge_csv(df, tmp_path / train_session.FILE, IDENTITY)
     assert len(load(tmp_path)) == len(df)
 
 
@@ -162,13 +162,14 @@ def test_a_blocks_roles_are_worked_out_once():
 PLAIN = {"triton_graphs": "triton", "pytorch_graphs": "pytorch"}  # each graphed column and what it replays
 
 
-def test_the_graphed_columns_replay_their_whole_step():
+def test_the_graphed_columns_are_registered_to_train_as_one_graph():
     registry.load()
     for name in ("mlp_block", "trimul_block", "mp_block"):
         for g, p in PLAIN.items():
             graphed, plain = registry.get(name, g, "fp32"), registry.get(name, p, "fp32")
             assert registry.step_graphed(graphed) and not registry.step_graphed(plain)
             assert registry.follows_autocast(graphed) and graphed.family == plain.family
+            assert registry.train_fn(registry.get(name, g, "bf16")) is None  # its bf16 forward is a graph
         # the same path, only replayed (eager's path is its forward expression)
         assert registry.train_fn(registry.get(name, "triton_graphs", "fp32")) is \
             registry.train_fn(registry.get(name, "triton", "fp32"))

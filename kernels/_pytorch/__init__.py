@@ -98,9 +98,9 @@ def register_expression(op: str, expr, dtypes=("fp32",), uses_matmul=False, grap
 
 def _graphed_eager(op, fn, dtype, kw):
     """Eager PyTorch's call captured by the same wrapper the custom blocks' graphed column uses, so the
-    two graphed columns differ by their kernels alone; at FP32 its training path is registered as a
-    whole-step graph of the eager expression (which follows autocast, as eager PyTorch does)."""
+    two graphed columns differ by their kernels alone; it trains as eager PyTorch does, with the whole
+    step recorded as one graph."""
     from kernels._triton.graphed import register_graphed  # the wrapper knows no kernel language
     from mage.ops import OPS
     register_graphed(OPS[op], fn, dtypes=(dtype,), name="pytorch_graphs", plain="pytorch", family="pytorch",
-                     config={"of": "pytorch"}, train=fn if dtype == "fp32" else None, **kw)
+                     config={"of": "pytorch"}, train=True, **kw)

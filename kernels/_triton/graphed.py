@@ -253,18 +253,16 @@ class Graphed:
 
 
 def register_graphed(spec, fn: Callable, dtypes=("fp32", "bf16"), prepare: Optional[Callable] = None,
-                     config: Optional[dict] = None, train: Optional[Callable] = None, name: str = "triton_graphs",
+                     config: Optional[dict] = None, train: bool = False, name: str = "triton_graphs",
                      plain: str = "triton", family: str = "triton", **kw) -> dict:
     """Register ``Graphed(spec, fn, **kw)`` as ``spec``'s ``name`` column (the graphed form of the ``plain``
     column, in ``family``) at each of ``dtypes`` (one wrapper and cache per precision). Its prepare (never
     timed) runs the plain column's ``prepare`` and then one call, so the capture happens there and never
-    inside a measurement. ``train``: the plain column's training path, which this column's training step
-    runs with the whole step (forward, backward, update) recorded as one CUDA graph (``mage.train``).
-    Returns {dtype: the wrapper}."""
-    from mage.registry import differentiable, register
+    inside a measurement. ``train``: the column trains as the plain column does, with the whole step
+    (forward, backward, update) recorded as one CUDA graph (``mage.train``; the plain column's training
+    path must be registered first). Returns {dtype: the wrapper}."""
+    from mage.registry import register, train_as_graph
 
-    if train is not None:
-        differentiable(spec.name, name, "fp32", autocast=True, step_graph=True)(train)
     label, order, color = LOOK[name]
     made = {}
     for dtype in dtypes:
@@ -279,5 +277,7 @@ def register_graphed(spec, fn: Callable, dtypes=("fp32", "bf16"), prepare: Optio
                  needs_cuda=True, interpret=False, prepare=prep,
                  config=dict(config or {}, graph="one CUDA graph per input signature",
                              signatures=g.maxsize))(g)
+    if train:
+        train_as_graph(spec.name, plain, name, dtypes)
     return made
 

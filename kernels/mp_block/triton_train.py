@@ -29,7 +29,12 @@ from mage.registry import differentiable
 from .spec import OP, SPEC
 
 
-@differentiable(OP, "triton", "fp32", autocast=True)
+def keep(graph, h, *layer):
+    """The aggregation's memoised plans and transposed graph that a recorded training step reads."""
+    return _agg_bwd.memo_buffers(graph, h.shape[1])
+
+
+@differentiable(OP, "triton", "fp32", autocast=True, keep=keep)
 def train(graph, h, gamma, beta, W1, b1, W2, b2):
     """The custom block's training path, differentiable in h and every weight."""
     SPEC.validate(graph, h, gamma, beta, W1, b1, W2, b2)

@@ -77,16 +77,31 @@ def transposed(rowptr, col, n_src: int) -> dict:
     return _TRANSPOSED.put((rowptr, col), n_src, t)
 
 
+def _split_plan(rowptr, max_degree, n: int, F: int):
+    """The split plan a default-config launch over n rows of F features finds (built once, then found)."""
+    cfg = common.choose(OP, fwd.DEFAULTS, dict(n=n, F=F), {})
+    block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
+    return fwd._plan(rowptr, max_degree, cfg["SPLIT"], F, triton.cdiv(F, block_f))
+
+
 def prepare_backward(graph, x, **config):
     """The forward's prepare, plus the transposed graph and its split plan (built once, never timed)."""
     fwd.prepare(graph, x, **config)
-    t = transposed(graph.rowptr, graph.col, graph.n_src)
-    F = x.shape[1]
-    if graph.n_src and F:  # the split plan the dx launch will find (dx has n_src rows and F features)
-        cfg = common.choose(OP, fwd.DEFAULTS, dict(n=graph.n_src, F=F), {})
-        block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
-        fwd._plan(t["trowptr"], t["max_degree"], cfg["SPLIT"], F, triton.cdiv(F, block_f))
+    memo_buffers(graph, x.shape[1])
     return graph, x
+
+
+def memo_buffers(graph, F: int) -> tuple:
+    """What a forward and a backward over ``graph`` with F features read from this module's memos (the
+    forward's split plan, the transposed graph, the dx launch's split plan), built where missing. The
+    memos hold their tensors weakly and drop old entries, so a CUDA graph that recorded those launches
+    keeps this tuple alive while it replays."""
+    if not F:
+        return ()
+    t = transposed(graph.rowptr, graph.col, graph.n_src)
+    plans = (_split_plan(graph.rowptr, graph.max_degree, graph.n, F) if graph.n else None,
+             _split_plan(t["trowptr"], t["max_degree"], graph.n_src, F) if graph.n_src else None)
+    return (t,) + plans
 
 
 def neighbor_agg_backward(rowptr, col, w, x, dy, need_x=True, need_w=True):
