@@ -1,7 +1,7 @@
 """Eager PyTorch recorded as a CUDA graph ('pytorch_graphs'), on the CPU with stand-in capture primitives
 (a "replay" calls the block again on the static buffers, so a result is right only if the inputs were
-really copied in and the held graph structure really read): the same answer as eager, one capture per
-signature, the message-passing graph held in place and a write to it missed; on a GPU, bit for bit with
+really copied in and the held arguments really read where they are): the same answer as eager, one
+capture per signature, the weights read in place (an update shows, other weights are a new signature), the message-passing graph held in place and a write to it missed; on a GPU, bit for bit with
 eager (message passing: within its tolerance, as its eager sum uses atomics)."""
 import pytest
 import torch
@@ -26,12 +26,22 @@ def test_the_graphed_eager_block_answers_as_eager(name):
     spec, cap = ops.get(name), CallAgain()
     g = _wrapped(name, cap)
     eager = registry.get(name, "pytorch", "fp32").fn
-    for seed in (1, 2):  # a second input set of the same signature: copied in, not captured again
-        args = spec.inputs(SMALL[name], seed=seed, device="cpu")
-        want = eager(*args)
-        got = g(*args).clone()
-        assert torch.equal(got, want)
+    first = spec.inputs(SMALL[name], seed=1, device="cpu")
+    # a second request with the same weights: its own inputs copied in, the weights read in place
+    second = tuple(b if a_name in spec.batch.axes else a for a_name, a, b in
+                   zip(spec.args, first, spec.inputs(SMALL[name], seed=2, device="cpu")))
+    for args in (first, second):
+        assert torch.equal(g(*args).clone(), eager(*args))
     assert cap.captures == (2 if name == "mp_block" else 1)  # a new graph structure is a new signature
+    # the weights are read where they are: an update in place shows in the next replay, not captured again
+    w = next(a for a_name, a in zip(spec.args, second) if a_name not in spec.batch.axes and a.dim() == 2)
+    w.mul_(0.5)
+    assert torch.equal(g(*second).clone(), eager(*second))
+    assert cap.captures == (2 if name == "mp_block" else 1)
+    # other weights (another tensor) are another signature, checked and captured
+    third = spec.inputs(SMALL[name], seed=3, device="cpu")
+    assert torch.equal(g(*third).clone(), eager(*third))
+    assert cap.captures == (3 if name == "mp_block" else 2)
 
 
 def test_a_write_to_the_held_graph_is_missed_and_checked_again():

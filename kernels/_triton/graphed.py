@@ -13,7 +13,11 @@ into a callable that keeps one CUDA graph per input signature:
   that reads device memory back happen there, outside the capture), then captured once;
 - on every call: the inputs are copied into the static buffers (one device-to-device copy each,
   skipped when the caller passes the static buffer itself), the graph replayed, and the static output
-  returned, or copied into ``out``. As with ``torch.compile``'s CUDA graphs, the returned tensor is
+  returned, or copied into ``out``. A block's weights (the arguments a request does not bring:
+  ``Op.batch``) are read in place, as torch.compile's CUDA graphs read parameters: the graph records
+  the caller's weight tensors themselves, keyed by identity, address, shape and strides (another
+  tensor, or one resized, is another signature, validated and captured), so an update in place is
+  read by the next replay and a served request copies only its own inputs. As with ``torch.compile``'s CUDA graphs, the returned tensor is
   the graph's own and the next call with that signature overwrites it: a caller who keeps a result
   copies it (or passes ``out``).
 
@@ -44,6 +48,10 @@ LOOK = {"triton_graphs": ("Triton block + CUDA graphs", 11, "#A6611A"),
 # Signatures kept per column: a served block pads its batches to powers of two (1, 2, 4, ... up to
 # the largest batch: 11 sizes at 1024), and every size must stay captured or the queue's calls capture.
 MAXSIZE = 16
+# With weights read in place, each input set the harness rotates through for a cold-cache measurement
+# (at most mage.measure.COLD_MAX_SETS, 64) brings weights of its own, so it is a signature of its own:
+# room for all of them, so no timed call captures.
+MAXSIZE_WEIGHTS_IN_PLACE = 64
 WARMUPS = 3  # calls on the side stream before capture (compilation, autotune-free plans, workspaces)
 
 
@@ -122,6 +130,18 @@ class _Entry:
         self.statics, self.out, self.replay, self.keep = statics, out, replay, keep
 
 
+def address(t: torch.Tensor) -> tuple:
+    """A tensor read in place, as a signature sees it: where its memory is and how it is laid out (its
+    values may change: the replay reads them there)."""
+    return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device)
+
+
+def weights(spec) -> tuple:
+    """A block's arguments that no request brings (``Op.batch``): its weights; () for an operation."""
+    batch = getattr(spec, "batch", None)
+    return tuple(a for a in spec.args if a not in batch.axes) if batch is not None else ()
+
+
 def _static_like(t: torch.Tensor) -> torch.Tensor:
     # the same strides when the input is dense (so the block sees exactly what the caller passed),
     # contiguous otherwise (an expanded or gapped input cannot be copied into its own layout)
@@ -136,10 +156,14 @@ class Graphed:
     the entry; ``capture``: the primitives (default ``CudaCapture()``)."""
 
     def __init__(self, spec, fn: Callable, hold: Optional[dict] = None, keep: Optional[Callable] = None,
-                 maxsize: int = MAXSIZE, capture=None, name: str = "triton_graphs", plain: str = "triton"):
+                 maxsize: int = MAXSIZE, capture=None, name: str = "triton_graphs", plain: str = "triton",
+                 in_place: tuple = ()):
         if maxsize < 1:
             raise MageInputError(spec.name, "maxsize", f"must be at least 1, got {maxsize}")
-        self.spec, self.fn, self.hold, self.keep, self.maxsize = spec, fn, dict(hold or {}), keep, maxsize
+        hold = dict(hold or {})
+        for arg in in_place:  # tensors the graph reads where they are (weights): held by their address
+            hold.setdefault(arg, address)
+        self.spec, self.fn, self.hold, self.keep, self.maxsize = spec, fn, hold, keep, maxsize
         self.capture = capture if capture is not None else CudaCapture()
         self.cache: OrderedDict = OrderedDict()
         self.captures = 0  # signatures captured so far (the tests read it; a miss in a timed loop shows)
@@ -266,7 +290,10 @@ def register_graphed(spec, fn: Callable, dtypes=("fp32", "bf16"), prepare: Optio
     label, order, color = LOOK[name]
     made = {}
     for dtype in dtypes:
-        g = made[dtype] = Graphed(spec, fn, name=name, plain=plain, **kw)
+        w = weights(spec)
+        if w:
+            kw.setdefault("maxsize", max(MAXSIZE, MAXSIZE_WEIGHTS_IN_PLACE))
+        g = made[dtype] = Graphed(spec, fn, name=name, plain=plain, in_place=w, **kw)
 
         def prep(*inputs, _g=g):
             inputs = tuple(prepare(*inputs)) if prepare else inputs
