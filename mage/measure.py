@@ -196,7 +196,8 @@ def plan(op_names, impl_names, shape_sets, caches, dtypes=None):
             for shape in spec.shapes[shape_set]:
                 for cache in (["warm"] if sweep else caches):
                     for dt in dict.fromkeys(i.dtype for i in chosen):
-                        group = [i for i in chosen if i.dtype == dt and not (sweep and (not i.size_sweep or i.own_spans))]
+                        group = [i for i in chosen if i.dtype == dt and not (sweep and (not i.size_sweep or i.own_spans))
+                                 and spec.flops(shape) <= i.max_flops]
                         if group:
                             cases.append((spec, shape, shape_set, cache, group))
     return cases

@@ -46,6 +46,9 @@ class Impl:
     own_spans: Optional[Callable] = None
     kernels_of: str = ""  # the implementation whose kernel-time rows it shares (it launches the same PTX)
     size_sweep: bool = True  # measured across the size sweep (torch.compile opts out: it recompiles per size)
+    # The most work (the spec's FLOPs) it is measured at: a teaching baseline past it would spend minutes of
+    # a run's GPU time on one case. Shapes above it get no row (its line in the size sweep ends there).
+    max_flops: float = float("inf")
     # config_for(shape) -> the exact config that runs at ``shape`` (recorded with every row).
     config_for: Optional[Callable] = None
     # Tile choices: the configs a sweep tries (first: the plain one), and variant(**config) -> Impl.

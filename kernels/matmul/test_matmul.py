@@ -159,3 +159,17 @@ def test_gpu_rust_versions_compared():
         assert r.passed, (kernel, r.reason)
         us = profile(functools.partial(im.fn, A, B), iters=20).kernel_us
         print(f"{kernel:>20}: {us:7.0f} us, cuBLAS FP32 / it = {cublas / us:.2f}, error (heavy) {r.error:.1e}")
+
+
+def test_the_scalar_kernel_stops_at_4096_cubed_in_the_sweep(monkeypatch):
+    """The sweep's 8192^3 point (issue 14's second fp32x3 shape) would cost the one-thread-an-output
+    kernel minutes a case: it is planned up to 4096^3 only, every other column to the end."""
+    from mage import measure, registry
+    monkeypatch.setattr(registry.Impl, "runs_on", lambda self, device: None)  # plan as on a GPU machine
+    cases = measure.plan(["matmul"], ["pytorch", "triton", "rust_scalar"], ["sweep"], ["warm"], ["fp32", "fp32x3"])
+    by_shape = {}
+    for _, shape, _, _, group in cases:
+        by_shape.setdefault(shape["M"], set()).update((i.name, i.dtype) for i in group)
+    assert max(by_shape) == 8192
+    assert ("rust_scalar", "fp32") in by_shape[4096] and ("rust_scalar", "fp32") not in by_shape[8192]
+    assert {("pytorch", "fp32"), ("triton", "fp32"), ("triton", "fp32x3")} <= by_shape[8192]
