@@ -32,7 +32,8 @@ def _plan(graph, h, *layer):
         return None
     cfg = common.choose("neighbor_agg", agg.DEFAULTS, dict(n=n, F=F), {})
     block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
-    return agg._plan(graph.rowptr, graph.max_degree, cfg["SPLIT"], F, triton.cdiv(F, block_f))
+    return agg._plan(graph.rowptr, graph.max_degree, cfg["SPLIT"], F, triton.cdiv(F, block_f),
+                     bool(cfg.get("ORDER", 0)))
 
 
 GRAPHED = register_graphed(SPEC, mp_block, prepare=prepare, hold={"graph": CSRGraph.versions}, keep=_plan,

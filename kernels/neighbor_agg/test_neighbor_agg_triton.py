@@ -23,6 +23,8 @@ def test_every_sweep_config():
 @pytest.mark.parametrize("config, shape", [
     (dict(SPLIT=2, BLOCK_E=2), dict(n=37, F=33, deg=3, dist="skewed")),  # many hubs
     (dict(SPLIT=1, MAX_BLOCK_F=16), dict(n=20, F=40, deg=4, dist="uniform")),  # feature blocks
+    (dict(ORDER=1, BLOCK_R=4, BLOCK_D=2), dict(n=37, F=33, deg=3, dist="skewed")),  # rows in degree order
+    (dict(ORDER=1, SPLIT=2, BLOCK_E=2), dict(n=37, F=33, deg=3, dist="skewed")),  # ... with many hubs
 ])
 def test_forced_paths(config, shape):
     check_forced(OP, config, shape)
@@ -176,3 +178,15 @@ def test_gpu_bounds_guard():
     assert rel_err(module(OP).neighbor_agg(graph, x, guard=True), ref) < spec(OP).tol("fp32")
     graph.col.data[graph.nnz // 2] = 10**8
     assert_refuses(module(OP).neighbor_agg, OP, "col", graph, x, guard=True)
+
+
+@cpu_only
+def test_degree_order_is_a_stable_permutation_by_degree():
+    """ORDER's plan: every row once, degrees not decreasing, equal degrees in their original order, and
+    the hub plan the same as without it."""
+    from kernels.neighbor_agg import triton_kernel as k
+    graph, _ = _hub_graph()
+    plain = k._plan(graph.rowptr, graph.max_degree, 8, 5, 1)
+    ordered = k._plan(graph.rowptr, graph.max_degree, 8, 5, 1, order=1)
+    assert ordered["order"].tolist() == [0, 3, 5, 2, 4, 1]  # degrees 0, 0, 0, 1, 3, 50
+    assert ordered["n_chunks"] == plain["n_chunks"] == 7 and ordered["hub_row"].tolist() == [1]

@@ -81,7 +81,7 @@ def _split_plan(rowptr, max_degree, n: int, F: int):
     """The split plan a default-config launch over n rows of F features finds (built once, then found)."""
     cfg = common.choose(OP, fwd.DEFAULTS, dict(n=n, F=F), {})
     block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
-    return fwd._plan(rowptr, max_degree, cfg["SPLIT"], F, triton.cdiv(F, block_f))
+    return fwd._plan(rowptr, max_degree, cfg["SPLIT"], F, triton.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
 
 
 def prepare_backward(graph, x, **config):

@@ -104,13 +104,20 @@ def _hub_chunk(Rowptr, Col, W, X, Y, HubRow, HubFirst, ChunkHub, Part, Flag, Err
 
 
 @triton.jit
-def _row_block(Rowptr, Col, W, X, Y, Err, n, n_src, stride_x, stride_y, block, feats, fmask, SPLIT,
-               BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr, GUARD: tl.constexpr):
+def _row_block(Rowptr, Col, W, X, Y, Err, Order, n, n_src, stride_x, stride_y, block, feats, fmask, SPLIT,
+               BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr, GUARD: tl.constexpr,
+               ORDER: tl.constexpr):
     # Arguments as in _neighbor_agg_kernel below, plus: block, the row block this program sums;
     # feats and fmask, its feature columns and which of them exist.
-    # BLOCK_R rows side by side: step d takes edges d .. d + BLOCK_D of every row at once.
-    row = block * BLOCK_R + tl.arange(0, BLOCK_R)
-    rmask = row < n
+    # BLOCK_R rows side by side: step d takes edges d .. d + BLOCK_D of every row at once. With ORDER
+    # the block's rows come from the plan's degree order, so rows of like degree share the loop (a
+    # block runs as many steps as its longest row; the others' lanes are masked meanwhile).
+    slot = block * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = slot < n
+    if ORDER:
+        row = tl.load(Order + slot, mask=rmask, other=0)
+    else:
+        row = slot
     start = tl.load(Rowptr + row, mask=rmask, other=0)
     deg = tl.load(Rowptr + row + 1, mask=rmask, other=0) - start
     keep = rmask
@@ -139,6 +146,7 @@ def _neighbor_agg_kernel(
     HubRow, HubFirst, ChunkHub,  # the split plan: each hub's row, its first chunk, each chunk's hub
     Part, Flag,  # partial sums [chunks, F]; a flag per (feature block, chunk), zero between calls
     Err,  # the bounds guard's flag (read only with GUARD)
+    Order,  # the rows by degree, a permutation of 0 .. n - 1 (read only with ORDER)
     n, F, n_src,  # rows of y, features, rows of x
     stride_x, stride_y,  # row strides of x and y (features are contiguous)
     n_chunks,  # programs below this take one hub chunk each (the heavy work first); the rest row blocks
@@ -152,6 +160,7 @@ def _neighbor_agg_kernel(
     INTERPRET: tl.constexpr,  # under the CPU interpreter: plain loads and stores for the flags
     GUARD: tl.constexpr = False,  # check every column against n_src (off: the instructions measured)
     LOWER_FLAGS: tl.constexpr = True,  # a test-only switch: False builds the stale-flag mutant
+    ORDER: tl.constexpr = False,  # row blocks take their rows in the plan's degree order
 ):
     pid = tl.program_id(0)
     feats = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
@@ -161,8 +170,8 @@ def _neighbor_agg_kernel(
                    stride_y, pid, n_chunks, feats, fmask, SPLIT, BLOCK_E, BLOCK_F, BLOCK_P, BLOCK_W, INTERPRET,
                    GUARD, LOWER_FLAGS)
     else:
-        _row_block(Rowptr, Col, W, X, Y, Err, n, n_src, stride_x, stride_y, pid - n_chunks, feats, fmask,
-                   SPLIT, BLOCK_R, BLOCK_D, BLOCK_F, GUARD)
+        _row_block(Rowptr, Col, W, X, Y, Err, Order, n, n_src, stride_x, stride_y, pid - n_chunks, feats, fmask,
+                   SPLIT, BLOCK_R, BLOCK_D, BLOCK_F, GUARD, ORDER)
 # </kernel>
 
 
@@ -174,13 +183,15 @@ FIRST = dict(BLOCK_R=1, BLOCK_D=32, BLOCK_E=32, SPLIT=0, MAX_BLOCK_F=64, num_war
 SWEEP = [
     FIRST,
     dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=64, SPLIT=0, MAX_BLOCK_F=64, num_warps=8),
-    dict(BLOCK_R=8, BLOCK_D=16, BLOCK_E=64, SPLIT=256, MAX_BLOCK_F=64, num_warps=4),
+    dict(BLOCK_R=8, BLOCK_D=16, BLOCK_E=64, SPLIT=256, ORDER=0, MAX_BLOCK_F=64, num_warps=4),
     dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=64, SPLIT=256, MAX_BLOCK_F=64, num_warps=8),
     dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=128, SPLIT=512, MAX_BLOCK_F=64, num_warps=8),
     dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=128, SPLIT=2048, MAX_BLOCK_F=64, num_warps=8),
     dict(BLOCK_R=32, BLOCK_D=8, BLOCK_E=128, SPLIT=512, MAX_BLOCK_F=64, num_warps=8),
     dict(BLOCK_R=8, BLOCK_D=8, BLOCK_E=128, SPLIT=512, MAX_BLOCK_F=64, num_warps=4),
     dict(BLOCK_R=4, BLOCK_D=32, BLOCK_E=64, SPLIT=128, MAX_BLOCK_F=64, num_warps=4),
+    # the default with its row blocks in degree order (kernels/NOTES.md: the skewed graph's miss)
+    dict(BLOCK_R=8, BLOCK_D=16, BLOCK_E=64, SPLIT=256, ORDER=1, MAX_BLOCK_F=64, num_warps=4),
 ]
 # The recorded tile sweep (data/h200/tiles.csv; its times in kernels/NOTES.md): 8 rows x 16 edges, 4
 # warps, hubs cut at 256 edges was best on both large graphs and close to the best on both field-note
@@ -197,17 +208,21 @@ BLOCK_P, BLOCK_W = 32, 1024
 _PLANS = common.TensorMemo(32)
 
 
-def _plan(rowptr, max_degree, split, F, fblocks):
+def _plan(rowptr, max_degree, split, F, fblocks, order=0):
     """The hub plan for one graph: built on the host once (it reads rowptr back, a synchronisation),
-    then reused by every call with the same rowptr. Holds the partial-sum and flag buffers."""
-    hit = _PLANS.get((rowptr,), (split, F, fblocks))
+    then reused by every call with the same rowptr. Holds the partial-sum and flag buffers, and with
+    ``order`` the rows sorted by degree (stable: equal degrees keep their order)."""
+    hit = _PLANS.get((rowptr,), (split, F, fblocks, order))
     if hit is not None:
         return hit
     dev = rowptr.device
-    hubs = None
-    if split > 0 and (max_degree is None or max_degree > split):
+    hubs = rows = None
+    if order or (split > 0 and (max_degree is None or max_degree > split)):
         rp = rowptr.to("cpu", torch.int64)
         deg = rp[1:] - rp[:-1]
+        if order:
+            rows = torch.sort(deg, stable=True).indices.to(torch.int32).to(dev)
+    if split > 0 and (max_degree is None or max_degree > split):
         hubs = torch.nonzero(deg > split).flatten()
     if hubs is None or hubs.numel() == 0:
         one = torch.zeros(1, dtype=torch.int32, device=dev)
@@ -223,7 +238,8 @@ def _plan(rowptr, max_degree, split, F, fblocks):
                     part=torch.empty((n_chunks, F), dtype=torch.float32, device=dev),
                     flag=torch.zeros(n_chunks * fblocks, dtype=torch.int32, device=dev),
                     n_chunks=n_chunks, split=split)
-    return _PLANS.put((rowptr,), (split, F, fblocks), plan)
+    plan["order"] = rows if rows is not None else plan["hub_row"]  # a placeholder when not ordered
+    return _PLANS.put((rowptr,), (split, F, fblocks, order), plan)
 
 
 # The device-side bounds guard: off by default (the kernels trust a built graph, and the guard's error
@@ -240,8 +256,9 @@ def _launch(rowptr, col, w, x, out, max_degree, config, guard=None, lower_flags=
     cfg = common.choose("neighbor_agg", DEFAULTS, dict(n=n, F=F), config)
     block_f = min(common.pow2(F), cfg.pop("MAX_BLOCK_F"))
     split = cfg.pop("SPLIT")
+    order = bool(cfg.pop("ORDER", 0))
     fblocks = triton.cdiv(F, block_f)
-    plan = _plan(rowptr, max_degree, split, F, fblocks)
+    plan = _plan(rowptr, max_degree, split, F, fblocks, order)
     consts, launch = common.split(cfg)
     guard = BOUNDS_GUARD if guard is None else bool(guard)
     err = _ERR.get(x.device)
@@ -249,9 +266,9 @@ def _launch(rowptr, col, w, x, out, max_degree, config, guard=None, lower_flags=
         err = _ERR[x.device] = torch.zeros(1, dtype=torch.int32, device=x.device)
     grid = (plan["n_chunks"] + triton.cdiv(n, consts["BLOCK_R"]), fblocks)
     common.launch(_neighbor_agg_kernel, grid, rowptr, col, w, x, out, plan["hub_row"], plan["hub_first"], plan["chunk_hub"],
-                               plan["part"], plan["flag"], err, n, F, n_src, x.stride(0), out.stride(0),
+                               plan["part"], plan["flag"], err, plan["order"], n, F, n_src, x.stride(0), out.stride(0),
                                plan["n_chunks"], plan["split"], BLOCK_F=block_f, BLOCK_P=BLOCK_P, BLOCK_W=BLOCK_W,
-                               INTERPRET=common.interpreting(), GUARD=guard, LOWER_FLAGS=lower_flags,
+                               INTERPRET=common.interpreting(), GUARD=guard, LOWER_FLAGS=lower_flags, ORDER=order,
                                **consts, **launch)
     if guard and bool(err.item()):  # the synchronisation the guard costs
         err.zero_()
@@ -290,7 +307,7 @@ def prepare(graph, x, **config):
     if n and F:
         cfg = common.choose("neighbor_agg", DEFAULTS, dict(n=n, F=F), config)
         block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
-        _plan(graph.rowptr, graph.max_degree, cfg["SPLIT"], F, triton.cdiv(F, block_f))
+        _plan(graph.rowptr, graph.max_degree, cfg["SPLIT"], F, triton.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
     return graph, x
 
 
