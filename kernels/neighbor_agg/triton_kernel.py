@@ -177,19 +177,19 @@ def _neighbor_agg_kernel(
 
 # FIRST: one row per program walking its edges, no splitting: a hub keeps one program busy while
 # the rest of the GPU idles. SPLIT = 0 disables splitting.
-FIRST = dict(BLOCK_R=1, BLOCK_D=32, BLOCK_E=32, SPLIT=0, MAX_BLOCK_F=64, num_warps=4)
+FIRST = dict(BLOCK_R=1, BLOCK_D=32, BLOCK_E=32, SPLIT=0, ORDER=0, MAX_BLOCK_F=64, num_warps=4)
 # Registers bound the row-block tile: BLOCK_R x BLOCK_D x 64 features over 4 warps is 128 values a
 # thread (220 registers compiled for sm_90), so the 16 x 16 tiles get 8 warps.
 SWEEP = [
     FIRST,
-    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=64, SPLIT=0, MAX_BLOCK_F=64, num_warps=8),
+    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=64, SPLIT=0, ORDER=0, MAX_BLOCK_F=64, num_warps=8),
     dict(BLOCK_R=8, BLOCK_D=16, BLOCK_E=64, SPLIT=256, ORDER=0, MAX_BLOCK_F=64, num_warps=4),
-    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=64, SPLIT=256, MAX_BLOCK_F=64, num_warps=8),
-    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=128, SPLIT=512, MAX_BLOCK_F=64, num_warps=8),
-    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=128, SPLIT=2048, MAX_BLOCK_F=64, num_warps=8),
-    dict(BLOCK_R=32, BLOCK_D=8, BLOCK_E=128, SPLIT=512, MAX_BLOCK_F=64, num_warps=8),
-    dict(BLOCK_R=8, BLOCK_D=8, BLOCK_E=128, SPLIT=512, MAX_BLOCK_F=64, num_warps=4),
-    dict(BLOCK_R=4, BLOCK_D=32, BLOCK_E=64, SPLIT=128, MAX_BLOCK_F=64, num_warps=4),
+    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=64, SPLIT=256, ORDER=0, MAX_BLOCK_F=64, num_warps=8),
+    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=128, SPLIT=512, ORDER=0, MAX_BLOCK_F=64, num_warps=8),
+    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=128, SPLIT=2048, ORDER=0, MAX_BLOCK_F=64, num_warps=8),
+    dict(BLOCK_R=32, BLOCK_D=8, BLOCK_E=128, SPLIT=512, ORDER=0, MAX_BLOCK_F=64, num_warps=8),
+    dict(BLOCK_R=8, BLOCK_D=8, BLOCK_E=128, SPLIT=512, ORDER=0, MAX_BLOCK_F=64, num_warps=4),
+    dict(BLOCK_R=4, BLOCK_D=32, BLOCK_E=64, SPLIT=128, ORDER=0, MAX_BLOCK_F=64, num_warps=4),
     # the default with its row blocks in degree order (kernels/NOTES.md: the skewed graph's miss)
     dict(BLOCK_R=8, BLOCK_D=16, BLOCK_E=64, SPLIT=256, ORDER=1, MAX_BLOCK_F=64, num_warps=4),
 ]
