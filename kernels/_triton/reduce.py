@@ -35,7 +35,7 @@ TILE, MIN_BLOCK_C, MAX_BLOCK_C, WANT_PROGRAMS = 2048, 32, 256, 128
 
 
 def sum_config(C: int) -> dict:
-    block_c = max(MIN_BLOCK_C, min(MAX_BLOCK_C, common.pow2(triton.cdiv(C, WANT_PROGRAMS))))
+    block_c = max(MIN_BLOCK_C, min(MAX_BLOCK_C, common.pow2(common.cdiv(C, WANT_PROGRAMS))))
     return dict(BLOCK_N=TILE // block_c, BLOCK_C=block_c, num_warps=4)
 
 
@@ -43,5 +43,5 @@ def column_sum(part: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """``out`` [C] = the column sums of the contiguous float32 ``part`` [n, C], added in row order."""
     n, C = part.shape
     consts, launch = common.split(sum_config(C))
-    _column_sum_kernel[(triton.cdiv(C, consts["BLOCK_C"]),)](part, out, n, C, **consts, **launch)
+    _column_sum_kernel[(common.cdiv(C, consts["BLOCK_C"]),)](part, out, n, C, **consts, **launch)
     return out

@@ -102,13 +102,13 @@ def bias_gelu_backward(x, b, dy, **config):
     dy = dy if dy.stride(1) == 1 else dy.contiguous()  # a broadcast gradient (stride 0 rows) is read as is
     consts, launch = common.split({**CONFIG, **config})
     if consts["ROWS"] is None:  # the largest power of two <= MAX_ROWS that still makes PROGRAMS programs
-        want_rows = max(1, R * triton.cdiv(C, consts["BLOCK_C"]) // PROGRAMS)
+        want_rows = max(1, R * common.cdiv(C, consts["BLOCK_C"]) // PROGRAMS)
         consts["ROWS"] = max(consts["BLOCK_R"], min(MAX_ROWS, 1 << (want_rows.bit_length() - 1)))
     if consts["ROWS"] % consts["BLOCK_R"]:
         raise MageInputError(OP, "config", f"ROWS={consts['ROWS']} must be a multiple of BLOCK_R={consts['BLOCK_R']}")
-    row_blocks = triton.cdiv(R, consts["ROWS"])
+    row_blocks = common.cdiv(R, consts["ROWS"])
     part = torch.empty((row_blocks, C), dtype=torch.float32, device=x.device)  # FP32 at any precision
-    _bias_gelu_bwd_kernel[(row_blocks, triton.cdiv(C, consts["BLOCK_C"]))](
+    _bias_gelu_bwd_kernel[(row_blocks, common.cdiv(C, consts["BLOCK_C"]))](
         x, b.contiguous(), dy, dx, part, R, C, x.stride(0), dy.stride(0), dx.stride(0), **consts, **launch)
     reduce.column_sum(part, db)  # FP32 sums, rounded once by the store where db is bf16
     return dx, db

@@ -167,7 +167,7 @@ def layernorm_backward(x, gamma, mean, rstd, dy, **config):
     dy = dy if dy.stride(1) == 1 else dy.contiguous()  # a broadcast gradient (stride 0 rows) is read as is
     block_c, cfg = _config(R, C, config)
     consts, launch = common.split(cfg)
-    programs = triton.cdiv(R, consts["ROWS"])
+    programs = common.cdiv(R, consts["ROWS"])
     alloc = torch.empty if block_c >= C else torch.zeros  # the chunked road adds into its partial rows
     part_g = alloc((programs, C), dtype=torch.float32, device=x.device)  # FP32 at any precision
     part_b = alloc((programs, C), dtype=torch.float32, device=x.device)

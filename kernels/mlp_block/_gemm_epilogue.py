@@ -81,7 +81,7 @@ def gemm_epilogue(A, W, bias, out, residual=None, gelu=False, BLOCK_M=128, BLOCK
         # Triton 3.6's interpreter multiplies bf16 tiles as their raw 16-bit patterns; the FP32 product
         # of two bf16 values is exact, so FP32 copies give the sums the tensor cores form
         A, W = A.float(), W.float()
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    grid = (common.cdiv(M, BLOCK_M) * common.cdiv(N, BLOCK_N),)
     _gemm_epilogue_kernel[grid](
         A, W, bias, res, out, M, N, K, A.stride(0), A.stride(1), W.stride(0), W.stride(1),
         res.stride(0), res.stride(1), out.stride(0), out.stride(1),

@@ -9,7 +9,6 @@ built by the warm-up before the capture, and its buffers, which the captured ker
 alive by the cache entry: the aggregation's own memo may drop them later.
 Its training step (``mage.train``) is the plain column's training path with the whole step (forward,
 backward and the AdamW update) recorded as one CUDA graph."""
-import triton
 
 from kernels._triton import common
 from kernels._triton.graphed import register_graphed
@@ -32,7 +31,7 @@ def _plan(graph, h, *layer):
         return None
     cfg = common.choose("neighbor_agg", agg.DEFAULTS, dict(n=n, F=F), {})
     block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
-    return agg._plan(graph.rowptr, graph.max_degree, cfg["SPLIT"], F, triton.cdiv(F, block_f),
+    return agg._plan(graph.rowptr, graph.max_degree, cfg["SPLIT"], F, common.cdiv(F, block_f),
                      bool(cfg.get("ORDER", 0)))
 
 

@@ -81,7 +81,7 @@ def _split_plan(rowptr, max_degree, n: int, F: int):
     """The split plan a default-config launch over n rows of F features finds (built once, then found)."""
     cfg = common.choose(OP, fwd.DEFAULTS, dict(n=n, F=F), {})
     block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
-    return fwd._plan(rowptr, max_degree, cfg["SPLIT"], F, triton.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
+    return fwd._plan(rowptr, max_degree, cfg["SPLIT"], F, common.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
 
 
 def prepare_backward(graph, x, **config):
@@ -134,7 +134,7 @@ def neighbor_agg_backward(rowptr, col, w, x, dy, need_x=True, need_w=True):
             x = x if x.stride(1) == 1 else x.contiguous()
             consts, launch = common.split(dict(EDGE_CONFIG))
             block_f = min(common.pow2(F), consts.pop("MAX_BLOCK_F"))
-            _edge_dot_kernel[(triton.cdiv(E, consts["BLOCK_E"]),)](t["row"], col, dy, x, dw, E, F, dy.stride(0),
+            _edge_dot_kernel[(common.cdiv(E, consts["BLOCK_E"]),)](t["row"], col, dy, x, dw, E, F, dy.stride(0),
                                                                   x.stride(0), BLOCK_F=block_f, **consts, **launch)
         elif E:
             dw.zero_()

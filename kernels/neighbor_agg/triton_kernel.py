@@ -257,14 +257,14 @@ def _launch(rowptr, col, w, x, out, max_degree, config, guard=None, lower_flags=
     block_f = min(common.pow2(F), cfg.pop("MAX_BLOCK_F"))
     split = cfg.pop("SPLIT")
     order = bool(cfg.pop("ORDER", 0))
-    fblocks = triton.cdiv(F, block_f)
+    fblocks = common.cdiv(F, block_f)
     plan = _plan(rowptr, max_degree, split, F, fblocks, order)
     consts, launch = common.split(cfg)
     guard = BOUNDS_GUARD if guard is None else bool(guard)
     err = _ERR.get(x.device)
     if err is None:
         err = _ERR[x.device] = torch.zeros(1, dtype=torch.int32, device=x.device)
-    grid = (plan["n_chunks"] + triton.cdiv(n, consts["BLOCK_R"]), fblocks)
+    grid = (plan["n_chunks"] + common.cdiv(n, consts["BLOCK_R"]), fblocks)
     common.launch(_neighbor_agg_kernel, grid, rowptr, col, w, x, out, plan["hub_row"], plan["hub_first"], plan["chunk_hub"],
                                plan["part"], plan["flag"], err, plan["order"], n, F, n_src, x.stride(0), out.stride(0),
                                plan["n_chunks"], plan["split"], BLOCK_F=block_f, BLOCK_P=BLOCK_P, BLOCK_W=BLOCK_W,
@@ -307,7 +307,7 @@ def prepare(graph, x, **config):
     if n and F:
         cfg = common.choose("neighbor_agg", DEFAULTS, dict(n=n, F=F), config)
         block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
-        _plan(graph.rowptr, graph.max_degree, cfg["SPLIT"], F, triton.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
+        _plan(graph.rowptr, graph.max_degree, cfg["SPLIT"], F, common.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
     return graph, x
 
 

@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._triton import common
 from kernels._triton.tiles import grouped_tile
 
 # The transposing copy's tile: 64 rows of k by 64 channels, 16 KB, read along c and written along k
@@ -136,7 +137,7 @@ def _batched_gemm_kernel(
 def transpose(pairs, N: int, C: int, offs_64: bool) -> None:
     """Copy each (X, Y) pair of [N, N, C] views, X into Y (one or two pairs, one launch)."""
     (x0, y0), (x1, y1) = pairs[0], pairs[-1]
-    grid = (N * triton.cdiv(N, COPY_K), triton.cdiv(C, COPY_C), len(pairs))
+    grid = (N * common.cdiv(N, COPY_K), common.cdiv(C, COPY_C), len(pairs))
     _transpose_kernel[grid](x0, y0, x1, y1, N, C, *x0.stride(), *y0.stride(), *x1.stride(), *y1.stride(),
                             BLOCK_K=COPY_K, BLOCK_C=COPY_C, OFFS_64=offs_64, num_warps=COPY_WARPS)
 
@@ -159,7 +160,7 @@ def channel_major(A, B, out, consts: dict, launch: dict, precision: str, offs_64
     scratch = None if direct else torch.empty((C, N, N), dtype=A.dtype, device=A.device)
     view = out if direct else scratch.permute(1, 2, 0)  # (i, j, c) strides either way
     bc = consts["BLOCK_C"]
-    grid = (triton.cdiv(N, consts["BLOCK_I"]) * triton.cdiv(N, consts["BLOCK_J"]) * triton.cdiv(C, bc),)
+    grid = (common.cdiv(N, consts["BLOCK_I"]) * common.cdiv(N, consts["BLOCK_J"]) * common.cdiv(C, bc),)
     _batched_gemm_kernel[grid](at, bt, view, N, C, *view.stride(),
                                BLOCK_I=consts["BLOCK_I"], BLOCK_J=consts["BLOCK_J"], BLOCK_K=consts["BLOCK_K"],
                                BLOCK_C=bc, GROUP_I=consts["GROUP_I"], K_INNER=consts["K_INNER"],

@@ -201,7 +201,7 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
         sp, sm = (N, 1), (mask.stride(1), mask.stride(2))  # u = i, v = k
     else:
         sp, sm = (1, N), (mask.stride(2), mask.stride(1))  # u = k, v = i
-    grid = (N * triton.cdiv(N, consts["GATE_V"]), triton.cdiv(H, consts["GATE_H"]))
+    grid = (N * common.cdiv(N, consts["GATE_V"]), common.cdiv(H, consts["GATE_H"]))
     for c in range(B):
         _gate_kernel[grid](p[c * N * N:], mask[c], at[c], bt[c], N, H, p.stride(0), *sp, *sm,
                            BLOCK_V=consts["GATE_V"], BLOCK_H=consts["GATE_H"], OFFS_64=offs_64,
@@ -216,7 +216,7 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
         y = torch.addmm(b_out, _nearest(on, z.dtype), w_out).to(sdt)
     else:
         torch.addmm(b_out, on, w_out, out=y)
-    grid = (triton.cdiv(R, consts["OUT_R"]), triton.cdiv(C, consts["OUT_C"]))
+    grid = (common.cdiv(R, consts["OUT_R"]), common.cdiv(C, consts["OUT_C"]))
     _out_gate_kernel[grid](p, y, R, C, p.stride(0), 4 * H, BLOCK_R=consts["OUT_R"], BLOCK_C=consts["OUT_C"],
                            OFFS_64=offs_64, num_warps=consts["OUT_WARPS"])
     if y.dtype != out.dtype:
@@ -244,7 +244,7 @@ def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
         # passes FP32 tensors of bf16 values there already; this keeps _contract right on its own)
         at, bt = at.float(), bt.float()
     bc = consts["BLOCK_C"]
-    grid = (triton.cdiv(N, consts["BLOCK_I"]) * triton.cdiv(N, consts["BLOCK_J"]) * triton.cdiv(H, bc),)
+    grid = (common.cdiv(N, consts["BLOCK_I"]) * common.cdiv(N, consts["BLOCK_J"]) * common.cdiv(H, bc),)
     road._batched_gemm_kernel[grid](at, bt, view, N, H, *view.stride(),
                                     BLOCK_I=consts["BLOCK_I"], BLOCK_J=consts["BLOCK_J"], BLOCK_K=consts["BLOCK_K"],
                                     BLOCK_C=bc, GROUP_I=consts["GROUP_I"], K_INNER=consts["K_INNER"],
