@@ -95,15 +95,20 @@ def measure(out_dir, op_names, impl_names=None, dtypes=None, shape_set="field", 
 
 def _case(spec, im, shape, items, host_mem, base, clock, requests, max_batch, wait_us, loads, sweep_limit, reps,
           seed, pad, log, device) -> list[dict]:
+    t0 = time.perf_counter()
+    step = lambda what: log(f"    {im.name}/{im.dtype} {host_mem}: {what} at {time.perf_counter() - t0:.0f} s")  # noqa: E731
     make = executor_factory(spec, im, shape, items, host_mem, seed=seed, pad=pad, device=device)
     size = items
     items = spec.batch.items_in(dict(shape, **{spec.batch.size: size}))  # what throughput counts, per request
     one = make(1)
     one.verify(spec)
+    step("ready and verified")  # progress lines: a run cut by its time limit shows which phase held it
     rows = st.trace_rows(sv.closed_loop(one, clock, requests), base, "closed", items, batch=1)
     del one
+    step("closed loop done")
     sweep = sv.batch_sweep(make, clock, sweep_limit, reps=reps)
     rows += st.sweep_rows(sweep, base, items)
+    step(f"batch sweep done (to {sweep[-1]['batch']})")
     if not sweep[-1]["fits"]:
         log(f"    memory limit: a batch of {sweep[-1]['batch']} requests does not fit")
     peak = st.peak_requests_per_s(sweep, max_batch)
