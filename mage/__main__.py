@@ -31,7 +31,7 @@ def cmd_measure(a):
     m.prepare_run(out, st, _command_line(), log=m.stderr_log, pin=not a.no_pin, force_machine=a.force_machine)
     all_rows = []
     if not a.tiles_only:
-        cases = m.plan(a.ops, a.impls, a.shapes, a.cache, a.dtypes)
+        cases = m.plan(a.ops, a.impls, a.shapes, a.cache, a.dtypes, log=m.stderr_log)
         rows, checks = m.run_cases(cases, out, st, log=m.stderr_log)
         all_rows.append(rows)
         failed = checks[~checks["passed"]] if len(checks) else checks

@@ -181,8 +181,9 @@ def _time_pass(spec, key, pass_, timed, prepared, st, row, log):
     return rows, kernel
 
 
-def plan(op_names, impl_names, shape_sets, caches, dtypes=None):
-    """The cases to run: (op, shape, shape_set, cache, [impls of one dtype])."""
+def plan(op_names, impl_names, shape_sets, caches, dtypes=None, log=None):
+    """The cases to run: (op, shape, shape_set, cache, [impls of one dtype]). ``log`` hears every
+    implementation left out of a shape past its ``max_flops``."""
     cases = []
     for name in op_names:
         spec = ops.get(name)
@@ -196,8 +197,12 @@ def plan(op_names, impl_names, shape_sets, caches, dtypes=None):
             for shape in spec.shapes[shape_set]:
                 for cache in (["warm"] if sweep else caches):
                     for dt in dict.fromkeys(i.dtype for i in chosen):
-                        group = [i for i in chosen if i.dtype == dt and not (sweep and (not i.size_sweep or i.own_spans))
-                                 and spec.flops(shape) <= i.max_flops]
+                        group = [i for i in chosen if i.dtype == dt and not (sweep and (not i.size_sweep or i.own_spans))]
+                        past = [i for i in group if spec.flops(shape) > i.max_flops]
+                        if past and log and cache == (["warm"] if sweep else caches)[0]:
+                            log(f"left out at {ops.shape_key(shape)} (past their max_flops): "
+                                f"{', '.join(f'{i.name}/{i.dtype}' for i in past)}")
+                        group = [i for i in group if i not in past]
                         if group:
                             cases.append((spec, shape, shape_set, cache, group))
     return cases

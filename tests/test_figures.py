@@ -277,3 +277,24 @@ def test_headline_refuses_two_runs_of_one_case():
     with pytest.raises(MageInputError, match="holds 2 runs of the case matmul/triton"):
         views.headline(two)
     assert views.headline(two[two["run"] == "r2"])["value"].tolist() == [2.0]
+
+
+def test_a_tile_recorded_before_its_sweep_gained_a_key_is_that_config():
+    """The neighbour sweep gained ORDER after its tiles were recorded: an old row (no ORDER) and a new
+    row of the same tile (ORDER=0) are one config, read from the newer run; ORDER=1 is another."""
+    from mage.figure_tiles import complete_config
+    old = json.dumps(dict(BLOCK_R=8, BLOCK_D=16, BLOCK_E=64, SPLIT=256, MAX_BLOCK_F=64, num_warps=4))
+    new = json.dumps(dict(json.loads(old), ORDER=0))
+    other = json.dumps(dict(json.loads(old), ORDER=1))
+    assert complete_config("neighbor_agg", "triton", "fp32", old) == complete_config("neighbor_agg", "triton", "fp32", new)
+    assert complete_config("neighbor_agg", "triton", "fp32", other) != complete_config("neighbor_agg", "triton", "fp32", new)
+    shape = "n=8192,F=64,deg=16,dist=uniform"
+    rows = [dict(op="neighbor_agg", impl="triton", dtype="fp32", shape=shape, shape_set="tiles", cache="warm",
+                 run=run, config=cfg, view=view, stat="mean", value=us, achieved_gbps=1.0, achieved_tflops=0.1,
+                 tile_of="field", source="measured", round=0)
+            for run, cfg, us in (("20261202T000000Z-h200", old, 10.0), ("20261205T000000Z-h200", new, 9.0),
+                                 ("20261205T000000Z-h200", other, 8.0))
+            for view in ("kernel_time", "event_span")]
+    import pandas as pd
+    t = F.tile_table(pd.DataFrame(rows), "neighbor_agg")
+    assert len(t) == 2 and sorted(t["kernel_us"]) == [8.0, 9.0] and set(t["ORDER"]) == {0, 1}

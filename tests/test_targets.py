@@ -24,6 +24,8 @@ def test_targets_from_the_recorded_data():
     recorded = set(zip(df["op"], df["impl"], df["dtype"], df["shape_set"], df["shape"]))
     missing = t[t["measured"].isna()]
     assert not any((r.op, r.impl, r.dtype, r.shape_set, r.shape) in recorded for r in missing.itertuples()), missing
+    # ... and a shape the spec lists (a mistyped target shape would read "not measured" for ever)
+    assert all(r.shape in V.shapes_of(r.op, r.shape_set) for r in missing.itertuples()), missing
     assert not missing["met"].any()
     md = markdown(t)
     assert md.startswith("| target |") and "rust bias_gelu large" in md

@@ -166,7 +166,10 @@ def test_the_scalar_kernel_stops_at_4096_cubed_in_the_sweep(monkeypatch):
     kernel minutes a case: it is planned up to 4096^3 only, every other column to the end."""
     from mage import measure, registry
     monkeypatch.setattr(registry.Impl, "runs_on", lambda self, device: None)  # plan as on a GPU machine
-    cases = measure.plan(["matmul"], ["pytorch", "triton", "rust_scalar"], ["sweep"], ["warm"], ["fp32", "fp32x3"])
+    said = []
+    cases = measure.plan(["matmul"], ["pytorch", "triton", "rust_scalar"], ["sweep"], ["warm"], ["fp32", "fp32x3"],
+                         log=said.append)
+    assert said == ["left out at M=8192,K=8192,N=8192 (past their max_flops): rust_scalar/fp32"]
     by_shape = {}
     for _, shape, _, _, group in cases:
         by_shape.setdefault(shape["M"], set()).update((i.name, i.dtype) for i in group)
