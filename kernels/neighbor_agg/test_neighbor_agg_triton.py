@@ -182,11 +182,11 @@ def test_gpu_bounds_guard():
 
 @cpu_only
 def test_degree_order_is_a_stable_permutation_by_degree():
-    """ORDER's plan: every row once, degrees not decreasing, equal degrees in their original order, and
+    """ORDER's plan: every row once, degrees not increasing, equal degrees in their original order, and
     the hub plan the same as without it."""
     from kernels.neighbor_agg import triton_kernel as k
     graph, _ = _hub_graph()
     plain = k._plan(graph.rowptr, graph.max_degree, 8, 5, 1)
     ordered = k._plan(graph.rowptr, graph.max_degree, 8, 5, 1, order=1)
-    assert ordered["order"].tolist() == [0, 3, 5, 2, 4, 1]  # degrees 0, 0, 0, 1, 3, 50
+    assert ordered["order"].tolist() == [1, 4, 2, 0, 3, 5]  # degrees 50, 3, 1, 0, 0, 0
     assert ordered["n_chunks"] == plain["n_chunks"] == 7 and ordered["hub_row"].tolist() == [1]

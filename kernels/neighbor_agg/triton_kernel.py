@@ -146,7 +146,7 @@ def _neighbor_agg_kernel(
     HubRow, HubFirst, ChunkHub,  # the split plan: each hub's row, its first chunk, each chunk's hub
     Part, Flag,  # partial sums [chunks, F]; a flag per (feature block, chunk), zero between calls
     Err,  # the bounds guard's flag (read only with GUARD)
-    Order,  # the rows by degree, a permutation of 0 .. n - 1 (read only with ORDER)
+    Order,  # the rows by degree, largest first: a permutation of 0 .. n - 1 (read only with ORDER)
     n, F, n_src,  # rows of y, features, rows of x
     stride_x, stride_y,  # row strides of x and y (features are contiguous)
     n_chunks,  # programs below this take one hub chunk each (the heavy work first); the rest row blocks
@@ -211,7 +211,7 @@ _PLANS = common.TensorMemo(32)
 def _plan(rowptr, max_degree, split, F, fblocks, order=0):
     """The hub plan for one graph: built on the host once (it reads rowptr back, a synchronisation),
     then reused by every call with the same rowptr. Holds the partial-sum and flag buffers, and with
-    ``order`` the rows sorted by degree (stable: equal degrees keep their order)."""
+    ``order`` the rows sorted by degree, largest first (stable: equal degrees keep their order)."""
     hit = _PLANS.get((rowptr,), (split, F, fblocks, order))
     if hit is not None:
         return hit
@@ -221,7 +221,8 @@ def _plan(rowptr, max_degree, split, F, fblocks, order=0):
         rp = rowptr.to("cpu", torch.int64)
         deg = rp[1:] - rp[:-1]
         if order:
-            rows = torch.sort(deg, stable=True).indices.to(torch.int32).to(dev)
+            # largest first, as the hub chunks go first: the longest blocks start early, not in the tail
+            rows = torch.sort(deg, stable=True, descending=True).indices.to(torch.int32).to(dev)
     if split > 0 and (max_degree is None or max_degree > split):
         hubs = torch.nonzero(deg > split).flatten()
     if hubs is None or hubs.numel() == 0:
