@@ -38,19 +38,25 @@ def config_label(config: dict) -> str:
     return " ".join([s] + extra)
 
 
-def complete_config(op: str, impl: str, dtype: str, config: str) -> str:
-    """A recorded config with the keys its implementation's sweep gained since, at the values of the
-    sweep's plain first config (a key is added with the value that reproduces the kernel recorded before
-    it, e.g. the neighbour kernel's ORDER=0), as sorted JSON: one config, one spelling."""
-    if not config:
-        return config
+def _plain_config(op: str, impl: str, dtype: str) -> dict:
+    """The first (plain) config of the implementation's tile sweep; {} for one this checkout lacks."""
     from . import registry
     try:
         sweep = registry.get(op, impl, dtype).sweep
     except Exception:  # noqa: BLE001 - an implementation this checkout no longer has: the row as recorded
         sweep = ()
+    return dict(sweep[0]) if sweep else {}
+
+
+def complete_config(op: str, impl: str, dtype: str, config: str, plain=None) -> str:
+    """A recorded config with the keys its implementation's sweep gained since, at the values of the
+    sweep's plain first config (a key is added with the value that reproduces the kernel recorded before
+    it, e.g. the neighbour kernel's ORDER=0), as sorted JSON: one config, one spelling. ``plain``: that
+    first config when the caller has it already."""
+    if not config:
+        return config
+    plain = _plain_config(op, impl, dtype) if plain is None else plain
     c = json.loads(config)
-    plain = dict(sweep[0]) if sweep else {}
     if plain and set(c) & set(plain):  # the same sweep's keys (another column's configs are left alone)
         c = {**{k: v for k, v in plain.items() if k not in c}, **c}
     return json.dumps(c, sort_keys=True)
@@ -64,7 +70,8 @@ def tile_table(tiles: pd.DataFrame, op: str, tile_of: str = "field", dtype: str 
     if "tile_of" in h:
         h = h[h["tile_of"].replace("", tile_of) == tile_of]
     if len(h):  # configs recorded before their sweep gained a key read as the configs they ran
-        h = h.assign(config=[complete_config(op, i, dtype, c) for i, c in zip(h["impl"], h["config"])])
+        plain = {i: _plain_config(op, i, dtype) for i in set(h["impl"])}  # one registry look-up a column
+        h = h.assign(config=[complete_config(op, i, dtype, c, plain[i]) for i, c in zip(h["impl"], h["config"])])
     rows = []
     for cfg, g in h.groupby("config", sort=False):
         if "run" in g and g["run"].nunique() > 1:  # the same config recorded again: the newest run's rows

@@ -195,11 +195,12 @@ def plan(op_names, impl_names, shape_sets, caches, dtypes=None, log=None):
             # kernels as at field and large) or time themselves in a process of their own.
             sweep = shape_set == "sweep"
             for shape in spec.shapes[shape_set]:
-                for cache in (["warm"] if sweep else caches):
+                set_caches = ["warm"] if sweep else caches
+                for cache in set_caches:
                     for dt in dict.fromkeys(i.dtype for i in chosen):
                         group = [i for i in chosen if i.dtype == dt and not (sweep and (not i.size_sweep or i.own_spans))]
                         past = [i for i in group if spec.flops(shape) > i.max_flops]
-                        if past and log and cache == (["warm"] if sweep else caches)[0]:
+                        if past and log and cache == set_caches[0]:  # said once a shape, not once a cache
                             log(f"left out at {ops.shape_key(shape)} (past their max_flops): "
                                 f"{', '.join(f'{i.name}/{i.dtype}' for i in past)}")
                         group = [i for i in group if i not in past]

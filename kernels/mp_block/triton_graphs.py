@@ -10,7 +10,6 @@ alive by the cache entry: the aggregation's own memo may drop them later.
 Its training step (``mage.train``) is the plain column's training path with the whole step (forward,
 backward and the AdamW update) recorded as one CUDA graph."""
 
-from kernels._triton import common
 from kernels._triton.graphed import register_graphed
 from kernels.neighbor_agg import triton_kernel as agg
 from kernels.neighbor_agg.graph import CSRGraph
@@ -29,10 +28,7 @@ def _plan(graph, h, *layer):
     n, F = graph.n, h.shape[1]
     if not (n and F):
         return None
-    cfg = common.choose("neighbor_agg", agg.DEFAULTS, dict(n=n, F=F), {})
-    block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
-    return agg._plan(graph.rowptr, graph.max_degree, cfg["SPLIT"], F, common.cdiv(F, block_f),
-                     bool(cfg.get("ORDER", 0)))
+    return agg.plan_for(graph.rowptr, graph.max_degree, n, F)
 
 
 GRAPHED = register_graphed(SPEC, mp_block, prepare=prepare, hold={"graph": CSRGraph.versions}, keep=_plan,

@@ -77,13 +77,6 @@ def transposed(rowptr, col, n_src: int) -> dict:
     return _TRANSPOSED.put((rowptr, col), n_src, t)
 
 
-def _split_plan(rowptr, max_degree, n: int, F: int):
-    """The split plan a default-config launch over n rows of F features finds (built once, then found)."""
-    cfg = common.choose(OP, fwd.DEFAULTS, dict(n=n, F=F), {})
-    block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
-    return fwd._plan(rowptr, max_degree, cfg["SPLIT"], F, common.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
-
-
 def prepare_backward(graph, x, **config):
     """The forward's prepare, plus the transposed graph and its split plan (built once, never timed)."""
     fwd.prepare(graph, x, **config)
@@ -99,8 +92,8 @@ def memo_buffers(graph, F: int) -> tuple:
     if not F:
         return ()
     t = transposed(graph.rowptr, graph.col, graph.n_src)
-    plans = (_split_plan(graph.rowptr, graph.max_degree, graph.n, F) if graph.n else None,
-             _split_plan(t["trowptr"], t["max_degree"], graph.n_src, F) if graph.n_src else None)
+    plans = (fwd.plan_for(graph.rowptr, graph.max_degree, graph.n, F) if graph.n else None,
+             fwd.plan_for(t["trowptr"], t["max_degree"], graph.n_src, F) if graph.n_src else None)
     return (t,) + plans
 
 

@@ -302,13 +302,18 @@ def neighbor_agg(graph, x, out=None, guard=None, _lower_flags=True, **config):
     return _launch(graph.rowptr, graph.col, graph.w, x, out, graph.max_degree, config, guard, _lower_flags)
 
 
+def plan_for(rowptr, max_degree, n: int, F: int, config=None) -> dict:
+    """The split plan a launch over n rows of F features with ``config`` finds (built once, then found):
+    for a prepare, and for whoever must keep the plan a recorded launch reads alive."""
+    cfg = common.choose("neighbor_agg", DEFAULTS, dict(n=n, F=F), config or {})
+    block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
+    return _plan(rowptr, max_degree, cfg["SPLIT"], F, common.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
+
+
 def prepare(graph, x, **config):
     """Build the split plan once per input set (never timed), as cuSPARSE's column builds its matrix."""
-    n, F = graph.n, x.shape[1]
-    if n and F:
-        cfg = common.choose("neighbor_agg", DEFAULTS, dict(n=n, F=F), config)
-        block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
-        _plan(graph.rowptr, graph.max_degree, cfg["SPLIT"], F, common.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
+    if graph.n and x.shape[1]:
+        plan_for(graph.rowptr, graph.max_degree, graph.n, x.shape[1], config)
     return graph, x
 
 
