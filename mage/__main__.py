@@ -27,11 +27,14 @@ def cmd_measure(a):
     from .passes import check_passes
     st = m.Settings(iters=a.iters, spans=a.spans, rounds=a.rounds, graph=not a.no_graph,
                     passes=check_passes(a.passes))
+    cases = [] if a.tiles_only else m.plan(a.ops, a.impls, a.shapes, a.cache, a.dtypes, log=m.stderr_log,
+                                            where=_where(a.where))
+    if not a.tiles_only and not cases:  # measuring nothing must not read as a run: refused before it starts
+        raise MageInputError("measure", "--where" if a.where else "--impls", "selects no case")
     t0 = time.perf_counter()
     m.prepare_run(out, st, _command_line(), log=m.stderr_log, pin=not a.no_pin, force_machine=a.force_machine)
     all_rows = []
     if not a.tiles_only:
-        cases = m.plan(a.ops, a.impls, a.shapes, a.cache, a.dtypes, log=m.stderr_log)
         rows, checks = m.run_cases(cases, out, st, log=m.stderr_log)
         all_rows.append(rows)
         failed = checks[~checks["passed"]] if len(checks) else checks
@@ -43,6 +46,17 @@ def cmd_measure(a):
                         dtypes=a.dtypes, names=a.impls)
     print(m.summary_table(all_rows[0]) if all_rows else "")
     print(f"\nwrote {out}/ (run {st.run}) in {time.perf_counter() - t0:.0f} s")
+
+
+def _where(pairs) -> dict:
+    """``--where key=value ...`` as {key: value}; a pair without '=' is refused."""
+    out = {}
+    for p in pairs or ():
+        key, eq, value = p.partition("=")
+        if not eq or not key:
+            raise MageInputError("measure", "--where", f"takes key=value pairs (dist=skewed), not {p!r}")
+        out[key] = value
+    return out
 
 
 def cmd_check(a):
@@ -139,6 +153,8 @@ def main(argv=None):
     sp.add_argument("--no-graph", action="store_true")
     sp.add_argument("--passes", nargs="+", default=["forward"], choices=["forward", "backward", "both"],
                     help="forward (the call), backward (the gradients alone, the forward untimed), both")
+    sp.add_argument("--where", nargs="+", default=None, metavar="KEY=VALUE",
+                    help="only the shapes with these values (dist=skewed): one case again, not its set")
     sp.add_argument("--out", required=True)
     force(sp)
     sp.set_defaults(fn=cmd_measure)

@@ -181,9 +181,11 @@ def _time_pass(spec, key, pass_, timed, prepared, st, row, log):
     return rows, kernel
 
 
-def plan(op_names, impl_names, shape_sets, caches, dtypes=None, log=None):
+def plan(op_names, impl_names, shape_sets, caches, dtypes=None, log=None, where=None):
     """The cases to run: (op, shape, shape_set, cache, [impls of one dtype]). ``log`` hears every
-    implementation left out of a shape past its ``max_flops``."""
+    implementation left out of a shape past its ``max_flops``. ``where`` ({key: value}) keeps the shapes
+    whose every named key has that value (compared as text: ``dist=skewed``), to measure one case again
+    without its neighbours; a key no shape of an operation has selects none of its shapes."""
     cases = []
     for name in op_names:
         spec = ops.get(name)
@@ -195,6 +197,8 @@ def plan(op_names, impl_names, shape_sets, caches, dtypes=None, log=None):
             # kernels as at field and large) or time themselves in a process of their own.
             sweep = shape_set == "sweep"
             for shape in spec.shapes[shape_set]:
+                if where and any(str(shape.get(k)) != v for k, v in where.items()):
+                    continue
                 set_caches = ["warm"] if sweep else caches
                 for cache in set_caches:
                     for dt in dict.fromkeys(i.dtype for i in chosen):

@@ -73,3 +73,24 @@ def test_missing_data_folder_is_one_line():
 def test_corrupt_data_is_one_line(tmp_path):
     (tmp_path / "field.csv").write_text("op,impl\nmatmul,pytorch\n")
     _one_line_error(mage("targets", str(tmp_path)), "mage targets:", "missing columns")
+
+
+def test_where_measures_one_case_again_without_its_set(monkeypatch):
+    from mage import measure, registry
+    monkeypatch.setattr(registry.Impl, "runs_on", lambda self, device: None)  # plan as on a GPU machine
+    both = measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"])
+    skewed = measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"], where={"dist": "skewed"})
+    assert sorted(c[1]["dist"] for c in both) == ["skewed", "uniform"]
+    assert [c[1]["dist"] for c in skewed] == ["skewed"]
+    # values compare as text (a shape's ints too); a key no shape has selects nothing
+    assert len(measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"], where={"F": "64"})) == 2
+    assert measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"], where={"graph": "x"}) == []
+
+
+def test_where_takes_key_value_pairs():
+    from mage.__main__ import _where
+    from mage.errors import MageInputError
+    assert _where(["dist=skewed", "F=64"]) == {"dist": "skewed", "F": "64"} and _where(None) == {}
+    for bad in ("skewed", "=skewed"):
+        with pytest.raises(MageInputError, match="--where"):
+            _where([bad])
