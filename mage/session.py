@@ -65,6 +65,11 @@ def steady_process(pin: bool = True) -> dict:
         core = cores[len(cores) // 2]  # away from core 0, where interrupts tend to land
         os.sched_setaffinity(0, {core})
         done["pinned_core"] = core
+        # One core: PyTorch's host thread pool (a thread a core by default) would share it, and its
+        # threads' waits would stall every parallel host operation (building a request's graph, say).
+        import torch
+        torch.set_num_threads(1)
+        done["host_threads"] = 1
     except (AttributeError, OSError) as e:
         done["pin_error"] = f"{type(e).__name__}: {e}"
     try:
