@@ -151,7 +151,8 @@ def _static_like(t: torch.Tensor) -> torch.Tensor:
 class Graphed:
     """``Graphed(spec, fn)(*inputs, out=None)``: ``fn`` (the block, ``fn(*inputs, out=None)``) replayed
     from a CUDA graph per input signature. ``hold``: {argument name: versions(obj)} for the arguments
-    the graph reads in place (kept alive by the entry); ``keep(*inputs)``: anything else the captured
+    the graph reads in place (kept alive by the entry), keyed by the object's identity and that tuple, or
+by the tuple alone where the function's ``by_identity`` is False; ``keep(*inputs)``: anything else the captured
     call reads that the block caches outside the capture (a host-side plan's buffers), kept alive by
     the entry; ``capture``: the primitives (default ``CudaCapture()``)."""
 
@@ -181,7 +182,10 @@ class Graphed:
                     self.spec.validate(*args)
                     raise MageInputError(self.spec.name, name, f"is a {type(a).__name__}, not the object the "
                                          "block reads in place") from None
-                parts.append((name, "held", id(a), versions))
+                # a hold function that says its key is the whole story (``by_identity = False``: the
+                # buffers read and what the launch depends on) lets another object in those buffers hit
+                ident = id(a) if getattr(self.hold[name], "by_identity", True) else None
+                parts.append((name, "held", ident, versions))
             elif isinstance(a, torch.Tensor):
                 parts.append((name, tuple(a.shape), a.dtype, a.stride(), a.device))
             else:

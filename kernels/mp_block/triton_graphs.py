@@ -2,9 +2,11 @@
 launches recorded once per input signature and replayed as one graph launch
 (``kernels/_triton/graphed.py``).
 
-The graph structure is *held*, not copied: a ``CSRGraph`` is validated once and read in place, so the
-signature holds its identity and its tensors' version counters (an in-place write misses and is
-validated again). The aggregation's split plan (built on the host from rowptr, a synchronisation) is
+The graph structure is *held*, not copied: a ``CSRGraph`` is validated once and read in place. Where
+the aggregation's launch depends on the structure (hub rows cut into chunks), the signature holds the
+graph's identity and its tensors' version counters (an in-place write misses and is validated again);
+where it does not (no hubs: a served batch's union graph of radius graphs), the signature holds its
+buffers, so each batch written into them replays one recorded graph instead of capturing its own. The aggregation's split plan (built on the host from rowptr, a synchronisation) is
 built by the warm-up before the capture, and its buffers, which the captured kernel reads, are kept
 alive by the cache entry: the aggregation's own memo may drop them later.
 Its training step (``mage.train``) is the plain column's training path with the whole step (forward,
@@ -31,5 +33,26 @@ def _plan(graph, h, *layer):
     return agg.plan_for(graph.rowptr, graph.max_degree, n, F)
 
 
-GRAPHED = register_graphed(SPEC, mp_block, prepare=prepare, hold={"graph": CSRGraph.versions}, keep=_plan,
+def _graph_key(graph: CSRGraph) -> tuple:
+    """What the captured layer reads of a graph. A graph whose launch is structure-free (no hubs: see
+    ``agg.structure_free``) is read in place: the key is its buffers (address, size) and its node counts,
+    so a served batch (a new union graph written into the buffers of its slot count) replays the graph
+    recorded for the first batch; it must be intact (validated when built, or valid by construction as
+    a union, and not written since), which every call checks. Otherwise the key is the graph's version
+    counters, with its identity: a new structure is a new plan, validated and captured again."""
+    if not agg.structure_free(graph.max_degree):
+        return ("object", *graph.versions())
+    graph.check_intact()
+    return ("buffers", graph.n, graph.n_src,
+            *((t.data_ptr(), t.numel(), t.device) for t in (graph.rowptr, graph.col, graph.w, graph.row)))
+
+
+def _held(graph) -> tuple:
+    key = _graph_key(graph)
+    return key if key[0] == "buffers" else (id(graph), *key)  # identity back in for a structured plan
+
+
+_held.by_identity = False
+
+GRAPHED = register_graphed(SPEC, mp_block, prepare=prepare, hold={"graph": _held}, keep=_plan,
                            maxsize=SIGNATURES, config=dict(of="triton"), train=True)

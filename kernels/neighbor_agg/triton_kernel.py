@@ -272,6 +272,15 @@ def plan_for(rowptr, max_degree, n: int, F: int, config=None) -> dict:
     return _plan(rowptr, max_degree, cfg["SPLIT"], F, common.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
 
 
+def structure_free(max_degree) -> bool:
+    """True when the default launch over a graph of this maximum degree does not depend on its structure:
+    no row is a hub (each default config's SPLIT is 0 or at least ``max_degree``) and the rows keep
+    their own order. Such a launch reads only rowptr, col and w, in place, so a recorded launch serves
+    any graph of the same size written into the same buffers."""
+    return max_degree is not None and all(
+        not cfg.get("ORDER", 0) and (cfg["SPLIT"] == 0 or max_degree <= cfg["SPLIT"]) for cfg in DEFAULTS.values())
+
+
 def prepare(graph, x, **config):
     """Build the split plan once per input set (never timed), as cuSPARSE's column builds its matrix."""
     if graph.n and x.shape[1]:
