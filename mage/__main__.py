@@ -43,7 +43,7 @@ def cmd_measure(a):
             print(failed[["op", "impl", "dtype", "shape", "reason"]].to_string(index=False))
     if a.tiles or a.tiles_only:
         m.measure_tiles(a.ops, [s for s in a.shapes if s in ("field", "large")], out, st, log=m.stderr_log,
-                        dtypes=a.dtypes, names=a.impls)
+                        dtypes=a.dtypes, names=a.impls, where=_where(a.where))
     print(m.summary_table(all_rows[0]) if all_rows else "")
     print(f"\nwrote {out}/ (run {st.run}) in {time.perf_counter() - t0:.0f} s")
 

@@ -181,6 +181,11 @@ def _time_pass(spec, key, pass_, timed, prepared, st, row, log):
     return rows, kernel
 
 
+def selected(shape: dict, where=None) -> bool:
+    """``where`` ({key: value}, compared as text) holds for ``shape``; no ``where`` selects every shape."""
+    return not where or all(str(shape.get(k)) == v for k, v in where.items())
+
+
 def plan(op_names, impl_names, shape_sets, caches, dtypes=None, log=None, where=None):
     """The cases to run: (op, shape, shape_set, cache, [impls of one dtype]). ``log`` hears every
     implementation left out of a shape past its ``max_flops``. ``where`` ({key: value}) keeps the shapes
@@ -197,7 +202,7 @@ def plan(op_names, impl_names, shape_sets, caches, dtypes=None, log=None, where=
             # kernels as at field and large) or time themselves in a process of their own.
             sweep = shape_set == "sweep"
             for shape in spec.shapes[shape_set]:
-                if where and any(str(shape.get(k)) != v for k, v in where.items()):
+                if not selected(shape, where):
                     continue
                 set_caches = ["warm"] if sweep else caches
                 for cache in set_caches:
@@ -259,10 +264,11 @@ def write(out_dir, rows: pd.DataFrame, checks: pd.DataFrame):
         merge_csv(part, out_dir / f"{shape_set}.csv", KEY)
 
 
-def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print, dtypes=None, names=None):
+def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print, dtypes=None, names=None, where=None):
     """The tile sweep: every configuration that an implementation offers (``Impl.sweep``), each checked,
     then profiled and spanned with the lighter TILE_SETTINGS; every row records the config that ran.
-    ``dtypes`` (default fp32 only, the book's sweeps) and ``names`` pick the implementations swept."""
+    ``dtypes`` (default fp32 only, the book's sweeps) and ``names`` pick the implementations swept;
+    ``where`` the shapes, as in ``plan``."""
     rows, checks = [], []
     for name in op_names:
         spec = ops.get(name)
@@ -270,7 +276,7 @@ def measure_tiles(op_names, shape_sets, out_dir, st: Settings, log=print, dtypes
                      and i.dtype in (dtypes or ("fp32",))]:
             variants = [base.variant(**cfg) for cfg in base.sweep]
             for shape_set in shape_sets:
-                for shape in spec.shapes[shape_set]:
+                for shape in [s for s in spec.shapes[shape_set] if selected(s, where)]:
                     for i, v in enumerate(variants):
                         log(f"  tiles {name} {ops.shape_key(shape)} [{i + 1}/{len(variants)}] {v.config}")
                         r, c = measure_case(spec, shape, shape_set, "warm", [v], Settings(

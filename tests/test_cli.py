@@ -94,3 +94,12 @@ def test_where_takes_key_value_pairs():
     for bad in ("skewed", "=skewed"):
         with pytest.raises(MageInputError, match="--where"):
             _where([bad])
+
+
+def test_where_picks_the_tile_sweeps_shapes_too(monkeypatch, tmp_path):
+    from mage import measure
+    seen = []
+    monkeypatch.setattr(measure, "measure_case", lambda spec, shape, *a, **k: (seen.append(shape["dist"]), ([], []))[1])
+    measure.measure_tiles(["neighbor_agg"], ["large"], tmp_path, measure.Settings(), log=lambda s: None,
+                          names=["triton"], where={"dist": "skewed"})
+    assert seen and set(seen) == {"skewed"}
