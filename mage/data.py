@@ -36,6 +36,7 @@ VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches"
          # batches of one size ('batch_size'), and requests served
          "latency": "us", "latency_part": "us", "latency_share": "fraction", "throughput": "items/s",
          "batch_hist": "batches", "requests": "count",
+         "host_call": "us",  # the host's time inside a served call (its checks and launches): beside the parts
          "train_step": "us", "train_part": "us"}  # a block's training step, and its parts (mage.train)
 # service: one request's shape; train: a block's training step (mage.train), at its field or large shape
 SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service", "train"}

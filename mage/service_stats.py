@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 
 from .errors import MageInputError
-from .service import PARTS, WHO
+from .service import HOST_CALL, PARTS, WHO
 
 STATS = {"p50": 50, "p90": 90, "p99": 99, "p999": 99.9, "max": 100}
 PART_STATS = {"mean": None, "p50": 50, "p99": 99}
@@ -55,7 +55,8 @@ def _row(base, view, stat, value, unit, **kw) -> dict:
 
 def trace_rows(trace, base: dict, loop: str, items: int, **case) -> list[dict]:
     """The rows of one loop's trace: latency percentiles; each part (h2d, compute, d2h, other, and the
-    queue in an open loop) per request, with its share of the mean latency; the achieved throughput in
+    queue in an open loop) per request, with its share of the mean latency; the host's time inside the
+    call (view ``host_call``) where the executor timed it; the achieved throughput in
     items per second; requests served; the batch-size histogram. ``case``: batch, wait_us, load, rate."""
     b = dict(base, loop=loop, **case)
     lat = trace.latency
@@ -70,6 +71,10 @@ def trace_rows(trace, base: dict, loop: str, items: int, **case) -> list[dict]:
             rows.append(_row(b, "latency_part", stat, v * US, "us", stage=name))
         rows.append(_row(b, "latency_share", "mean", float(np.mean(xs)) / mean if mean > 0 else math.nan,
                          "fraction", stage=name))
+    if HOST_CALL in trace.parts:  # the host's time inside the call: beside the parts, not one of them
+        xs = trace.part_per_request(HOST_CALL)
+        for stat, q in PART_STATS.items():
+            rows.append(_row(b, HOST_CALL, stat, (float(np.mean(xs)) if q is None else percentile(xs, q)) * US, "us"))
     rows.append(_row(b, "throughput", "achieved", trace.throughput(items), "items/s"))
     rows.append(_row(b, "requests", "served", len(lat), "count"))
     for size, count in sorted(Counter(trace.sizes).items()):

@@ -53,7 +53,8 @@ def test_the_executor_moves_each_request_on_the_host(spec, fn):
     assert ex.verify(spec) <= spec.tol("fp32")
     for requests in ([0], [3, 1, 2], [0, 1, 2, 3, 4], [6, 5]):  # 3 requests run padded to 4; 6 is 2 again
         parts = ex.run(requests)
-        assert set(parts) == {"h2d", "compute", "d2h"} and all(v >= 0 for v in parts.values())
+        # the three parts, and the host's own time in the call beside them (it overlaps 'compute')
+        assert set(parts) == {"h2d", "compute", "d2h", "host_call"} and all(v >= 0 for v in parts.values())
         for j, r in enumerate(requests):
             got = ex.host_out.narrow(ax, j * items, items).double()
             want = spec.reference(ex.pool[r % 4][0], ex.dev[1])
@@ -128,6 +129,11 @@ def test_the_session_writes_rows_that_load(tiny_op, tmp_path):
     assert sorted(df[df["loop"] == "open"]["load"].unique()) == [0.2, 0.8]
     served = df[df["view"] == "requests"]
     assert (served["value"] == 60).all() and len(served) == 6  # three loops, two precisions
+    # the host's time inside the call: its own view for the closed and open loops, never a part
+    call = df[df["view"] == "host_call"]
+    assert set(call["loop"]) == {"closed", "open"} and set(call["stat"]) == {"mean", "p50", "p99"}
+    assert (call["value"] >= 0).all() and (call["unit"] == "us").all()
+    assert "host_call" not in set(df[df["view"].isin(["latency_part", "latency_share"])]["stage"])
     latest = data.load(tmp_path)  # each case from its latest run: run2 re-measured fp32's closed loop
     closed = latest[(latest["loop"] == "closed") & (latest["view"] == "requests")]
     assert dict(zip(closed["dtype"], closed["run"])) == {"fp32": run2, "bf16": run}
