@@ -30,10 +30,10 @@ def _block():
     return TR.blocks()[0]
 
 
-def _pass_rows(op, times):
-    """Kernel-time rows of ``op`` at its large shape: times[impl][pass] microseconds."""
+def _pass_rows(op, times, which=0):
+    """Kernel-time rows of ``op`` at its large shape (the ``which``-th listed): times[impl][pass] us."""
     spec = ops.OPS[op]
-    shape = spec.shapes["large"][0]
+    shape = spec.shapes["large"][which]
     key = ops.shape_key(shape)
     rows = []
     for impl, per in times.items():
@@ -108,6 +108,23 @@ def test_copy_share_against_the_target(bwd_us, met):
     assert s.loc[op, "met"] is met
     assert s.loc[op, "verdict"] == "tie"  # same time as the only rival: a tie, never 'faster'
     assert "target" in TR.backward_findings(df, _ceilings())
+
+
+def test_every_recorded_large_shape_has_its_row():
+    """An operation with two large shapes (the neighbour aggregation's two graphs) gets a row for each
+    recorded backward, named apart in the findings; the second graph was left out before."""
+    op = next((o for o in TR.operations() if len(ops.OPS[o].shapes.get("large", [])) > 1
+               and ops.OPS[o].grad_bytes is not None), None)
+    if op is None:
+        pytest.skip("no operation with two large shapes and a backward cost")
+    custom, base = registry.role("custom"), registry.role("baseline")
+    times = {custom: dict(backward=100.0), base: dict(backward=300.0)}
+    df = _frame(_pass_rows(op, times) + _pass_rows(op, times, which=1))
+    s = TR.copy_shares(df, _ceilings(copy_gbps=1e-3))  # a tiny copy ceiling: every case memory-bound
+    shapes = [ops.shape_key(x) for x in ops.OPS[op].shapes["large"][:2]]
+    assert list(s[s["op"] == op]["shape"]) == shapes
+    names = TR.case_names(s[s["op"] == op])
+    assert len(set(names)) == 2 and all("(" in n for n in names)  # each names what sets it apart
 
 
 def test_steps_figure_and_the_custom_verdict():
