@@ -12,6 +12,16 @@ from kernels._triton import common
 PLANS = common.TensorMemo(32)
 
 
+_EMPTY: dict = {}  # per device: what a plan without hubs passes for its buffers (the kernel never reads them)
+
+
+def _placeholders(dev) -> tuple:
+    """Shared, so a graph without hubs costs no allocation: a served batch is a new graph each time."""
+    if dev not in _EMPTY:
+        _EMPTY[dev] = (torch.zeros(1, dtype=torch.int32, device=dev), torch.zeros(1, device=dev))
+    return _EMPTY[dev]
+
+
 def build(rowptr, max_degree, split, F, fblocks, order=0):
     """The hub plan for one graph: built on the host once (it reads rowptr back, a synchronisation),
     then reused by every call with the same rowptr. Holds the partial-sum and flag buffers, and with
@@ -30,9 +40,8 @@ def build(rowptr, max_degree, split, F, fblocks, order=0):
     if split > 0 and (max_degree is None or max_degree > split):
         hubs = torch.nonzero(deg > split).flatten()
     if hubs is None or hubs.numel() == 0:
-        one = torch.zeros(1, dtype=torch.int32, device=dev)
-        plan = dict(hub_row=one, hub_first=one, chunk_hub=one, part=torch.zeros(1, device=dev), flag=one,
-                    n_chunks=0, split=0)
+        one, part = _placeholders(dev)
+        plan = dict(hub_row=one, hub_first=one, chunk_hub=one, part=part, flag=one, n_chunks=0, split=0)
     else:
         per_hub = (deg[hubs] + split - 1) // split
         first = torch.zeros(hubs.numel() + 1, dtype=torch.int64)
