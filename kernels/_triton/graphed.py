@@ -151,10 +151,10 @@ def _static_like(t: torch.Tensor) -> torch.Tensor:
 class Graphed:
     """``Graphed(spec, fn)(*inputs, out=None)``: ``fn`` (the block, ``fn(*inputs, out=None)``) replayed
     from a CUDA graph per input signature. ``hold``: {argument name: versions(obj)} for the arguments
-    the graph reads in place (kept alive by the entry), keyed by the object's identity and that tuple, or
-by the tuple alone where the function's ``by_identity`` is False; ``keep(*inputs)``: anything else the captured
-    call reads that the block caches outside the capture (a host-side plan's buffers), kept alive by
-    the entry; ``capture``: the primitives (default ``CudaCapture()``)."""
+    the graph reads in place (kept alive by the entry), keyed by the object's identity and that tuple,
+    or by the tuple alone where the function's ``by_identity`` is False; ``keep(*inputs)``: anything
+    else the captured call reads that the block caches outside the capture (a host-side plan's
+    buffers), kept alive by the entry; ``capture``: the primitives (default ``CudaCapture()``)."""
 
     def __init__(self, spec, fn: Callable, hold: Optional[dict] = None, keep: Optional[Callable] = None,
                  maxsize: int = MAXSIZE, capture=None, name: str = "triton_graphs", plain: str = "triton",

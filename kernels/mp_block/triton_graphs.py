@@ -6,9 +6,10 @@ The graph structure is *held*, not copied: a ``CSRGraph`` is validated once and 
 the aggregation's launch depends on the structure (hub rows cut into chunks), the signature holds the
 graph's identity and its tensors' version counters (an in-place write misses and is validated again);
 where it does not (no hubs: a served batch's union graph of radius graphs), the signature holds its
-buffers, so each batch written into them replays one recorded graph instead of capturing its own. The aggregation's split plan (built on the host from rowptr, a synchronisation) is
-built by the warm-up before the capture, and its buffers, which the captured kernel reads, are kept
-alive by the cache entry: the aggregation's own memo may drop them later.
+buffers, so each batch written into them replays one recorded graph instead of capturing its own.
+The aggregation's split plan (built on the host from rowptr, a synchronisation) is built by the
+warm-up before the capture, and its buffers, which the captured kernel reads, are kept alive by the
+cache entry: the aggregation's own memo may drop them later.
 Its training step (``mage.train``) is the plain column's training path with the whole step (forward,
 backward and the AdamW update) recorded as one CUDA graph."""
 
