@@ -177,7 +177,6 @@ def _copy_share(bwd, ceil, op, shape, shape_set, dtype, custom, lib) -> dict:
                 rival=rival, verdict=c.verdict, custom_us=c.a, rival_us=c.b, tolerance=c.tolerance)
 
 
-
 def verdict_words(verdict: str, a: float, b: float, tol: float, what: str = "the time") -> str:
     """'1.3x as fast', 'a tie (within 3%)', '1.2x the time' or 'not measured'."""
     if verdict == "tie":
