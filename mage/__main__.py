@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import ops, registry
 from .cli_blocks import add_amdahl, add_launch_path, add_serve, add_train
-from .cli_common import _command_line, _cuda_or_exit, _known_impls, _positive_int, _same_machine, force
+from .cli_common import _command_line, _cuda_or_exit, _known_impls, _positive_int, _same_machine, force, parse_where
 from .data import DataError
 from .errors import MageInputError
 
@@ -28,7 +28,7 @@ def cmd_measure(a):
     st = m.Settings(iters=a.iters, spans=a.spans, rounds=a.rounds, graph=not a.no_graph,
                     passes=check_passes(a.passes))
     cases = [] if a.tiles_only else m.plan(a.ops, a.impls, a.shapes, a.cache, a.dtypes, log=m.stderr_log,
-                                            where=_where(a.where))
+                                            where=parse_where(a.where))
     if not a.tiles_only and not cases:  # measuring nothing must not read as a run: refused before it starts
         raise MageInputError("measure", "--where" if a.where else "--impls", "selects no case")
     t0 = time.perf_counter()
@@ -43,20 +43,9 @@ def cmd_measure(a):
             print(failed[["op", "impl", "dtype", "shape", "reason"]].to_string(index=False))
     if a.tiles or a.tiles_only:
         m.measure_tiles(a.ops, [s for s in a.shapes if s in ("field", "large")], out, st, log=m.stderr_log,
-                        dtypes=a.dtypes, names=a.impls, where=_where(a.where))
+                        dtypes=a.dtypes, names=a.impls, where=parse_where(a.where))
     print(m.summary_table(all_rows[0]) if all_rows else "")
     print(f"\nwrote {out}/ (run {st.run}) in {time.perf_counter() - t0:.0f} s")
-
-
-def _where(pairs) -> dict:
-    """``--where key=value ...`` as {key: value}; a pair without '=' is refused."""
-    out = {}
-    for p in pairs or ():
-        key, eq, value = p.partition("=")
-        if not eq or not key:
-            raise MageInputError("measure", "--where", f"takes key=value pairs (dist=skewed), not {p!r}")
-        out[key] = value
-    return out
 
 
 def cmd_check(a):

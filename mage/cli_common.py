@@ -53,3 +53,14 @@ def force(sp):
     """The --force-machine option of every subcommand that writes into a data folder."""
     sp.add_argument("--force-machine", action="store_true",
                     help="write into --out even if its recorded runs come from another machine's GPU")
+
+
+def parse_where(pairs) -> dict:
+    """``--where key=value ...`` as {key: value} for ``measure.selected``; a pair without '=' is refused."""
+    out = {}
+    for p in pairs or ():
+        key, eq, value = p.partition("=")
+        if not eq or not key:
+            raise MageInputError("measure", "--where", f"takes key=value pairs (dist=skewed), not {p!r}")
+        out[key] = value
+    return out

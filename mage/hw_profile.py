@@ -14,6 +14,7 @@ import sys
 
 from . import ops, registry
 from .errors import MageInputError
+from .cli_common import parse_where
 from .measure import selected
 
 
@@ -25,7 +26,8 @@ def shape_of(op: str, shape_set: str, where: dict) -> dict:
     got = [s for s in spec.shapes[shape_set] if selected(s, where)]
     if len(got) != 1:
         listed = [ops.shape_key(s) for s in spec.shapes[shape_set]]
-        raise MageInputError(op, "where", f"must pick one shape of the {shape_set!r} set, picked {len(got)} of {listed}")
+        raise MageInputError(op, "where", f"must pick one shape of the {shape_set!r} set, picked {len(got)} "
+                             f"of {listed}")
     return got[0]
 
 
@@ -52,7 +54,6 @@ def run(op: str, impl: str, shape_set: str = "large", where: dict | None = None,
 
 
 def main(argv=None) -> int:
-    from .__main__ import _where
     p = argparse.ArgumentParser(prog="python -m mage.hw_profile", description=__doc__.split("\n\n")[0])
     p.add_argument("op", choices=list(ops.OPS))
     p.add_argument("impl")
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda")
     a = p.parse_args(argv)
     try:
-        shape = run(a.op, a.impl, a.shape_set, _where(a.where), a.dtype, a.calls, a.device)
+        shape = run(a.op, a.impl, a.shape_set, parse_where(a.where), a.dtype, a.calls, a.device)
     except MageInputError as e:
         print(f"mage.hw_profile: {' '.join(str(e).split())}", file=sys.stderr)
         return 2

@@ -88,7 +88,7 @@ def test_where_measures_one_case_again_without_its_set(monkeypatch):
 
 
 def test_where_takes_key_value_pairs():
-    from mage.__main__ import _where
+    from mage.cli_common import parse_where as _where
     from mage.errors import MageInputError
     assert _where(["dist=skewed", "F=64"]) == {"dist": "skewed", "F": "64"} and _where(None) == {}
     for bad in ("skewed", "=skewed"):
