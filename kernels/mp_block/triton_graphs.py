@@ -39,21 +39,16 @@ def _graph_key(graph: CSRGraph) -> tuple:
     ``agg.structure_free``) is read in place: the key is its buffers (address, size) and its node counts,
     so a served batch (a new union graph written into the buffers of its slot count) replays the graph
     recorded for the first batch; it must be intact (validated when built, or valid by construction as
-    a union, and not written since), which every call checks. Otherwise the key is the graph's version
-    counters, with its identity: a new structure is a new plan, validated and captured again."""
+    a union, and not written since), which every call checks. Otherwise the key is the graph's identity
+    and version counters: a new structure is a new plan, validated and captured again."""
     if not agg.structure_free(graph.max_degree):
-        return ("object", *graph.versions())
+        return ("object", id(graph), *graph.versions())
     graph.check_intact()
     return ("buffers", graph.n, graph.n_src,
             *((t.data_ptr(), t.numel(), t.device) for t in (graph.rowptr, graph.col, graph.w, graph.row)))
 
 
-def _held(graph) -> tuple:
-    key = _graph_key(graph)
-    return key if key[0] == "buffers" else (id(graph), *key)  # identity back in for a structured plan
+_graph_key.by_identity = False  # the key itself says when the graph's identity matters
 
-
-_held.by_identity = False
-
-GRAPHED = register_graphed(SPEC, mp_block, prepare=prepare, hold={"graph": _held}, keep=_plan,
+GRAPHED = register_graphed(SPEC, mp_block, prepare=prepare, hold={"graph": _graph_key}, keep=_plan,
                            maxsize=SIGNATURES, config=dict(of="triton"), train=True)
