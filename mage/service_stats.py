@@ -53,6 +53,11 @@ def _row(base, view, stat, value, unit, **kw) -> dict:
     return dict(base, view=view, stat=stat, value=float(value), unit=unit, **kw)
 
 
+def _part_stat(xs, q) -> float:
+    """PART_STATS' statistic: the mean for None, else the nearest-rank percentile q."""
+    return float(np.mean(xs)) if q is None else percentile(xs, q)
+
+
 def trace_rows(trace, base: dict, loop: str, items: int, **case) -> list[dict]:
     """The rows of one loop's trace: latency percentiles; each part (h2d, compute, d2h, other, and the
     queue in an open loop) per request, with its share of the mean latency; the host's time inside the
@@ -67,14 +72,13 @@ def trace_rows(trace, base: dict, loop: str, items: int, **case) -> list[dict]:
     mean = float(np.mean(lat))
     for name, xs in parts.items():
         for stat, q in PART_STATS.items():
-            v = float(np.mean(xs)) if q is None else percentile(xs, q)
-            rows.append(_row(b, "latency_part", stat, v * US, "us", stage=name))
+            rows.append(_row(b, "latency_part", stat, _part_stat(xs, q) * US, "us", stage=name))
         rows.append(_row(b, "latency_share", "mean", float(np.mean(xs)) / mean if mean > 0 else math.nan,
                          "fraction", stage=name))
     if HOST_CALL in trace.parts:  # the host's time inside the call: beside the parts, not one of them
         xs = trace.part_per_request(HOST_CALL)
         for stat, q in PART_STATS.items():
-            rows.append(_row(b, HOST_CALL, stat, (float(np.mean(xs)) if q is None else percentile(xs, q)) * US, "us"))
+            rows.append(_row(b, HOST_CALL, stat, _part_stat(xs, q) * US, "us"))
     rows.append(_row(b, "throughput", "achieved", trace.throughput(items), "items/s"))
     rows.append(_row(b, "requests", "served", len(lat), "count"))
     for size, count in sorted(Counter(trace.sizes).items()):
