@@ -42,7 +42,7 @@ def test_served_batches_replay_one_recorded_graph():
     g = like("mp_block", "fp32", CallAgain())
     answers = []
     for graph, h in _batches(union, pool, 2, "cpu"):
-        assert agg.structure_free(graph.max_degree)
+        assert agg.structure_free(graph.max_degree, graph.n)
         y = g(graph, h, *layer).clone()
         assert torch.equal(y, g.fn(graph, h, *layer))  # this batch's answer, not the first batch's
         answers.append(y)
@@ -69,7 +69,7 @@ def test_a_graph_with_hubs_is_captured_per_structure():
     col, w = torch.arange(n, dtype=torch.int32), torch.rand(n)
     first = CSRGraph.build(rowptr, col, w, n)
     second = CSRGraph.build(rowptr, col, w, n)  # the same buffers, another object
-    assert not agg.structure_free(first.max_degree)
+    assert not agg.structure_free(first.max_degree, first.n)
     g = like("mp_block", "fp32", CallAgain())
     h = torch.randn(n, 8)
     g(first, h, *layer)

@@ -41,7 +41,7 @@ def _graph_key(graph: CSRGraph) -> tuple:
     recorded for the first batch; it must be intact (validated when built, or valid by construction as
     a union, and not written since), which every call checks. Otherwise the key is the graph's identity
     and version counters: a new structure is a new plan, validated and captured again."""
-    if not agg.structure_free(graph.max_degree):
+    if not agg.structure_free(graph.max_degree, graph.n):
         return ("object", id(graph), *graph.versions())
     graph.check_intact()
     return ("buffers", graph.n, graph.n_src,

@@ -190,3 +190,17 @@ def test_degree_order_is_a_stable_permutation_by_degree():
     ordered = k._plan(graph.rowptr, graph.max_degree, 8, 5, 1, order=1)
     assert ordered["order"].tolist() == [1, 4, 2, 0, 3, 5]  # degrees 50, 3, 1, 0, 0, 0
     assert ordered["n_chunks"] == plain["n_chunks"] == 7 and ordered["hub_row"].tolist() == [1]
+
+
+@cpu_only
+def test_structure_free_only_where_no_config_orders_or_splits():
+    """A recorded launch may serve a new graph in the same buffers only where every default a launch
+    over n rows can choose keeps the rows' order and splits no row: the large size orders its rows (so a
+    served graph of that size is captured per structure), other sizes do not."""
+    from kernels.neighbor_agg import triton_kernel as k
+    large_n = spec(OP).shapes["large"][0]["n"]
+    assert k.common.choose(OP, k.DEFAULTS, dict(n=large_n, F=64), {})["ORDER"] == 1
+    assert not k.structure_free(16, large_n)
+    assert k.structure_free(16, 16384) and k.structure_free(256, 16384)
+    assert not k.structure_free(257, 16384)  # a hub past SPLIT = 256
+    assert not k.structure_free(None, 16384)

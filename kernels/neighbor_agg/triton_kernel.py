@@ -196,8 +196,10 @@ SWEEP = [
 ]
 # The recorded tile sweep (data/h200/tiles.csv; its times in kernels/NOTES.md): 8 rows x 16 edges, 4
 # warps, hubs cut at 256 edges was best on both large graphs and close to the best on both field-note
-# graphs, where the best config differed by graph.
-DEFAULTS = {"field": SWEEP[2], "large": SWEEP[2], "sweep": SWEEP[2]}
+# graphs, where the best config differed by graph. At the large size the same tiles with the rows in
+# degree order took 0.90x the span on the skewed graph (run 20261204T173226Z); a uniform graph's order
+# is the identity. Elsewhere the rows keep their order, so a graph without hubs stays structure-free.
+DEFAULTS = {"field": SWEEP[2], "large": SWEEP[-1], "sweep": SWEEP[2]}
 
 # The combining step, not a tile parameter of the lesson: a hub's last chunk waits for its flags
 # BLOCK_W at a time, then adds BLOCK_P partial sums a step (BLOCK_P x BLOCK_F values in flight). A
@@ -272,13 +274,21 @@ def plan_for(rowptr, max_degree, n: int, F: int, config=None) -> dict:
     return _plan(rowptr, max_degree, cfg["SPLIT"], F, common.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
 
 
-def structure_free(max_degree) -> bool:
-    """True when the default launch over a graph of this maximum degree does not depend on its structure:
-    no row is a hub (each default config's SPLIT is 0 or at least ``max_degree``) and the rows keep
-    their own order. Such a launch reads only rowptr, col and w, in place, so a recorded launch serves
-    any graph of the same size written into the same buffers."""
-    return max_degree is not None and all(
-        not cfg.get("ORDER", 0) and (cfg["SPLIT"] == 0 or max_degree <= cfg["SPLIT"]) for cfg in DEFAULTS.values())
+def structure_free(max_degree, n: int) -> bool:
+    """True when a default launch over n rows, on a graph of this maximum degree, cannot depend on the
+    graph's structure, whatever the feature count: no row is a hub (the config's SPLIT is 0 or at least
+    ``max_degree``) and the rows keep their own order (ORDER off). Such a launch reads only rowptr, col
+    and w, in place, so a recorded launch serves any graph of the same size written into the same
+    buffers. (The large default orders its rows, so a graph of that size is never structure-free.)"""
+    if max_degree is None:
+        return False
+    # every config a launch over n rows can choose: each listed shape's F at this n, and the 'sweep' entry
+    widths = {s["F"] for shapes in SPEC.shapes.values() for s in shapes if s.get("n") == n} | {-1}
+    for F in widths:
+        cfg = common.choose("neighbor_agg", DEFAULTS, dict(n=n, F=F), {})
+        if cfg.get("ORDER", 0) or not (cfg["SPLIT"] == 0 or max_degree <= cfg["SPLIT"]):
+            return False
+    return True
 
 
 def prepare(graph, x, **config):
