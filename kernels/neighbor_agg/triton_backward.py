@@ -77,6 +77,12 @@ def transposed(rowptr, col, n_src: int) -> dict:
     return _TRANSPOSED.put((rowptr, col), n_src, t)
 
 
+# dx is the forward kernel on the transposed graph with the rows in their own order: at the large size
+# the forward's default orders them by degree, which took the backward 1298 -> 1338 us (uniform graph)
+# and 765 -> 806 us (skewed) in run 20261204T174037Z, where it took the skewed forward 1412 -> 1254.
+DX_CONFIG = {"ORDER": 0}
+
+
 def prepare_backward(graph, x, **config):
     """The forward's prepare, plus the transposed graph and its split plan (built once, never timed)."""
     fwd.prepare(graph, x, **config)
@@ -93,7 +99,7 @@ def memo_buffers(graph, F: int) -> tuple:
         return ()
     t = transposed(graph.rowptr, graph.col, graph.n_src)
     plans = (fwd.plan_for(graph.rowptr, graph.max_degree, graph.n, F) if graph.n else None,
-             fwd.plan_for(t["trowptr"], t["max_degree"], graph.n_src, F) if graph.n_src else None)
+             fwd.plan_for(t["trowptr"], t["max_degree"], graph.n_src, F, DX_CONFIG) if graph.n_src else None)
     return (t,) + plans
 
 
@@ -115,7 +121,7 @@ def neighbor_agg_backward(rowptr, col, w, x, dy, need_x=True, need_w=True):
             if E:
                 # index_select takes the int32 perm as it is; w[perm] cast it to int64 first, a kernel and
                 # 12 bytes an edge more (run 093803Z's profile: a copy kernel before the gather)
-                fwd._launch(t["trowptr"], t["tcol"], w.index_select(0, t["perm"]), dy, dx, t["max_degree"], {})
+                fwd._launch(t["trowptr"], t["tcol"], w.index_select(0, t["perm"]), dy, dx, t["max_degree"], DX_CONFIG)
             else:
                 dx.zero_()
         elif n_src:
