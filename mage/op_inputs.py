@@ -9,12 +9,16 @@ from .errors import MageInputError
 from .precision import TORCH_DTYPE
 
 
+def _short(dtype) -> str:
+    return str(dtype).replace("torch.", "")  # 'bfloat16', as a user writes it
+
+
 def tensor(op, name, t, dtypes, rank=None):
     if not isinstance(t, torch.Tensor):
         raise MageInputError(op, name, f"must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in dtypes:
-        want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
-        raise MageInputError(op, name, f"must have dtype {want}, got {str(t.dtype).replace('torch.', '')}")
+        want = " or ".join(_short(d) for d in dtypes)
+        raise MageInputError(op, name, f"must have dtype {want}, got {_short(t.dtype)}")
     if rank is not None and t.dim() != rank:
         raise MageInputError(op, name, f"must have {rank} dimensions, got shape {tuple(t.shape)}")
 
@@ -25,6 +29,15 @@ def same_device(op, named):
     for name, dev in devices.items():
         if dev != first:
             raise MageInputError(op, name, f"is on {dev} but the other inputs are on {first}")
+
+
+def same_dtype(op, named):
+    """One storage precision for the op's floating inputs: every tensor of ``named`` in the first one's
+    dtype (a bf16 x with an FP32 gamma would otherwise be read at the wrong element size)."""
+    (first_name, first), *rest = named.items()
+    for name, t in rest:
+        if t.dtype != first.dtype:
+            raise MageInputError(op, name, f"has dtype {_short(t.dtype)}, but {first_name} has {_short(first.dtype)}")
 
 
 def contiguous(op, named):

@@ -16,7 +16,7 @@ import torch
 from .errors import MageInputError
 # what specs import from here: the precisions and the input checks live in their own modules
 from .op_inputs import (  # noqa: F401
-    check_out, contiguous, device_of, dim, input_bytes, randn, same_device, tensor, torch_dtype,
+    check_out, contiguous, device_of, dim, input_bytes, randn, same_device, same_dtype, tensor, torch_dtype,
 )
 from .precision import FLOAT, PRECISIONS, TOLERANCE, TORCH_DTYPE, Precision, peak_tflops  # noqa: F401
 

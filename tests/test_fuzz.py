@@ -142,6 +142,14 @@ def _contiguous(args):
     return tuple(a.contiguous() if isinstance(a, torch.Tensor) else a for a in args)
 
 
+def _tolerance(spec, dtype, inputs) -> float:
+    """The column's tolerance, or bf16's where the call's inputs are stored in bf16: a column follows its
+    inputs' storage as PyTorch does (an operation whose only floating input is bf16, neighbour
+    aggregation's features, passes validation whole, and an FP32 column then answers in bf16)."""
+    low = any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 for t in inputs)
+    return spec.tol("bf16" if low else dtype)
+
+
 def _compare(spec, dtype, inputs, out, again=None):
     """A checker of one call's result against the float64 reference. ``again``: for an expanded bf16
     input, the same call on contiguous copies of the same values. Such a result that misses the reference
@@ -156,21 +164,24 @@ def _compare(spec, dtype, inputs, out, again=None):
             return bad  # contiguous copies of the same values meet the reference: the layout was misread
         g, c = got.detach().cpu().double(), same.detach().cpu().double()
         diff = float((g - c).norm() / c.norm()) if float(c.norm()) > 0 else float((g - c).norm())
-        return None if diff < spec.tol(dtype) else f"{bad}; {diff:.2e} from the same call on contiguous copies"
+        tol = _tolerance(spec, dtype, inputs())
+        return None if diff < tol else f"{bad}; {diff:.2e} from the same call on contiguous copies"
 
     def _against_reference(got, own=True):
         if own and out is not None and isinstance(out, torch.Tensor) and got is not out:
             return "returned a new tensor, not the out= buffer it accepted"
         if not isinstance(got, torch.Tensor):
             return f"returned {type(got).__name__}"
-        ref = spec.reference(*inputs()).cpu()  # on the inputs' device (a graph cannot move)
+        args = inputs()
+        ref = spec.reference(*args).cpu()  # on the inputs' device (a graph cannot move)
         if tuple(got.shape) != tuple(ref.shape):
             return f"returned shape {tuple(got.shape)}, reference {tuple(ref.shape)}"
         g = got.detach().cpu().double()
         if not torch.isfinite(g).all() and torch.isfinite(ref).all():
             return "returned non-finite values"
         err = float((g - ref).norm() / ref.norm()) if float(ref.norm()) > 0 else float((g - ref).norm())
-        return None if err < spec.tol(dtype) else f"relative error {err:.2e} > {spec.tol(dtype):.0e}"
+        tol = _tolerance(spec, dtype, args)
+        return None if err < tol else f"relative error {err:.2e} > {tol:.0e}"
     return check
 
 
@@ -291,7 +302,9 @@ def worker(device: str, seed: int, calls: int) -> dict:
 
 
 # ---- the tests -----------------------------------------------------------------------------------
-def _run_child(device, seed=0, calls=CALLS, timeout=600):
+# A guard against a hung child, not a speed target: every registered column takes its CALLS, and on the
+# CPU (two cores, the interpreter) the run took about nine minutes once the operations had bf16 columns.
+def _run_child(device, seed=0, calls=CALLS, timeout=1200):
     env = dict(os.environ)
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"

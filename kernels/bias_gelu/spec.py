@@ -7,13 +7,14 @@ import math
 import torch
 
 from kernels._targets import MEMORY_BOUND
-from mage.ops import Op, dim, randn, same_device, tensor
+from mage.ops import FLOAT, Op, dim, randn, same_device, same_dtype, tensor, torch_dtype
 
 
 def make_inputs(s, gen, device, dtype, dist):
+    dt = torch_dtype("bias_gelu", dtype)  # bf16: storage only, every input rounded once
     x = randn((s["R"], s["C"]), gen, device, dist)
     b = randn((s["C"],), gen, device, dist, scale=0.5)
-    return x, b
+    return x.to(dt), b.to(dt)
 
 
 def reference(x, b):
@@ -23,9 +24,10 @@ def reference(x, b):
 
 
 def validate(x, b):
-    tensor("bias_gelu", "x", x, (torch.float32,), 2)
-    tensor("bias_gelu", "b", b, (torch.float32,), 1)
+    tensor("bias_gelu", "x", x, FLOAT, 2)
+    tensor("bias_gelu", "b", b, FLOAT, 1)
     same_device("bias_gelu", {"x": x, "b": b})
+    same_dtype("bias_gelu", {"x": x, "b": b})
     dim("bias_gelu", "b", b, 0, x.shape[1], "C, the columns of x")
 
 
@@ -41,13 +43,14 @@ SPEC = Op(
     out_spec=lambda x, b: (tuple(x.shape), x.dtype),
     # nominal: add, scale, erf, add, two multiplies; erf counted as one operation
     flops=lambda s: 6 * s["R"] * s["C"],
-    bytes=lambda s, isz=4: 4 * (2 * s["R"] * s["C"] + s["C"]),
+    bytes=lambda s, isz=4: isz * (2 * s["R"] * s["C"] + s["C"]),  # x, y, b: all of x's dtype
     # backward: read x and dy, write dx; db's column sums (read the bias, write db)
     grad_flops=lambda s: 10 * s["R"] * s["C"],
-    grad_bytes=lambda s, isz=4: 4 * (3 * s["R"] * s["C"] + 2 * s["C"]),
+    grad_bytes=lambda s, isz=4: isz * (3 * s["R"] * s["C"] + 2 * s["C"]),
     shapes={"field": FIELD, "large": [dict(R=16384, C=8192)],
             "sweep": [dict(R=r, C=1024) for r in (16, 64, 256, 1024, 4096, 16384, 65536, 131072)]},
     awkward=[dict(R=1, C=1), dict(R=1, C=1000), dict(R=3, C=4097), dict(R=37, C=129), dict(R=0, C=16)],
     random_shape=random_shape,
+    dtypes=("fp32", "bf16"),  # bf16: storage; the sum and the GELU FP32 in every column
     targets=MEMORY_BOUND,
 )

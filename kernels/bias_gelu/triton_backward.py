@@ -26,7 +26,7 @@ from mage.registry import differentiable
 
 from kernels._triton import common, reduce
 
-from .triton_kernel import _validate  # the launcher's checks, bf16 rows included
+from .spec import SPEC  # its validate: the launcher's checks, bf16 rows included
 from .triton_kernel import bias_gelu_op  # the operator this module makes differentiable
 
 OP = "bias_gelu"
@@ -85,7 +85,7 @@ def check_grad(op, name, g, like) -> torch.Tensor:
 
 def _check_args(x, b, dy):
     """The forward's checks (FP32, or bf16 x with bf16 b), then dy's."""
-    _validate(x, b)
+    SPEC.validate(x, b)
     check_grad(OP, "dy", dy, x)
 
 

@@ -48,8 +48,8 @@ def _bias_gelu_kernel(
         mask = (row < R)[:, None] & (cols < C)[None, :]
         b = tl.load(Bias + cols, mask=cols < C, other=0.0, eviction_policy=keep)
         x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy=stream)
-    # bf16 storage (the model blocks' bf16 rows): the sum and the GELU in FP32, rounded once at the
-    # store; for FP32 tensors both conversions are no-ops and the kernel is unchanged
+    # bf16 storage (the bf16 column, the model blocks' bf16 rows): the sum and the GELU in FP32, rounded
+    # once at the store; for FP32 tensors both conversions are no-ops and the kernel is unchanged
     z = x.to(tl.float32) + b.to(tl.float32)[None, :]
     y = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))  # erf(z / sqrt 2)
     if EVEN:
@@ -99,29 +99,22 @@ SWEEP = [FIRST] + [dict(c, EVICT=0, LINEAR=0) for c in (
 DEFAULTS = {"field": SWEEP[8], "large": SWEEP[0], "sweep": SWEEP[2]}
 
 
-def _validate(x, b):
-    """The spec's checks. The operation is measured at fp32, but its kernel also serves the model blocks'
-    bf16 rows: a bf16 x needs a bf16 b and passes the spec's shape and device checks as FP32 stand-ins
-    (one element of memory each, broadcast to the tensors' shapes)."""
-    if getattr(x, "dtype", None) != torch.bfloat16:
-        return SPEC.validate(x, b)
-    ops.tensor("bias_gelu", "b", b, (torch.bfloat16,))
-    SPEC.validate(*(t.new_empty((), dtype=torch.float32).expand(t.shape) for t in (x, b)))
+_FLOAT = frozenset(ops.FLOAT)
 
 
 def _good(x, b) -> bool:
-    """The spec's checks of a well-formed FP32 call in a few attribute reads: True only where
-    ``SPEC.validate`` passes (a False sends the call to ``_validate``, which names what is wrong)."""
-    return (type(x) is torch.Tensor and type(b) is torch.Tensor and x.dtype is torch.float32
-            and b.dtype is torch.float32 and x.ndim == 2 and b.ndim == 1 and b.shape[0] == x.shape[1]
-            and x.device == b.device)
+    """The spec's checks of a well-formed call (FP32, or bf16 storage throughout) in a few attribute
+    reads: True only where ``SPEC.validate`` passes (a False sends the call to it, which names what is
+    wrong)."""
+    return (type(x) is torch.Tensor and type(b) is torch.Tensor and x.dtype in _FLOAT and b.dtype is x.dtype
+            and x.ndim == 2 and b.ndim == 1 and b.shape[0] == x.shape[1] and x.device == b.device)
 
 
 def _checked(x, b) -> None:
-    """Every check, once per call: the common case (FP32 CUDA tensors that pass) in a few attribute
-    reads, anything else (bf16, CPU, a bad input) through the full checks, which raise."""
+    """Every check, once per call: the common case (CUDA tensors that pass) in a few attribute reads,
+    anything else (CPU, a bad input) through the full checks, which raise."""
     if not (_good(x, b) and x.is_cuda):
-        _validate(x, b)
+        SPEC.validate(x, b)
         common.on_device("bias_gelu", {"x": x, "b": b})
 
 
@@ -158,7 +151,9 @@ def bias_gelu(x, b, out=None, **config):
     return out
 
 
-register_kernel("bias_gelu", bias_gelu, DEFAULTS, SWEEP)
+# bf16 storage runs the FP32 tiles (the tile sweeps were FP32's): the math in FP32, one rounding at the store
+for _dtype in SPEC.dtypes:
+    register_kernel("bias_gelu", bias_gelu, DEFAULTS, SWEEP, precision=_dtype)
 
 
 @torch.library.custom_op("mage::triton_bias_gelu", mutates_args=())
@@ -169,5 +164,5 @@ def bias_gelu_op(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @bias_gelu_op.register_fake
 def _(x, b):
-    _validate(x, b)  # metadata only (a call with any 'meta' input lands here); the launcher's checks, bf16 too
+    SPEC.validate(x, b)  # metadata only (a call with any 'meta' input lands here); the launcher's checks
     return torch.empty_like(x)

@@ -6,16 +6,17 @@ import torch
 
 from mage.errors import MageInputError
 from kernels._targets import MEMORY_BOUND
-from mage.ops import Op, dim, randn, same_device, tensor
+from mage.ops import FLOAT, Op, dim, randn, same_device, same_dtype, tensor, torch_dtype
 
 EPS = 1e-5
 
 
 def make_inputs(s, gen, device, dtype, dist):
+    dt = torch_dtype("layernorm", dtype)  # bf16: storage only, every input rounded once
     x = randn((s["R"], s["C"]), gen, device, dist) + 0.5  # an offset the mean must remove
     gamma = 1.0 + 0.1 * randn((s["C"],), gen, device, "normal")
     beta = 0.1 * randn((s["C"],), gen, device, "normal")
-    return x, gamma, beta
+    return x.to(dt), gamma.to(dt), beta.to(dt)
 
 
 def reference(x, gamma, beta):
@@ -27,10 +28,11 @@ def reference(x, gamma, beta):
 
 
 def validate(x, gamma, beta):
-    tensor("layernorm", "x", x, (torch.float32,), 2)
-    tensor("layernorm", "gamma", gamma, (torch.float32,), 1)
-    tensor("layernorm", "beta", beta, (torch.float32,), 1)
+    tensor("layernorm", "x", x, FLOAT, 2)
+    tensor("layernorm", "gamma", gamma, FLOAT, 1)
+    tensor("layernorm", "beta", beta, FLOAT, 1)
     same_device("layernorm", {"x": x, "gamma": gamma, "beta": beta})
+    same_dtype("layernorm", {"x": x, "gamma": gamma, "beta": beta})
     dim("layernorm", "gamma", gamma, 0, x.shape[1], "C, the columns of x")
     dim("layernorm", "beta", beta, 0, x.shape[1], "C, the columns of x")
     if x.shape[1] == 0:
@@ -49,13 +51,15 @@ SPEC = Op(
     out_spec=lambda x, g, b: (tuple(x.shape), x.dtype),
     # nominal: sum, (x - mean)^2 sum, normalise (subtract, multiply), affine (multiply-add)
     flops=lambda s: 8 * s["R"] * s["C"],
-    bytes=lambda s, isz=4: 4 * (2 * s["R"] * s["C"] + 2 * s["C"]),
-    # backward: read x, dy, gamma and the saved mean and 1/std per row; write dx, dgamma, dbeta
+    bytes=lambda s, isz=4: isz * (2 * s["R"] * s["C"] + 2 * s["C"]),  # x, y, gamma, beta: all of x's dtype
+    # backward: read x, dy, gamma and the saved mean and 1/std per row (FP32 at any precision); write
+    # dx, dgamma, dbeta
     grad_flops=lambda s: 12 * s["R"] * s["C"],
-    grad_bytes=lambda s, isz=4: 4 * (3 * s["R"] * s["C"] + 2 * s["R"] + 3 * s["C"]),
+    grad_bytes=lambda s, isz=4: isz * (3 * s["R"] * s["C"] + 3 * s["C"]) + 4 * 2 * s["R"],
     shapes={"field": [dict(R=1024, C=1024)], "large": [dict(R=32768, C=4096)],
             "sweep": [dict(R=r, C=1024) for r in (16, 64, 256, 1024, 4096, 16384, 65536, 131072)]},
     awkward=[dict(R=1, C=1), dict(R=1, C=4099), dict(R=5, C=8193), dict(R=33, C=1000), dict(R=0, C=64)],
     random_shape=random_shape,
+    dtypes=("fp32", "bf16"),  # bf16: storage; statistics and arithmetic FP32 in every column
     targets=MEMORY_BOUND,
 )

@@ -29,7 +29,7 @@ from mage.registry import differentiable
 
 from kernels._triton import common, reduce
 
-from .triton_kernel import _validate  # the launcher's checks, bf16 rows included
+from .spec import SPEC  # its validate: the launcher's checks, bf16 rows included
 from .triton_kernel import layernorm, layernorm_op  # the operator this module makes differentiable
 
 OP = "layernorm"
@@ -143,7 +143,7 @@ def _config(R, C, config):
 def _check_backward_args(x, gamma, mean, rstd, dy):
     """The forward's checks (FP32, or bf16 x with bf16 gamma), dy in x's dtype and shape, and the saved
     FP32 statistics (at either precision: the forward keeps them in FP32)."""
-    _validate(x, gamma, gamma)
+    SPEC.validate(x, gamma, gamma)
     ops.tensor(OP, "dy", dy, (x.dtype,))  # autograd hands a bf16 output's gradient back in bf16
     if tuple(dy.shape) != tuple(x.shape):
         raise MageInputError(OP, "dy", f"must have the output's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
@@ -184,7 +184,7 @@ def layernorm_backward(x, gamma, mean, rstd, dy, **config):
 def layernorm_train_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, mean, rstd): the forward kernel with its statistics saved (one launch, 8 bytes a row more)."""
-    _validate(x, gamma, beta)  # FP32, or bf16 rows (their statistics still FP32)
+    SPEC.validate(x, gamma, beta)  # FP32, or bf16 rows (their statistics still FP32)
     R = x.shape[0]
     mean = torch.empty((R,), dtype=torch.float32, device=x.device)
     rstd = torch.empty((R,), dtype=torch.float32, device=x.device)
@@ -193,7 +193,7 @@ def layernorm_train_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor
 
 @layernorm_train_op.register_fake
 def _(x, gamma, beta):
-    _validate(x, gamma, beta)
+    SPEC.validate(x, gamma, beta)
     stat = x.new_empty((x.shape[0],), dtype=torch.float32)  # FP32 whatever x's dtype
     return torch.empty_like(x), stat, torch.empty_like(stat)
 

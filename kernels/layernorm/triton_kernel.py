@@ -81,8 +81,9 @@ def _layernorm_kernel(
             x = tl.load(x_row + cols[None, :], eviction_policy=stream)
         else:
             x = tl.load(x_row + cols[None, :], mask=mask, other=0.0, eviction_policy=stream)
-        # bf16 storage (the model blocks' bf16 rows): statistics and output in FP32, rounded once at
-        # the store; for FP32 tensors every such conversion is a no-op and the kernel is unchanged
+        # bf16 storage (the bf16 column, the model blocks' bf16 rows): statistics and output in FP32,
+        # rounded once at the store; for FP32 tensors every such conversion is a no-op and the kernel is
+        # unchanged
         x = x.to(tl.float32)
         # The plain statistics first (the second reduction also carries the correction); only a row
         # whose sums overflowed takes them again, scaled, from the registers (a branch never taken
@@ -175,32 +176,25 @@ SWEEP = [FIRST] + [dict(c, EVICT=0) for c in (
 DEFAULTS = {"field": SWEEP[11], "large": SWEEP[8], "sweep": SWEEP[0]}
 
 
-def _validate(x, gamma, beta):
-    """The spec's checks. The operation is measured at fp32, but its kernel also serves the model blocks'
-    bf16 rows: a bf16 x needs bf16 gamma and beta, and passes the spec's shape and device checks as
-    FP32 stand-ins (one element of memory each, broadcast to the tensors' shapes)."""
-    if getattr(x, "dtype", None) != torch.bfloat16:
-        return SPEC.validate(x, gamma, beta)
-    for name, t in (("gamma", gamma), ("beta", beta)):
-        ops.tensor("layernorm", name, t, (torch.bfloat16,))
-    SPEC.validate(*(t.new_empty((), dtype=torch.float32).expand(t.shape) for t in (x, gamma, beta)))
+_FLOAT = frozenset(ops.FLOAT)
 
 
 def _good(x, gamma, beta) -> bool:
-    """The spec's checks of a well-formed FP32 call in a few attribute reads: True only where
-    ``SPEC.validate`` passes (a False sends the call to ``_validate``, which names what is wrong)."""
-    f32, T = torch.float32, torch.Tensor
-    return (type(x) is T and type(gamma) is T and type(beta) is T and x.dtype is f32 and gamma.dtype is f32
-            and beta.dtype is f32 and x.ndim == 2 and gamma.ndim == 1 and beta.ndim == 1
+    """The spec's checks of a well-formed call (FP32, or bf16 storage throughout) in a few attribute
+    reads: True only where ``SPEC.validate`` passes (a False sends the call to it, which names what is
+    wrong)."""
+    T = torch.Tensor
+    return (type(x) is T and type(gamma) is T and type(beta) is T and x.dtype in _FLOAT and gamma.dtype is x.dtype
+            and beta.dtype is x.dtype and x.ndim == 2 and gamma.ndim == 1 and beta.ndim == 1
             and x.shape[1] != 0 and gamma.shape[0] == x.shape[1] and beta.shape[0] == x.shape[1]
             and x.device == gamma.device and x.device == beta.device)
 
 
 def _checked(x, gamma, beta) -> None:
-    """Every check, once per call: the common case (FP32 CUDA tensors that pass) in a few attribute
-    reads, anything else (bf16, CPU, a bad input) through the full checks, which raise."""
+    """Every check, once per call: the common case (CUDA tensors that pass) in a few attribute reads,
+    anything else (CPU, a bad input) through the full checks, which raise."""
     if not (_good(x, gamma, beta) and x.is_cuda):
-        _validate(x, gamma, beta)
+        SPEC.validate(x, gamma, beta)
         common.on_device("layernorm", {"x": x, "gamma": gamma, "beta": beta})
 
 
@@ -249,7 +243,9 @@ def layernorm(x, gamma, beta, out=None, stats=None, **config):
     return out
 
 
-register_kernel("layernorm", layernorm, DEFAULTS, SWEEP)
+# bf16 storage runs the FP32 tiles (the tile sweeps were FP32's): statistics in FP32, one rounding at the store
+for _dtype in SPEC.dtypes:
+    register_kernel("layernorm", layernorm, DEFAULTS, SWEEP, precision=_dtype)
 
 
 @torch.library.custom_op("mage::triton_layernorm", mutates_args=())
@@ -260,5 +256,5 @@ def layernorm_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> to
 
 @layernorm_op.register_fake
 def _(x, gamma, beta):
-    _validate(x, gamma, beta)  # metadata only (a call with any 'meta' input lands here); bf16 too
+    SPEC.validate(x, gamma, beta)  # metadata only (a call with any 'meta' input lands here)
     return torch.empty_like(x)

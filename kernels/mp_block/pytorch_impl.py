@@ -2,22 +2,20 @@
 neighbours' features, weight them, scatter-add them into their rows (``index_add_``, the scatter_sum of
 graph libraries), then ``F.layer_norm`` and two ``F.linear`` with the exact GELU between them.
 
-At bf16 the messages are promoted to FP32 by the FP32 edge weights (PyTorch's type promotion), so the
-sum over neighbours accumulates in FP32, and m is rounded to bf16 before the LayerNorm: bf16 storage,
-FP32 accumulation, with no cast written for it."""
-import torch
+The aggregation is the neighbor_agg operation's own eager expression (so the operation measured alone
+at the block's shapes is what the block runs): at bf16 the sum over neighbours accumulates in FP32 and m
+is rounded to bf16 once, before the LayerNorm."""
 import torch.nn.functional as F
 
 from kernels._pytorch import register_expression
 from kernels.neighbor_agg.graph import CSRGraph
+from kernels.neighbor_agg.pytorch_impl import expression as aggregate
 
 from .spec import EPS
 
 
 def expression(graph, h, gamma, beta, W1, b1, W2, b2):
-    msg = h.index_select(0, graph.col) * graph.w[:, None]
-    m = torch.zeros((graph.n, h.shape[1]), dtype=msg.dtype, device=h.device).index_add_(0, graph.row, msg)
-    a = F.layer_norm(m.to(h.dtype), (h.shape[1],), gamma, beta, EPS)
+    a = F.layer_norm(aggregate(graph, h), (h.shape[1],), gamma, beta, EPS)
     return h + F.linear(F.gelu(F.linear(a, W1, b1)), W2, b2)
 
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 import torch
 
 from mage.errors import MageInputError
-from mage.ops import Op, Target, dim, randn, same_device, tensor
+from mage.ops import FLOAT, Op, Target, dim, randn, same_device, tensor, torch_dtype
 
 from .graph import CSRGraph, random_graph, regraph
 
 
 def make_inputs(s, gen, device, dtype, dist):
+    # bf16 is the features' storage only: the graph keeps its int32 indices and FP32 weights (as the
+    # message-passing block's graph does), and every column sums in FP32
+    dt = torch_dtype("neighbor_agg", dtype)
     graph = random_graph(s["n"], s["deg"], s.get("dist", "uniform"), gen, device)
     x = randn((s["n"], s["F"]), gen, device, dist)
-    return graph, x
+    return graph, x.to(dt)
 
 
 def reference(graph, x):
@@ -28,7 +31,7 @@ def validate(graph, x):
         raise MageInputError("neighbor_agg", "graph", "must be a CSRGraph (build it with CSRGraph.build(rowptr, "
                              "col, w), which validates the structure once)")
     graph.check_intact()
-    tensor("neighbor_agg", "x", x, (torch.float32,), 2)
+    tensor("neighbor_agg", "x", x, FLOAT, 2)  # the graph's weights are FP32 whatever x's dtype
     same_device("neighbor_agg", {"col": graph.col, "x": x})
     dim("neighbor_agg", "x", x, 0, graph.n_src, "the graph's source nodes")
 
@@ -38,7 +41,7 @@ def other_set(shape, probe, seed, dtype):
     specialises on, stays the same) with fresh columns, weights and features."""
     g, x = probe
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    return regraph(g, gen), randn(tuple(x.shape), gen, "cuda", "normal")
+    return regraph(g, gen), randn(tuple(x.shape), gen, "cuda", "normal").to(x.dtype)
 
 
 def actual_shape(shape, inputs):
@@ -52,6 +55,12 @@ def random_shape(rnd):
                 dist=rnd.choice(["uniform", "skewed"]))
 
 
+def compulsory_bytes(s, isz=4):
+    """rowptr and col are int32 and w FP32 at any precision, x and y of x's dtype (``isz`` bytes); x is
+    read once in this count, though a gather may read more."""
+    return 4 * ((s["n"] + 1) + 2 * s["n"] * s["deg"]) + isz * 2 * s["n"] * s["F"]
+
+
 def _both(n):
     return [dict(n=n, F=64, deg=16, dist="uniform"), dict(n=n, F=64, deg=16, dist="skewed")]
 
@@ -62,12 +71,11 @@ SPEC = Op(
     make_inputs=make_inputs, reference=reference, validate=validate,
     out_spec=lambda g, x: ((g.n, x.shape[1]), x.dtype),
     flops=lambda s: 2 * s["n"] * s["deg"] * s["F"],
-    # rowptr and col are int32; x is read once in this count, though a gather may read more
-    bytes=lambda s, isz=4: 4 * ((s["n"] + 1) + 2 * s["n"] * s["deg"] + 2 * s["n"] * s["F"]),
+    bytes=compulsory_bytes,
     # backward (dx = A^T dy, the gradient the harness takes): the transposed graph's offsets, its edges
     # (index and weight) and one dy row read per edge's source, dx written: the forward's bytes again
     grad_flops=lambda s: 2 * s["n"] * s["deg"] * s["F"],
-    grad_bytes=lambda s, isz=4: 4 * ((s["n"] + 1) + 2 * s["n"] * s["deg"] + 2 * s["n"] * s["F"]),
+    grad_bytes=compulsory_bytes,
     shapes={"field": _both(8192), "large": _both(1 << 20),
             "sweep": [dict(n=n, F=64, deg=16, dist="uniform")
                       for n in (256, 1024, 4096, 16384, 65536, 262144, 524288, 1 << 20)]},
@@ -75,6 +83,7 @@ SPEC = Op(
              dict(n=37, F=33, deg=3, dist="skewed"), dict(n=64, F=130, deg=5, dist="uniform"),
              dict(n=0, F=8, deg=2, dist="uniform")],
     random_shape=random_shape, other_set=other_set, actual_shape=actual_shape,
+    dtypes=("fp32", "bf16"),  # bf16: the features' storage (see make_inputs)
     targets=(Target("triton", "speedup", 10.0, baseline="pytorch"),
              Target("triton", "speedup", 1.0, baseline="cusparse"),
              Target("triton", "speedup", 1.5, baseline="cusparse", shape=dict(n=1 << 20, F=64, deg=16,

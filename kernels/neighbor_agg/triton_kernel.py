@@ -298,4 +298,6 @@ def prepare(graph, x, **config):
     return graph, x
 
 
-register_kernel("neighbor_agg", neighbor_agg, DEFAULTS, SWEEP, prepare=prepare)
+# bf16 features run the FP32 tiles (the tile sweeps were FP32's): FP32 weights and sums, one rounding at the store
+for _dtype in SPEC.dtypes:
+    register_kernel("neighbor_agg", neighbor_agg, DEFAULTS, SWEEP, precision=_dtype, prepare=prepare)

@@ -1,0 +1,43 @@
+"""bias + GELU's bf16 column (bf16 storage, the sum and the GELU in FP32): eager PyTorch and the Triton
+kernel (under the interpreter) against float64 on the bf16 values, the bytes it moves, and mixed
+precisions refused."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mage
+from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, impl, module, spec
+from mage import registry
+
+OP = "bias_gelu"
+# tiles that cover neither the rows nor the columns (the masked road), and an edge of a 1024 tile
+SHAPES = [dict(R=5, C=1030), dict(R=17, C=33)]
+
+
+def test_bf16_inputs_output_and_bytes():
+    x, b = spec(OP).inputs(dict(R=3, C=5), dtype="bf16")
+    assert x.dtype == b.dtype == spec(OP).empty_out(x, b).dtype == torch.bfloat16
+    assert spec(OP).cost(dict(R=10, C=8), "bf16")[1] == 2 * (80 + 8 + 80)  # x, y, b: 2 bytes each
+    assert spec(OP).grad_cost(dict(R=10, C=8), "bf16")[1] == 2 * (240 + 16)
+
+
+@pytest.mark.parametrize("dist", ["normal", "heavy"])
+def test_bf16_eager_against_float64(dist):
+    check_shapes(registry.get(OP, "pytorch", "bf16"), SHAPES, dist, trials=2)
+
+
+@cpu_only
+@pytest.mark.parametrize("dist", ["normal", "heavy"])
+def test_bf16_triton_against_float64(dist):
+    # the interpreter converts FP32 to bf16 by truncation (twice the GPU's rounding error): within 2e-2
+    check_shapes(impl(OP, "bf16"), SHAPES, dist)
+
+
+def test_mixed_precisions_name_op_and_argument():
+    x, b = spec(OP).inputs(dict(R=3, C=5), dtype="bf16")
+    for fn in (spec(OP).validate, module(OP).bias_gelu, torch.ops.mage.triton_bias_gelu,
+               lambda *a: mage.run(OP, "pytorch", *a, dtype="bf16")):
+        e = assert_refuses(fn, OP, "b", x, b.float())
+        assert "has dtype float32, but x has bfloat16" in str(e)
+        assert_refuses(fn, OP, "b", x.float(), b)  # an FP32 x with a bf16 bias

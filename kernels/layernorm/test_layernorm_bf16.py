@@ -1,0 +1,49 @@
+"""LayerNorm's bf16 column (bf16 storage, FP32 statistics): eager PyTorch and the Triton kernel (under
+the interpreter) against float64 on the bf16 values, the bytes it moves, and mixed precisions refused."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mage
+from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, impl, module, spec, variant
+from mage import registry
+from mage.check import check
+
+OP = "layernorm"
+# a row of more than one chunk (C > the sweep default's 1024: read twice), a masked one-chunk row
+SHAPES = [dict(R=2, C=1100), dict(R=3, C=129)]
+
+
+def test_bf16_inputs_output_and_bytes():
+    x, g, b = spec(OP).inputs(dict(R=3, C=5), dtype="bf16")
+    assert x.dtype == g.dtype == b.dtype == torch.bfloat16
+    assert spec(OP).empty_out(x, g, b).dtype == torch.bfloat16
+    assert spec(OP).cost(dict(R=10, C=8), "bf16")[1] == 2 * (80 + 16 + 80)  # x, y, gamma, beta: 2 bytes each
+    assert spec(OP).grad_cost(dict(R=10, C=8), "bf16")[1] == 2 * (240 + 24) + 4 * 20  # statistics stay FP32
+
+
+@pytest.mark.parametrize("dist", ["normal", "heavy"])
+def test_bf16_eager_against_float64(dist):
+    check_shapes(registry.get(OP, "pytorch", "bf16"), SHAPES, dist, trials=2)
+
+
+@cpu_only
+@pytest.mark.parametrize("dist", ["normal", "heavy"])
+def test_bf16_triton_against_float64(dist):
+    # the interpreter converts FP32 to bf16 by truncation (twice the GPU's rounding error): within 2e-2
+    check_shapes(impl(OP, "bf16"), SHAPES, dist)
+    r = check(variant(OP, "bf16", MAX_BLOCK_C=16, BLOCK_R=2), dict(R=5, C=37), trials=1, dist=dist, device="cpu")
+    assert r.passed, r.reason  # the chunked road with Chan's merges
+
+
+@pytest.mark.parametrize("which", ["gamma", "beta"])
+def test_mixed_precisions_name_op_and_argument(which):
+    x, g, b = spec(OP).inputs(dict(R=3, C=5), dtype="bf16")
+    args = (x, g.float(), b) if which == "gamma" else (x, g, b.float())  # one FP32 stray among bf16
+    for fn in (spec(OP).validate, module(OP).layernorm, torch.ops.mage.triton_layernorm,
+               lambda *a: mage.run(OP, "pytorch", *a, dtype="bf16")):
+        e = assert_refuses(fn, OP, which, *args)
+        assert "has dtype float32, but x has bfloat16" in str(e)
+    # an FP32 x with bf16 gamma and beta: gamma is the first that differs from x
+    assert_refuses(spec(OP).validate, OP, "gamma", x.float(), g, b)
