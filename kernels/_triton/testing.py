@@ -57,6 +57,21 @@ def check_shapes(impl: registry.Impl, shapes, dist: str = "normal", trials: int 
         assert r.passed, (shape, dist, r.reason)
 
 
+def check_bf16_columns(op: str, shapes, dist: str, forced: tuple | None = None) -> None:
+    """An operation's bf16 columns (bf16 storage, FP32 arithmetic) against float64 on the bf16 values at
+    ``shapes``: eager PyTorch always; the Triton kernel under the interpreter, which converts FP32 to
+    bf16 by truncation (twice the GPU's rounding error, still within bf16's 2e-2); ``forced``, a
+    (config, shape) pair, checks one more road of the kernel there."""
+    check_shapes(registry.get(op, "pytorch", "bf16"), shapes, dist, trials=2)
+    if not INTERPRET:
+        return
+    check_shapes(impl(op, "bf16"), shapes, dist)
+    if forced:
+        config, shape = forced
+        r = check(variant(op, "bf16", **config), shape, trials=1, dist=dist, device="cpu")
+        assert r.passed, (config, shape, r.reason)
+
+
 def gpu_failures(impl: registry.Impl, shapes) -> list:
     """(shape, reason) for every one of ``shapes`` at which ``impl`` misses the float64 check on the GPU:
     each shape its own seed, every third heavy-tailed; all failures, so one run shows the pattern."""

@@ -6,9 +6,7 @@ import pytest
 import torch
 
 import mage
-from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, impl, module, spec, variant
-from mage import registry
-from mage.check import check
+from kernels._triton.testing import assert_refuses, check_bf16_columns, module, spec
 
 OP = "layernorm"
 # a row of more than one chunk (C > the sweep default's 1024: read twice), a masked one-chunk row
@@ -24,17 +22,8 @@ def test_bf16_inputs_output_and_bytes():
 
 
 @pytest.mark.parametrize("dist", ["normal", "heavy"])
-def test_bf16_eager_against_float64(dist):
-    check_shapes(registry.get(OP, "pytorch", "bf16"), SHAPES, dist, trials=2)
-
-
-@cpu_only
-@pytest.mark.parametrize("dist", ["normal", "heavy"])
-def test_bf16_triton_against_float64(dist):
-    # the interpreter converts FP32 to bf16 by truncation (twice the GPU's rounding error): within 2e-2
-    check_shapes(impl(OP, "bf16"), SHAPES, dist)
-    r = check(variant(OP, "bf16", MAX_BLOCK_C=16, BLOCK_R=2), dict(R=5, C=37), trials=1, dist=dist, device="cpu")
-    assert r.passed, r.reason  # the chunked road with Chan's merges
+def test_bf16_columns_against_float64(dist):
+    check_bf16_columns(OP, SHAPES, dist, (dict(MAX_BLOCK_C=16, BLOCK_R=2), dict(R=5, C=37)))  # the chunked road
 
 
 @pytest.mark.parametrize("which", ["gamma", "beta"])
