@@ -112,9 +112,10 @@ def test_rows_give_shares_speedups_and_both_speedups():
     assert len(t) == 1
     r = t.iloc[0]
     # eager: 100 us; LN 0.10, GELU 0.20, GEMMs 0.65, the residual 0.05
-    assert r.parts["layernorm"] == pytest.approx(dict(p=0.10, s=2.0))
-    assert r.parts["bias_gelu"] == pytest.approx(dict(p=0.20, s=4.0))
-    assert r.parts["matmul"] == pytest.approx(dict(p=0.65, s=1.0))
+    # inside: eager's time in the part over the custom column's (LN and GELU halved)
+    assert r.parts["layernorm"] == pytest.approx(dict(p=0.10, s=2.0, inside=2.0))
+    assert r.parts["bias_gelu"] == pytest.approx(dict(p=0.20, s=4.0, inside=2.0))
+    assert r.parts["matmul"] == pytest.approx(dict(p=0.65, s=1.0, inside=1.0))
     assert math.isnan(r.parts["elementwise"]["s"])
     assert r.predicted == pytest.approx(1 / (0.70 + 0.10 / 2 + 0.20 / 4))
     assert r.measured == pytest.approx(100 / 85)  # LN and GELU halved in the custom column
@@ -122,6 +123,25 @@ def test_rows_give_shares_speedups_and_both_speedups():
     assert r.within  # -5.9%: inside the issue's 10%
     assert r.baseline_us == pytest.approx(100.0) and r.custom_us == pytest.approx(85.0)
     assert "not_measured:assumed_1" in r.notes and "same_impl" in r.notes
+
+
+def test_a_miss_is_located_in_the_part_whose_speedup_alone_misleads():
+    """GELU 16x faster alone but only 2x inside the block: the prediction misses by more than the
+    target, and putting that one part's in-block speedup in its place brings it back within."""
+    custom = {k: v * (0.5 if ("layer_norm" in k or "Gelu" in k) else 1.0) for k, v in EAGER_MLP.items()}
+    op_us = {("layernorm", "pytorch"): 8.0, ("layernorm", "triton"): 4.0,
+             ("bias_gelu", "pytorch"): 16.0, ("bias_gelu", "triton"): 1.0, ("matmul", "pytorch"): 60.0}
+    rows = amdahl.rows_for_case("mlp_block", "bf16", "T=2048,d=768,hidden=3072", "field", "r1", MLP.parts,
+                                "pytorch", "triton", {"pytorch": EAGER_MLP, "triton": custom}, op_us)
+    r = next(amdahl.table(pd.DataFrame(rows)).itertuples())
+    assert r.predicted == pytest.approx(1 / (0.70 + 0.10 / 2 + 0.20 / 16)) and not r.within
+    assert r.parts["bias_gelu"]["inside"] == pytest.approx(2.0)
+    part, left = amdahl.locate(r)
+    assert part == "bias_gelu" and left == pytest.approx(0.0, abs=1e-12)  # the other parts' s held already
+    text = amdahl.located(amdahl.table(pd.DataFrame(rows)))
+    assert "bias + GELU is 16.00x alone but 2.00x inside the block" in text
+    assert text.endswith("falls from -10% to +0%.")
+    assert amdahl.located(amdahl.table(pd.DataFrame(_rows()))) == ""  # within the target: nothing to locate
 
 
 def test_rows_load_from_a_data_folder_latest_run_per_case(tmp_path):
