@@ -78,13 +78,14 @@ def test_corrupt_data_is_one_line(tmp_path):
 def test_where_measures_one_case_again_without_its_set(monkeypatch):
     from mage import measure, registry
     monkeypatch.setattr(registry.Impl, "runs_on", lambda self, device: None)  # plan as on a GPU machine
-    both = measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"])
-    skewed = measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"], where={"dist": "skewed"})
+    # one precision: the aggregation also has a bf16 column, whose cases are the same shapes again
+    both = measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"], ["fp32"])
+    skewed = measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"], ["fp32"], where={"dist": "skewed"})
     assert sorted(c[1]["dist"] for c in both) == ["skewed", "uniform"]
     assert [c[1]["dist"] for c in skewed] == ["skewed"]
     # values compare as text (a shape's ints too); a key no shape has selects nothing
-    assert len(measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"], where={"F": "64"})) == 2
-    assert measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"], where={"graph": "x"}) == []
+    assert len(measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"], ["fp32"], where={"F": "64"})) == 2
+    assert measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"], ["fp32"], where={"graph": "x"}) == []
 
 
 def test_where_takes_key_value_pairs():
