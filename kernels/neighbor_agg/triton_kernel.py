@@ -243,20 +243,11 @@ def _launch(rowptr, col, w, x, out, max_degree, config, guard=None, lower_flags=
     return out
 
 
-def _validate(graph, x):
-    """The spec's checks. The operation is measured at fp32, but its kernel also serves the model blocks'
-    bf16 rows: bf16 features pass the spec's checks as an FP32 stand-in of their shape and device (one
-    element of memory, broadcast); the graph's weights stay FP32 and partial sums are FP32."""
-    if getattr(x, "dtype", None) != torch.bfloat16:
-        return SPEC.validate(graph, x)
-    SPEC.validate(graph, x.new_empty((), dtype=torch.float32).expand(x.shape))
-
-
 def neighbor_agg(graph, x, out=None, guard=None, _lower_flags=True, **config):
     """y_i = sum_{j in N(i)} w_ij x_j. The first call on a graph with hubs builds its split plan.
     ``guard``: check every column index on the device (default BOUNDS_GUARD); ``_lower_flags`` is a
     test-only switch that builds a broken kernel the GPU tests must catch."""
-    _validate(graph, x)  # the cheap facts, every call: a built, intact graph; x's dtype, rank, rows
+    SPEC.validate(graph, x)  # the cheap facts, every call: a built, intact graph; x's dtype, rank, rows
     n, F = graph.n, x.shape[1]
     ops.check_out("neighbor_agg", out, (n, F), x.dtype, x.device)
     common.on_device("neighbor_agg", {"rowptr": graph.rowptr, "col": graph.col, "w": graph.w, "x": x})
