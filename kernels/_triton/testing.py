@@ -181,8 +181,9 @@ def check_reference_gradcheck(op: str, shape: dict) -> None:
     assert torch.autograd.gradcheck(spec(op).reference, args)
 
 
-def check_every_precision_trains(op: str) -> None:
-    """Every precision of the 'triton' column registered a training path of its own."""
-    for dtype in spec(op).dtypes:
+def check_every_precision_trains(op: str, dtypes=None) -> None:
+    """Every precision of the 'triton' column (or of ``dtypes``, where others are forward only) registered
+    a training path of its own."""
+    for dtype in dtypes or spec(op).dtypes:
         fn = registry.train_fn(impl(op, dtype))
         assert fn is not None and fn is not impl(op, dtype).fn, dtype

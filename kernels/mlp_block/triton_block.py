@@ -12,7 +12,7 @@ Two roads, chosen by the config key ``GEMM`` (a tile sweep measures both):
    the GEMM's operands).
 
 'fused', three launches: the LayerNorm, then both projections as one Triton GEMM each
-(``_gemm_epilogue``) with the epilogue fused: bias + GELU into the first (the pre-activation is never
+(``kernels.matmul.triton_epilogue``) with the epilogue fused: bias + GELU into the first (the pre-activation is never
 written and read back: 2 x T x hidden x 4 bytes saved, and a launch), bias + residual into the second
 (steps 4 and 5 become one launch). The GEMMs run tf32x3 (FP32 accuracy on the tensor cores, as the
 matmul's fp32x3 row), which is what can make them faster than cuBLAS's FP32 SGEMM, not only the fusion.
@@ -37,7 +37,7 @@ from mage import ops
 from mage.errors import MageInputError
 from mage.registry import Impl, register
 
-from ._gemm_epilogue import gemm_epilogue
+from kernels.matmul.triton_epilogue import gemm_epilogue
 from .spec import ARGS, NAME, SPEC
 
 LAUNCHES = {"cublas": 5, "fused": 3}  # per call with T > 0 (the GPU test counts them)

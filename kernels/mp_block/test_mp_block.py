@@ -142,9 +142,10 @@ def test_eager_at_awkward_shapes(dist, dtype):
 
 
 @cpu_only
+@pytest.mark.parametrize("road", ["cublas", "fused"])
 @pytest.mark.parametrize("dist", ["normal", "heavy"])
-def test_triton_block_at_awkward_shapes(dist):
-    impl = registry.get(OP, "triton", "fp32")
+def test_triton_block_at_awkward_shapes(dist, road):
+    impl = registry.get(OP, "triton", "fp32").variant(GEMM=road)
     check_shapes(impl, SPEC.awkward, dist, trials=1)
 
 
@@ -242,12 +243,12 @@ def test_gpu_triton_block_is_bitwise_repeatable():
     assert all(torch.equal(impl.fn(*args), first) for _ in range(3))
 
 
-# The Triton block's launches are its own (triton_block.LAUNCHES); the other columns' counts are
+# The Triton block's launches are its own (triton_block.launches); the other columns' counts are
 # printed and held stable between two profiles.
 @gpu
 @pytest.mark.parametrize("name,dtype", _cuda_impls())
 def test_gpu_launches_per_call_are_stable(name, dtype):
-    from kernels.mp_block.triton_block import LAUNCHES
+    from kernels.mp_block.triton_block import launches
     from mage.profile import profile
     impl = registry.get(OP, name, dtype)
     inputs = SPEC.inputs(SPEC.shapes["field"][0], seed=0, device="cuda", dtype=dtype)
@@ -260,4 +261,18 @@ def test_gpu_launches_per_call_are_stable(name, dtype):
     print(f"\n{OP}/{name}/{dtype}: {counts[0]:g} launches per call: {p.kernel_names}")
     assert counts[0] == counts[1] and counts[0] == int(counts[0]), counts
     if name == "triton":
-        assert counts[0] == LAUNCHES, (counts[0], p.kernel_names)
+        assert counts[0] == launches(impl.config_for(SPEC.shapes["field"][0])), (counts[0], p.kernel_names)
+
+
+@gpu
+def test_gpu_fused_road_launches_per_call_and_every_sweep_config():
+    from kernels.mp_block.triton_block import launches
+    from mage.profile import profile
+    impl = registry.get(OP, "triton", "fp32")
+    for cfg in impl.sweep:
+        failures = gpu_failures(impl.variant(**cfg), SPEC.random_shapes(8, seed=41) + SPEC.shapes["field"])
+        assert not failures, (cfg, failures[:3])
+    fused = impl.variant(GEMM="fused")
+    args = fused.prepare(*SPEC.inputs(SPEC.shapes["field"][0], seed=0, device="cuda"))
+    p = profile(lambda: fused.fn(*args), iters=20)
+    assert p.launches == launches(fused.config) == 4, (p.launches, p.kernel_names)

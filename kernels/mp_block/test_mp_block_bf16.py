@@ -35,9 +35,10 @@ def test_aggregation_kernel_takes_bf16_features(split):
 
 
 @cpu_only
+@pytest.mark.parametrize("road", ["cublas", "fused"])
 @pytest.mark.parametrize("dist", ["normal", "heavy"])
-def test_bf16_block_at_awkward_shapes(dist):
-    check_shapes(_impl(), SPEC.awkward, dist, trials=1)
+def test_bf16_block_at_awkward_shapes(dist, road):
+    check_shapes(_impl().variant(GEMM=road), SPEC.awkward, dist, trials=1)
 
 
 @cpu_only
@@ -66,15 +67,23 @@ def test_gpu_bf16_block_at_random_shapes():
 
 
 @gpu
-def test_gpu_bf16_launches_per_call():
+def test_gpu_bf16_every_sweep_config_at_random_shapes():
+    for cfg in _impl().sweep[1:]:
+        failures = gpu_failures(_impl().variant(**cfg), SPEC.random_shapes(10, seed=32) + SPEC.shapes["field"])
+        assert not failures, (cfg, failures[:3])
+
+
+@gpu
+@pytest.mark.parametrize("road", ["cublas", "fused"])
+def test_gpu_bf16_launches_per_call(road):
     from kernels.mp_block.triton_block import launches
     from mage.profile import profile
-    impl = _impl()
+    impl = _impl().variant(GEMM=road)
     args = impl.prepare(*SPEC.inputs(SPEC.shapes["field"][0], seed=0, device="cuda", dtype="bf16"))
     counts = []
     for _ in range(2):
         p = profile(lambda: impl.fn(*args), iters=20)
         assert "launches_unstable" not in p.flags, (p.flags, p.per_iter_launches)
         counts.append(p.launches)
-    print(f"\n{OP}/triton/bf16: {counts[0]:g} launches per call: {p.kernel_names}")
-    assert counts[0] == counts[1] == launches({}), (counts, p.kernel_names)
+    print(f"\n{OP}/triton {road}/bf16: {counts[0]:g} launches per call: {p.kernel_names}")
+    assert counts[0] == counts[1] == launches(impl.config), (counts, p.kernel_names)

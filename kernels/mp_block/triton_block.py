@@ -1,38 +1,47 @@
-"""The message-passing layer assembled from the project's Triton kernels, with cuBLAS for the GEMMs:
+"""The message-passing layer assembled from the project's Triton kernels:
 
     m = neighbor_agg(graph, h)           Triton: one launch, CSR rows, FP32 sums in a fixed order
     a = layernorm(m, gamma, beta)        Triton: one launch, a row of F = 128 in registers
+    then one of two roads for the MLP, chosen by the config key ``GEMM`` (the block's tile sweep
+    measures both):
+
+'cublas', six launches a call:
     z = a W1^T                           cuBLAS (torch.mm)
     g = bias_gelu(z, b1)                 Triton: one launch, the bias and the exact GELU fused
     y = g W2^T + b2                      cuBLAS (torch.addmm: the bias vector rides in its epilogue)
-    y += h                               the residual, one elementwise launch
+    y += h                               the residual, one elementwise launch (no cuBLAS call adds both
+                                         a matrix and a bias vector)
 
-Six launches a call (``LAUNCHES``). The GEMMs stay with cuBLAS, the library a block author would keep
-(the project's Triton matmul has no epilogue to offer them); the block's own kernels take everything
-between them. The residual costs one more pass over [n, F] (read y and h, write y): no single cuBLAS
-call adds both a matrix and a bias vector, and a GEMM with that epilogue in Triton is the next step.
-Precisions: fp32 and bf16, one launcher, six launches at both. At bf16, h, m, LN(m), the hidden
+'fused', four launches a call: both projections as the project's GEMM with its epilogue
+(``kernels.matmul.triton_epilogue``): g = gelu(a W1^T + b1) in one launch (z is never written), then
+y = g W2^T + b2 + h in one more. At FP32 the products are tf32x3 (FP32 accuracy on the tensor cores),
+which is what can make them faster than cuBLAS's SGEMM, besides the two launches and the two passes
+over [n, H] and [n, F] the fusion saves.
+
+Precisions: fp32 and bf16, one launcher, the same launches at both. At bf16, h, m, LN(m), the hidden
 activations and the output are stored in bf16 and every kernel computes in FP32: the aggregation sums
 w_ij h_j in FP32 (the graph's weights stay FP32) and rounds m once, the LayerNorm's statistics, bias +
-GELU, and cuBLAS's bf16 GEMMs accumulate in FP32; the residual add rounds once more.
+GELU, and each GEMM accumulate in FP32; the cuBLAS road's residual add rounds once more.
 """
 from __future__ import annotations
 
 import torch
 
 from kernels._pytorch import set_precision
-from kernels._triton import COLOR, LABEL, ORDER, common
+from kernels._triton import common, register_kernel
 from kernels.bias_gelu.triton_kernel import bias_gelu
 from kernels.layernorm.triton_kernel import layernorm
+from kernels.matmul.triton_epilogue import gemm_epilogue
 from kernels.neighbor_agg import triton_kernel as agg
 from kernels.neighbor_agg.graph import CSRGraph
 from mage import ops
 from mage.errors import MageInputError
-from mage.registry import register
 
 from .spec import OP, SPEC, check_layers
 
-LAUNCHES = 6  # aggregation, LayerNorm, GEMM, bias + GELU, GEMM with bias, residual
+# per call: aggregation, LayerNorm, GEMM, bias + GELU, GEMM with bias, residual; or aggregation,
+# LayerNorm and the two fused GEMMs
+LAUNCHES = {"cublas": 6, "fused": 4}
 
 # The LayerNorm's tiles for rows of F = 128 (a prediction, not yet swept): the operation's own
 # defaults give a program one row of 1024 or more columns; a row of 128 is one value a thread at 4
@@ -41,19 +50,42 @@ LAUNCHES = 6  # aggregation, LayerNorm, GEMM, bias + GELU, GEMM with bias, resid
 LN_CONFIG = dict(BLOCK_R=8, MAX_BLOCK_C=1024, num_warps=4, EVICT=0)
 
 
-def _forward(rowptr, col, w, max_degree, h, gamma, beta, W1, b1, W2, b2, out):
+def _road(gemm, bm=128, bn=64, bk=32, warps=4, stages=4, group=8):
+    """A config: the road, and the fused GEMMs' tiles (read only on the fused road)."""
+    return dict(GEMM=gemm, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps, num_stages=stages)
+
+
+# The cuBLAS road first (the measured baseline), then fused tiles: at F = H = 128 each projection's K
+# is 128, four steps of 32 (FP32) or two of 64 (bf16), so a tile's prologue is most of its loop and
+# narrow tiles (more programs over 16384 rows) are tried beside the MLP's 128 x 128.
+SWEEP = [_road("cublas"), _road("fused"), _road("fused", 64, 128), _road("fused", 128, 128, 32, 8, 3),
+         _road("fused", 64, 64, 32, 4, 4)]
+SWEEP_BF16 = [_road("cublas"), _road("fused", 128, 64, 64), _road("fused", 128, 128, 64, 8, 3),
+              _road("fused", 64, 128, 64), _road("fused", 64, 64, 64, 4, 3)]
+# Not tuned on a GPU yet: the measured cuBLAS road everywhere until the block's tile sweep is recorded.
+DEFAULTS = {"field": SWEEP[0], "large": SWEEP[0], "sweep": SWEEP[0]}
+DEFAULTS_BF16 = {"field": SWEEP_BF16[0], "large": SWEEP_BF16[0], "sweep": SWEEP_BF16[0]}
+
+
+def _forward(rowptr, col, w, max_degree, h, gamma, beta, W1, b1, W2, b2, out, config=None):
     """The block on validated inputs (h fp32 or bf16, at least one node)."""
     n, F = h.shape
-    set_precision("fp32")  # IEEE FP32 GEMMs: a TF32 setting left by another caller must not leak in (bf16: unread)
+    defaults = DEFAULTS if h.dtype == torch.float32 else DEFAULTS_BF16
+    cfg = common.choose(OP, defaults, dict(n=n, F=F, H=W1.shape[0]), config or {})
     m = agg._launch(rowptr, col, w, h, torch.empty((n, F), dtype=h.dtype, device=h.device), max_degree, {})
     a = layernorm(m, gamma, beta, **LN_CONFIG)
+    if cfg.pop("GEMM") == "fused":
+        g = gemm_epilogue(a, W1, b1, torch.empty((n, W1.shape[0]), dtype=h.dtype, device=h.device), gelu=True, **cfg)
+        return gemm_epilogue(g, W2, b2, out, residual=h, **cfg)
+    set_precision("fp32")  # IEEE FP32 GEMMs: a TF32 setting left by another caller must not leak in (bf16: unread)
     g = bias_gelu(torch.mm(a, W1.t()), b1)
     torch.addmm(b2, g, W2.t(), out=out)
     return out.add_(h)
 
 
-def mp_block(graph, h, gamma, beta, W1, b1, W2, b2, out=None):
-    """h + W2 gelu(W1 LN(m) + b1) + b2, m_i = sum over j in N(i) of w_ij h_j (see ``spec``)."""
+def mp_block(graph, h, gamma, beta, W1, b1, W2, b2, out=None, **config):
+    """h + W2 gelu(W1 LN(m) + b1) + b2, m_i = sum over j in N(i) of w_ij h_j (see ``spec``); ``config``
+    picks the road and its tiles (``SWEEP``)."""
     SPEC.validate(graph, h, gamma, beta, W1, b1, W2, b2)
     inputs = (graph, h, gamma, beta, W1, b1, W2, b2)
     SPEC.validate_out(inputs, out)
@@ -61,22 +93,18 @@ def mp_block(graph, h, gamma, beta, W1, b1, W2, b2, out=None):
     out = SPEC.empty_out(*inputs) if out is None else out
     if graph.n == 0:
         return out
-    return _forward(graph.rowptr, graph.col, graph.w, graph.max_degree, h, gamma, beta, W1, b1, W2, b2, out)
+    return _forward(graph.rowptr, graph.col, graph.w, graph.max_degree, h, gamma, beta, W1, b1, W2, b2, out,
+                    config)
 
 
-def prepare(graph, h, *layer):
+def prepare(graph, h, *layer, **config):
     """The aggregation's split plan, built once per input set (never timed), as its own column does."""
     agg.prepare(graph, h)
     return (graph, h) + layer
 
 
-for _dtype in ("fp32", "bf16"):  # one launcher: h's dtype picks the precision
-    register(OP, "triton", dtype=_dtype, family="triton", order=ORDER, label=LABEL, color=COLOR, interpret=True,
-             needs_cuda=True, prepare=prepare,
-             config={"aggregation": "neighbor_agg (Triton)", "layernorm": "Triton " + str(LN_CONFIG),
-                     "gemm": "cuBLAS (torch.mm)", "bias_gelu": "Triton",
-                     "gemm2": "cuBLAS (torch.addmm, bias in the epilogue)", "residual": "torch add_",
-                     "launches": LAUNCHES})(mp_block)
+register_kernel(OP, mp_block, DEFAULTS, SWEEP, precision="fp32", prepare=prepare)
+register_kernel(OP, mp_block, DEFAULTS_BF16, SWEEP_BF16, precision="bf16", prepare=prepare)
 
 
 # ------------------------------------------------------------------------- as a PyTorch operator
@@ -123,5 +151,5 @@ def _(rowptr, col, w, h, gamma, beta, W1, b1, W2, b2):
 
 
 def launches(config: dict) -> int:
-    """Launches one call makes (the harness's launches-per-call test reads it)."""
-    return LAUNCHES
+    """Launches one call makes with ``config`` (the harness's launches-per-call test reads it)."""
+    return LAUNCHES[config.get("GEMM", DEFAULTS["field"]["GEMM"])]

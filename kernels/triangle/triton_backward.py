@@ -14,7 +14,8 @@ forward's FLOPs, with no reduction across programs (each output is one program's
 order), so it is deterministic.
 
 Registered with ``torch.library.register_autograd`` (eager and torch.compile) and as the 'triton'
-column's training path at both precisions.
+column's training path at both FP32 precisions; the bf16 column is forward only, as the other
+operations' bf16 columns are.
 """
 from __future__ import annotations
 

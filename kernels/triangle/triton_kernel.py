@@ -7,10 +7,14 @@ A[:, :, c] @ B[:, :, c]^T. Two roads, chosen by the config key LAYOUT:
 - "channel_major": copy A and B to [C, N, N], then a batched GEMM (``_channel_major.py``; two or three
   launches, with the output epilogue STORE).
 
-Two precisions, both held to the FP32 tolerance: 'fp32' (IEEE products on the FMA units) and 'fp32x3'
-(each product as three TF32 tensor-core products, ``input_precision="tf32x3"``).
+Three precisions: 'fp32' (IEEE products on the FMA units) and 'fp32x3' (each product as three TF32
+tensor-core products, ``input_precision="tf32x3"``), both FP32 storage held to the FP32 tolerance; and
+'bf16' (bf16 storage: the tensor cores' bf16 products, exact in FP32, summed in FP32 and rounded once at
+the output's store), held to bf16's.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 import triton
@@ -54,7 +58,7 @@ def _triangle_kernel(
     GROUP_I: tl.constexpr,  # tile rows walked before moving right (L2 reuse, as in matmul)
     PER_CHANNEL: tl.constexpr,  # BLOCK_C = 2 or 4 loaded together, then one 2-d dot per channel
     OFFS_64: tl.constexpr,  # an operand's element offsets pass 2^31: i and j indices in int64
-    PRECISION: tl.constexpr,  # "ieee" (FMA) or "tf32x3" (three TF32 tensor-core products)
+    PRECISION: tl.constexpr,  # "ieee" (FMA; bf16 tiles: bf16 products) or "tf32x3" (three TF32 products)
 ):
     pid = tl.program_id(0)
     tiles_i = tl.cdiv(N, BLOCK_I)
@@ -176,8 +180,23 @@ SWEEP_X3 = [
 # permuting epilogue, 128 x 64 tiles and 4 warps at both precisions.
 DEFAULTS = {"field": SWEEP[1], "large": SWEEP[8], "sweep": SWEEP[8]}
 DEFAULTS_X3 = {"field": SWEEP_X3[0], "large": SWEEP_X3[5], "sweep": SWEEP_X3[5]}
-BY_DTYPE = {"fp32": (DEFAULTS, SWEEP), "fp32x3": (DEFAULTS_X3, SWEEP_X3)}
-INPUT_PRECISION = {"fp32": "ieee", "fp32x3": "tf32x3"}
+# bf16 (predictions until a GPU sweep): bf16 tensor-core products on the channel-major road, k innermost
+# (both operands K-major, as wgmma reads them), BLOCK_K = 64 (a 128-byte line of bf16): the triangle
+# update block's bf16 contraction tiles (its FIRST_BF16 first). 'direct' with BLOCK_C channels stores
+# runs of BLOCK_C bf16 values (16 fill a 32-byte sector).
+SWEEP_BF16 = [
+    _channel_major("permute", 128, 128, 64, 1, 8, 3),
+    _channel_major("permute", 128, 128, 64, 1, 8, 4),
+    _channel_major("permute", 128, 64, 64, 1, 4, 4),
+    _channel_major("direct", 64, 64, 64, 8, 8, 3),
+    _channel_major("direct", 64, 32, 64, 16, 8, 3),  # 128 FP32 values a thread, as at 64 x 64 x 8
+]
+# Large and sweep: the block's tiles, so the operation alone at the block's shapes (N = 384, 128; C = 128)
+# runs what the block runs (Amdahl's s). Field (N = 128, C = 64): 128 programs of 128 x 64 for 132 SMs.
+DEFAULTS_BF16 = {"field": SWEEP_BF16[2], "large": SWEEP_BF16[0], "sweep": SWEEP_BF16[0]}
+BY_DTYPE = {"fp32": (DEFAULTS, SWEEP), "fp32x3": (DEFAULTS_X3, SWEEP_X3), "bf16": (DEFAULTS_BF16, SWEEP_BF16)}
+INPUT_PRECISION = {"fp32": "ieee", "fp32x3": "tf32x3", "bf16": "ieee"}  # bf16 products: nothing to choose
+_FLOAT = frozenset(ops.FLOAT)
 LAYOUTS, STORES = ("in_place", "channel_major"), ("direct", "permute")
 
 
@@ -200,8 +219,8 @@ def _refuse_bad_config(c: dict) -> None:
 def _good(A, B) -> bool:
     """The spec's checks of a well-formed call in a few attribute reads: True only where
     ``SPEC.validate`` passes (a False sends the call to it, which names what is wrong)."""
-    return (type(A) is torch.Tensor and type(B) is torch.Tensor and A.dtype is torch.float32
-            and B.dtype is torch.float32 and A.ndim == 3 and A.shape[1] == A.shape[0] and B.shape == A.shape
+    return (type(A) is torch.Tensor and type(B) is torch.Tensor and A.dtype in _FLOAT
+            and B.dtype is A.dtype and A.ndim == 3 and A.shape[1] == A.shape[0] and B.shape == A.shape
             and A.device == B.device)
 
 
@@ -233,13 +252,18 @@ def _plan(dtype, table_id, N, C, a_strides, b_strides, config):
     return "in_place", (grid, dict(OFFS_64=offs_64, PRECISION=precision, **consts, **launch))
 
 
-def triangle(A, B, out=None, dtype="fp32", **config):
+def triangle(A, B, out=None, dtype=None, **config):
     """O_ijc = sum_k A_ikc B_jkc for A, B of shape [N, N, C], any strides. ``dtype``: 'fp32' (IEEE FMA
-    products) or 'fp32x3' (three TF32 tensor-core products each); ``config`` overrides the tiles and
+    products; the default for FP32 inputs), 'fp32x3' (three TF32 tensor-core products each) or 'bf16'
+    (bf16 inputs and output, FP32 sums; the default for bf16 inputs); ``config`` overrides the tiles and
     the road (LAYOUT, STORE)."""
     _checked(A, B)
+    dtype = dtype or ("bf16" if A.dtype is torch.bfloat16 else "fp32")
     if dtype not in INPUT_PRECISION:
         raise MageInputError("triangle", "dtype", f"must be one of {sorted(INPUT_PRECISION)}, got {dtype!r}")
+    if (dtype == "bf16") != (A.dtype is torch.bfloat16):
+        raise MageInputError("triangle", "A", f"has dtype {str(A.dtype).replace('torch.', '')}, which does "
+                             f"not fit precision {dtype!r} (bf16 stores bfloat16, the others float32)")
     N, _, C = A.shape
     if out is None:
         out = A.new_empty((N, N, C))
@@ -247,6 +271,11 @@ def triangle(A, B, out=None, dtype="fp32", **config):
         ops.check_out("triangle", out, (N, N, C), A.dtype, A.device)
     if N == 0 or C == 0:
         return out
+    if A.dtype is torch.bfloat16 and common.interpreting():
+        # Triton 3.6's interpreter multiplies bf16 dot operands as their raw 16-bit patterns. The FP32
+        # product of two bf16 values is exact, so FP32 copies give the FP32 sums the tensor cores form;
+        # the kernels still store into the bf16 output (the interpreter rounds toward zero there)
+        A, B = A.float(), B.float()
     road_name, how = common.plan(_PLANS, _plan, dtype, id(BY_DTYPE[dtype][0]), N, C, A.stride(), B.stride(), common.frozen(config))
     if road_name == "channel_major":
         consts, launch, precision, offs_64 = how
@@ -269,12 +298,13 @@ def launches(config: dict) -> int:
 
 
 @torch.library.custom_op("mage::triton_triangle", mutates_args=())
-def triangle_op(A: torch.Tensor, B: torch.Tensor, dtype: str = "fp32") -> torch.Tensor:
-    """The kernel as a PyTorch operator, so torch.compile graphs can call it."""
+def triangle_op(A: torch.Tensor, B: torch.Tensor, dtype: Optional[str] = None) -> torch.Tensor:
+    """The kernel as a PyTorch operator, so torch.compile graphs can call it (``dtype``: as the launcher's,
+    by default the inputs' own precision)."""
     return triangle(A, B, dtype=dtype)
 
 
 @triangle_op.register_fake
-def _(A, B, dtype="fp32"):
+def _(A, B, dtype=None):
     SPEC.validate(A, B)  # metadata only: a call with any 'meta' input lands here
     return A.new_empty(A.shape)

@@ -136,6 +136,7 @@ def test_the_triton_block_refuses_bad_configs(monkeypatch):
     assert "STORE" in str(assert_refuses(tb.trimul_block, NAME, "config", *meta, STORE="scatter"))
     assert "power of two" in str(assert_refuses(tb.trimul_block, NAME, "config", *meta, GATE_V=48))
     assert_refuses(tb.trimul_block, NAME, "config", *meta, BLOCK_Q=4)
+    assert "GEMM" in str(assert_refuses(tb.trimul_block, NAME, "config", *meta, GEMM="cutlass"))
 
 
 # ---- launches ------------------------------------------------------------------------------------------
@@ -155,7 +156,12 @@ def _launches(monkeypatch, shape, **config):
     from kernels.layernorm import triton_kernel as ln
     calls = []
     monkeypatch.setattr(tb, "_gate_kernel", _Recorder(calls, "gates"))
-    monkeypatch.setattr(tb, "_out_gate_kernel", _Recorder(calls, "output gate"))
+    monkeypatch.setattr(tb.proj, "_out_gate_kernel", _Recorder(calls, "output gate"))
+    kmajor = tb.proj._w
+    monkeypatch.setattr(tb.proj, "_w", lambda w, c: (c["GEMM_KMAJOR"] and calls.append(("K-major copy", None, {})))
+                        or kmajor(w, c))
+    monkeypatch.setattr(tb.proj, "gemm_epilogue", lambda A, W, bias, out, **kw: calls.append(("epilogue GEMM", None, kw))
+                        or out)
     monkeypatch.setattr(tb.road, "_batched_gemm_kernel", _Recorder(calls, "contraction"))
     monkeypatch.setattr(tb.road, "_transpose_kernel", _Recorder(calls, "transpose"))
     monkeypatch.setattr(ln, "_layernorm_kernel", _Recorder(calls, "layernorm"))
@@ -186,6 +192,18 @@ def test_launches_per_call(monkeypatch, store):
     assert gemm[2]["PRECISION"] == "ieee" and gemm[1] == (1 * 1 * 5,)
 
 
+@pytest.mark.parametrize("kmajor", (0, 1))
+def test_launches_per_call_on_the_fused_road(monkeypatch, kmajor):
+    calls = _launches(monkeypatch, dict(N=40, C=6, H=5), GEMM="fused", GEMM_KMAJOR=kmajor)
+    names = [c[0] for c in calls]
+    copy = ["K-major copy"] * kmajor
+    assert names == ["layernorm"] + copy + ["epilogue GEMM", "gates", "contraction", "transpose", "layernorm"] + \
+        copy + ["epilogue GEMM"]
+    assert len(calls) == tb.launches(dict(tb.FIRST, GEMM="fused", GEMM_KMAJOR=kmajor))
+    # the output gate rides in the second GEMM's epilogue: p's last C columns
+    assert calls[-1][2]["gate"].shape == (40 * 40, 6) and "residual" not in calls[-1][2]
+
+
 def test_offsets_stay_32_bit_at_the_measured_shapes(monkeypatch):
     for shape_set in ("field", "large", "sweep"):
         for s in SPEC.shapes[shape_set]:
@@ -195,9 +213,10 @@ def test_offsets_stay_32_bit_at_the_measured_shapes(monkeypatch):
 
 # ---- the Triton block under the interpreter -------------------------------------------------------------
 @cpu_only
+@pytest.mark.parametrize("road", ("cublas", "fused"))
 @pytest.mark.parametrize("dist", ("normal", "heavy"))
-def test_triton_block_at_tiny_shapes(dist):
-    impl = registry.get(NAME, "triton", "fp32")
+def test_triton_block_at_tiny_shapes(dist, road):
+    impl = registry.get(NAME, "triton", "fp32").variant(GEMM=road)
     check_shapes(impl, TINY, dist, trials=1)
 
 

@@ -1,15 +1,17 @@
 """The triangle update assembled from the project's kernels, as a kernel author would inside a block:
 
 1. LayerNorm of z (the project's Triton LayerNorm, rows of C channels);
-2. the five input projections as one cuBLAS GEMM, p = zn @ w_in + b_in ([N*N, 4H + C]);
+2. the five input projections as one GEMM, p = zn @ w_in + b_in ([N*N, 4H + C]);
 3. one Triton launch for both gates and the mask, which writes a and b straight into the channel-major
    [H, N, N] copies that the triangle's channel-major road (kernels/triangle/_channel_major.py) would
    otherwise make with a transposing copy: here the layout costs nothing, the values are written once;
 4. the triangle's batched GEMM over those copies (its kernel, its tiles; with the 'permute' epilogue
    also its transposing copy), giving o [N, N, H];
 5. LayerNorm of o (the project's Triton LayerNorm, rows of H channels);
-6. the output projection as a cuBLAS GEMM, written into ``out``;
-7. one Triton launch for the output gate, out *= sigmoid(p[:, 4H:]), in place.
+6. the output projection, written into ``out`` and gated, out *= sigmoid(p[:, 4H:]).
+The projections (steps 2 and 6) take one of two roads, the config key ``GEMM`` (``_projections``):
+cuBLAS GEMMs and a Triton launch for the output gate, or the project's GEMM with the biases and the
+gate in its epilogue (tf32x3 at fp32).
 
 Precisions: fp32 and bf16, one launcher (the inputs' dtype picks the tiles: DEFAULTS or
 DEFAULTS_BF16). At fp32 the GEMMs stay on cuBLAS in IEEE FP32 (TF32 off, set on every call) and the
@@ -33,6 +35,7 @@ from kernels.triangle.triton_kernel import STORES
 from mage import ops
 from mage.errors import MageInputError
 
+from . import _projections as proj
 from .spec import ARGS, NAME, SPEC
 
 
@@ -75,21 +78,6 @@ def _gate_kernel(
     tl.store(BT + dst, b, mask=mask)
 
 
-@triton.jit
-def _out_gate_kernel(
-    P, Y,  # p [R, 4H + C]; y [R, C], contiguous, gated in place
-    R, C, stride_p, g0,  # g0: the output gate's first column of p (4H)
-    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, OFFS_64: tl.constexpr,
-):
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    if OFFS_64:
-        rows = rows.to(tl.int64)
-    mask = (rows < R)[:, None] & (cols < C)[None, :]
-    g = tl.load(P + rows[:, None] * stride_p + g0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    y_ptrs = Y + rows[:, None] * C + cols[None, :]
-    y = tl.load(y_ptrs, mask=mask, other=0.0).to(tl.float32)  # (as in the gate kernel)
-    tl.store(y_ptrs, tl.sigmoid(g) * y, mask=mask)
 # </kernel>
 
 
@@ -99,10 +87,11 @@ TRIANGLE_KEYS = ("STORE", "K_INNER", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C",
                  "num_stages")
 
 
-def _config(contraction: dict, gate=(64, 32, 4), ln=(8, 4, 0), out_gate=(32, 64, 4)) -> dict:
+def _config(contraction: dict, gate=(64, 32, 4), ln=(8, 4, 0), out_gate=(32, 64, 4), gemm=None) -> dict:
     tri = {k: contraction[k] for k in TRIANGLE_KEYS}
     return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
-                LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2])
+                LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2],
+                **proj.gemm_keys(*(gemm or ("cublas",))))
 
 
 # FIRST: the triangle's large default (its best channel-major config at FP32, 'permute' epilogue)
@@ -118,6 +107,11 @@ SWEEP = [
     # the GEMM writes o directly, runs of 4 channels: no transposing copy, one launch fewer
     _config(_SCATTER, ln=(8, 4, 1)),
     _config(dict(_SCATTER, STORE="direct", BLOCK_C=1, BLOCK_I=128, BLOCK_J=64, num_warps=4), ln=(8, 4, 1)),
+    # the fused projections (tf32x3, tiles from the MLP block's sweep list), the weights copied K-major or not
+    _config(TRIANGLE_DEFAULTS["large"], ln=(8, 4, 1), gemm=("fused",)),
+    _config(TRIANGLE_DEFAULTS["large"], ln=(8, 4, 1), gemm=("fused", 128, 64, 32, 4, 4, 0)),
+    _config(TRIANGLE_DEFAULTS["large"], ln=(8, 4, 1), gemm=("fused", 128, 128, 32, 8, 3)),
+    _config(TRIANGLE_DEFAULTS["large"], ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4)),
 ]
 # Not tuned on a GPU yet: the plain config everywhere until a tile sweep of the block is recorded.
 DEFAULTS = {"field": FIRST, "large": FIRST, "sweep": FIRST}
@@ -140,6 +134,10 @@ SWEEP_BF16 = [
     _config(_tensor_cores("permute", 128, 64, 64, 1, 4, 4), ln=(8, 4, 1)),
     _config(_tensor_cores("direct", 64, 64, 64, 8, 8, 3), ln=(8, 4, 1)),
     _config(_tensor_cores("direct", 64, 32, 64, 16, 8, 3), ln=(8, 4, 1)),  # 128 FP32 values a thread
+    # the fused projections: bf16 wgmma reads B as it comes, so no K-major copy unless asked
+    _config(_tensor_cores("permute", 128, 128, 64, 1, 8, 3), ln=(8, 4, 1), gemm=("fused", 128, 64, 64, 4, 4, 0)),
+    _config(_tensor_cores("permute", 128, 128, 64, 1, 8, 3), ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 0)),
+    _config(_tensor_cores("permute", 128, 128, 64, 1, 8, 3), ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 1)),
 ]
 DEFAULTS_BF16 = {"field": FIRST_BF16, "large": FIRST_BF16, "sweep": FIRST_BF16}
 
@@ -149,16 +147,19 @@ def _refuse_bad_config(c: dict) -> None:
         raise MageInputError(NAME, "config", why)
     if c["STORE"] not in STORES:
         no(f"STORE must be one of {STORES}, got {c['STORE']!r}")
-    for key in ("BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C", "GATE_V", "GATE_H", "LN_BLOCK_R", "OUT_R", "OUT_C"):
+    if c["GEMM"] not in proj.ROADS:
+        no(f"GEMM must be one of {proj.ROADS}, got {c['GEMM']!r}")
+    for key in ("BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C", "GATE_V", "GATE_H", "LN_BLOCK_R", "OUT_R", "OUT_C",
+                "GEMM_M", "GEMM_N", "GEMM_K"):
         if c[key] < 1 or c[key] & (c[key] - 1):
             no(f"{key} must be a power of two, got {c[key]}")
 
 
 def launches(config: dict) -> int:
-    """Kernel launches per call of one complex: two LayerNorms, two cuBLAS GEMMs, the gates, the batched
-    GEMM, the output gate, and the transposing copy with the 'permute' epilogue (a batch of B complexes
-    makes the gates, the GEMM and the copy B times)."""
-    return 7 + (config["STORE"] == "permute")
+    """Kernel launches per call of one complex: two LayerNorms, the gates, the batched GEMM, the
+    transposing copy with the 'permute' epilogue, and the projections' (a batch of B complexes makes the
+    gates, the GEMM and the copy B times)."""
+    return 4 + (config["STORE"] == "permute") + proj.launches(config)
 
 
 def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out, out=None, **config):
@@ -190,7 +191,7 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     mask = mask.reshape(B, N, N)
     ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
     zn = _nearest(layernorm(z.reshape(R, C).to(sdt), gamma_in.to(sdt), beta_in.to(sdt), **ln_cfg), z.dtype)
-    p = torch.addmm(b_in, zn, w_in)  # [R, 4H + C]: the five projections, one GEMM
+    p = _nearest(proj.project_in(zn, w_in, b_in, consts, sdt), z.dtype, keep=True)  # [R, 4H + C]: five in one
     at = torch.empty((B, H, N, N), dtype=sdt, device=z.device)
     bt = torch.empty((B, H, N, N), dtype=sdt, device=z.device)
     o = torch.empty((B, N, N, H), dtype=sdt, device=z.device)
@@ -211,14 +212,9 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
         _contract(_nearest(at[c], z.dtype, keep=True), _nearest(bt[c], z.dtype, keep=True), o[c], scratch, consts,
                   launch, offs_64)
     on = layernorm(_nearest(o, z.dtype, keep=True).view(R, H), gamma_out.to(sdt), beta_out.to(sdt), **ln_cfg)
-    y = out.view(R, C)
-    if sdt != z.dtype:  # the projection rounded by cuBLAS (here PyTorch) as on the GPU, gated in FP32
-        y = torch.addmm(b_out, _nearest(on, z.dtype), w_out).to(sdt)
-    else:
-        torch.addmm(b_out, on, w_out, out=y)
-    grid = (common.cdiv(R, consts["OUT_R"]), common.cdiv(C, consts["OUT_C"]))
-    _out_gate_kernel[grid](p, y, R, C, p.stride(0), 4 * H, BLOCK_R=consts["OUT_R"], BLOCK_C=consts["OUT_C"],
-                           OFFS_64=offs_64, num_warps=consts["OUT_WARPS"])
+    # (under the interpreter y is an FP32 buffer: the bf16 projection is gated in FP32, then rounded once)
+    y = out.view(R, C) if sdt == z.dtype else torch.empty((R, C), dtype=sdt, device=z.device)
+    proj.project_out(_nearest(on, z.dtype), w_out, b_out, p, H, y, consts, offs_64)
     if y.dtype != out.dtype:
         out.view(R, C).copy_(y)  # rounded to nearest even, once
     return out

@@ -1,15 +1,18 @@
-"""A GEMM with the MLP block's epilogues fused: out = act(A W^T + bias) (+ residual), W in ``Linear``'s
-[N, K] layout. The epilogue runs on the accumulator in registers, so the pre-activation of the first
-projection ([T, hidden], the block's largest intermediate) is never written and read back, and the second
-projection's bias and residual cost one read of the residual and no launch of their own.
+"""A GEMM with a block's epilogue fused: out = act(A W^T + bias) (+ residual, or * sigmoid(gate)), W in
+``Linear``'s [N, K] layout. The model blocks (kernels/*_block) call it for their projections. The
+epilogue runs on the accumulator in registers, so a projection's pre-activation (the MLP's [T, hidden],
+its largest intermediate) is never written and read back, and a bias, a residual or an output gate
+costs one read of its operand and no launch of its own.
 
 FP32 storage at FP32 accuracy on the tensor cores: ``tf32x3`` (each operand split into a TF32 high part
-and a remainder, three TF32 products a step, as ``kernels.matmul``'s fp32x3 row). W arrives [N, K] with
-K contiguous, so B = W^T is K-major: the layout wgmma reads a 4-byte operand in, with no copy.
+and a remainder, three TF32 products a step, as the matmul's fp32x3 row). wgmma reads a 4-byte B
+operand only K-major: W [N, K] with K contiguous is B = W^T K-major, read in place. A W stored the other
+way ([K, N] transposed, as the triangle update keeps its projections) is copied K-major first by the
+caller that knows it (``kmajor``), a launch it counts.
 
 bf16 storage: the same kernel on bf16 operands is the tensor cores' bf16 product with the FP32
-accumulator ("ieee" names no decomposition: tf32x3 splits FP32 operands only); the bias, GELU and
-residual run on that FP32 accumulator and the store rounds once to bf16.
+accumulator ("ieee" names no decomposition: tf32x3 splits FP32 operands only); the bias, GELU,
+residual and gate run on that FP32 accumulator and the store rounds once to bf16.
 """
 from __future__ import annotations
 
@@ -24,14 +27,14 @@ from kernels._triton.tiles import grouped_tile
 # <kernel>
 @triton.jit
 def _gemm_epilogue_kernel(
-    A, W, Bias, Res, C,  # A [M, K], W [N, K], bias [N], residual [M, N] (if RESIDUAL), output C [M, N]
+    A, W, Bias, Res, C,  # A [M, K], W [N, K], bias [N], Res [M, N] (read unless EPILOGUE is 0), output C [M, N]
     M, N, K,
     stride_am, stride_ak, stride_wn, stride_wk, stride_rm, stride_rn, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,  # tile rows walked before moving right (a wave shares W's panels in L2)
     PRECISION: tl.constexpr,  # "tf32x3": FP32 accuracy on the tensor cores; "ieee" for bf16 operands
     GELU: tl.constexpr,  # exact (erf) GELU of A W^T + bias
-    RESIDUAL: tl.constexpr,  # add the residual after the bias
+    EPILOGUE: tl.constexpr,  # after the bias (and GELU): 0 nothing, 1 add Res, 2 multiply by sigmoid(Res)
     OFFS_64: tl.constexpr,  # an element offset passes 2^31: indices in int64
 ):
     pid = tl.program_id(0)
@@ -60,22 +63,29 @@ def _gemm_epilogue_kernel(
     acc += tl.load(Bias + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]  # (a no-op at FP32)
     if GELU:
         acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))  # erf(z / sqrt 2)
-    if RESIDUAL:
-        acc += tl.load(Res + rows[:, None] * stride_rm + cols[None, :] * stride_rn, mask=mask,
-                       other=0.0).to(tl.float32)
+    if EPILOGUE != 0:
+        r = tl.load(Res + rows[:, None] * stride_rm + cols[None, :] * stride_rn, mask=mask, other=0.0).to(tl.float32)
+        if EPILOGUE == 1:
+            acc += r
+        else:
+            acc *= tl.sigmoid(r)
     tl.store(C + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(C.dtype.element_ty), mask=mask)
 # </kernel>
 
 
-def gemm_epilogue(A, W, bias, out, residual=None, gelu=False, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, GROUP_M=8,
-                  num_warps=4, num_stages=4):
-    """out = act(A W^T + bias) (+ residual). The caller (the block's launcher) has checked every shape,
-    dtype and device; ``out`` is a contiguous [M, N] buffer."""
+def gemm_epilogue(A, W, bias, out, residual=None, gelu=False, gate=None, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32,
+                  GROUP_M=8, num_warps=4, num_stages=4):
+    """out = act(A W^T + bias) (+ residual, or * sigmoid(gate): at most one of the two, each [M, N] with
+    any strides). The caller (a block's launcher) has checked every shape, dtype and device; ``out`` is
+    an [M, N] buffer that overlaps no operand."""
     (M, K), N = A.shape, W.shape[0]
     if M == 0 or N == 0:
         return out
     bias = bias.contiguous()
-    res = residual if residual is not None else out  # never read without RESIDUAL
+    if residual is not None and gate is not None:
+        raise ValueError("gemm_epilogue: a residual or a gate, not both")  # a caller's bug, not an input
+    epilogue = 1 if residual is not None else 2 if gate is not None else 0
+    res = residual if residual is not None else gate if gate is not None else out  # unread with EPILOGUE 0
     precision = "tf32x3" if A.dtype == torch.float32 else "ieee"
     if A.dtype == torch.bfloat16 and common.interpreting():
         # Triton 3.6's interpreter multiplies bf16 tiles as their raw 16-bit patterns; the FP32 product
@@ -86,6 +96,6 @@ def gemm_epilogue(A, W, bias, out, residual=None, gelu=False, BLOCK_M=128, BLOCK
         A, W, bias, res, out, M, N, K, A.stride(0), A.stride(1), W.stride(0), W.stride(1),
         res.stride(0), res.stride(1), out.stride(0), out.stride(1),
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, PRECISION=precision, GELU=gelu,
-        RESIDUAL=residual is not None, OFFS_64=common.offsets_64(A, W, res, out),
+        EPILOGUE=epilogue, OFFS_64=common.offsets_64(A, W, res, out),
         num_warps=num_warps, num_stages=num_stages)
     return out

@@ -1,0 +1,87 @@
+"""The triangle update's two projections, by one of two roads (the config key ``GEMM``):
+
+'cublas': p = zn w_in + b_in and y = LN(o) w_out + b_out as cuBLAS GEMMs (IEEE FP32 at fp32, TF32 off),
+then one Triton launch for the output gate, y *= sigmoid(p[:, 4H:]), in place.
+
+'fused': both as the project's GEMM with its epilogue (``kernels.matmul.triton_epilogue``): the biases
+ride in the epilogues and the output gate in the second one, so y is written once, gated, and the
+gate's launch and its pass over y (read and write) are gone. At fp32 the products are tf32x3 (FP32
+accuracy on the tensor cores), the reason this road can beat cuBLAS's SGEMM, which at these shapes
+(K = C = 128, hundreds of thousands of rows) is most of the block's time. The block keeps its weights
+[in, out] (out contiguous): for the tensor cores' 4-byte product B must be K-major, so with
+``GEMM_KMAJOR`` each weight is first copied transposed (a launch each, 64-320 KB); without it the kernel
+reads them as they are and Triton stages them.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._triton import common
+from kernels.matmul.triton_epilogue import gemm_epilogue
+
+ROADS = ("cublas", "fused")
+
+
+def gemm_keys(road, bm=128, bn=64, bk=32, warps=4, stages=4, kmajor=1) -> dict:
+    """A config's projection keys: the road and the fused GEMMs' tiles (read only on that road)."""
+    return dict(GEMM=road, GEMM_M=bm, GEMM_N=bn, GEMM_K=bk, GEMM_WARPS=warps, GEMM_STAGES=stages,
+                GEMM_KMAJOR=kmajor)
+
+
+def launches(consts: dict) -> int:
+    """The projections' launches: two GEMMs and the gate, or two fused GEMMs and any K-major copies."""
+    return 3 if consts["GEMM"] == "cublas" else 2 + 2 * consts["GEMM_KMAJOR"]
+
+
+def _tiles(c: dict) -> dict:
+    return dict(BLOCK_M=c["GEMM_M"], BLOCK_N=c["GEMM_N"], BLOCK_K=c["GEMM_K"], num_warps=c["GEMM_WARPS"],
+                num_stages=c["GEMM_STAGES"])
+
+
+def _w(w: torch.Tensor, c: dict) -> torch.Tensor:
+    """w [K, N] as the epilogue GEMM's W [N, K]: a transposed view, or with GEMM_KMAJOR a K-major copy."""
+    return w.t().contiguous() if c["GEMM_KMAJOR"] else w.t()
+
+
+def project_in(zn, w_in, b_in, c: dict, sdt) -> torch.Tensor:
+    """p = zn w_in + b_in, [R, 4H + C], stored in ``sdt``."""
+    if c["GEMM"] == "cublas":
+        return torch.addmm(b_in, zn, w_in)
+    return gemm_epilogue(zn, _w(w_in, c), b_in, torch.empty((zn.shape[0], w_in.shape[1]), dtype=sdt,
+                                                            device=zn.device), **_tiles(c))
+
+
+def project_out(on, w_out, b_out, p, H: int, y, c: dict, offs_64: bool) -> torch.Tensor:
+    """y = (on w_out + b_out) * sigmoid(p[:, 4H:]), written into ``y`` [R, C]."""
+    R, C = y.shape
+    if c["GEMM"] == "fused":
+        return gemm_epilogue(on, _w(w_out, c), b_out, y, gate=p[:, 4 * H:], **_tiles(c))
+    if y.dtype != on.dtype:  # (under the interpreter: y an FP32 buffer for bf16 values)
+        y.copy_(torch.addmm(b_out, on, w_out))
+    else:
+        torch.addmm(b_out, on, w_out, out=y)
+    grid = (common.cdiv(R, c["OUT_R"]), common.cdiv(C, c["OUT_C"]))
+    _out_gate_kernel[grid](p, y, R, C, p.stride(0), 4 * H, BLOCK_R=c["OUT_R"], BLOCK_C=c["OUT_C"],
+                           OFFS_64=offs_64, num_warps=c["OUT_WARPS"])
+    return y
+
+
+# <kernel>
+@triton.jit
+def _out_gate_kernel(
+    P, Y,  # p [R, 4H + C]; y [R, C], contiguous, gated in place
+    R, C, stride_p, g0,  # g0: the output gate's first column of p (4H)
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, OFFS_64: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    if OFFS_64:
+        rows = rows.to(tl.int64)
+    mask = (rows < R)[:, None] & (cols < C)[None, :]
+    g = tl.load(P + rows[:, None] * stride_p + g0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    y_ptrs = Y + rows[:, None] * C + cols[None, :]
+    y = tl.load(y_ptrs, mask=mask, other=0.0).to(tl.float32)  # (as in the gate kernel)
+    tl.store(y_ptrs, tl.sigmoid(g) * y, mask=mask)
+# </kernel>
