@@ -1,4 +1,4 @@
-"""The custom message-passing layer as a CUDA graph ('triton_graphs'): the 'triton' column's six
+"""The custom message-passing layer as a CUDA graph ('triton_graphs'): the 'triton' column's
 launches recorded once per input signature and replayed as one graph launch
 (``kernels/_triton/graphed.py``).
 
@@ -31,7 +31,7 @@ def _plan(graph, h, *layer):
     n, F = graph.n, h.shape[1]
     if not (n and F):
         return None
-    return agg.plan_for(graph.rowptr, graph.max_degree, n, F)
+    return agg.plan_for(graph.rowptr, graph.max_degree, n, F, dtype=h.dtype)
 
 
 def _graph_key(graph: CSRGraph) -> tuple:

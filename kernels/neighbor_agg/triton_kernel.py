@@ -200,6 +200,18 @@ SWEEP = [
 # degree order took 0.90x the span on the skewed graph (run 20261204T173226Z); a uniform graph's order
 # is the identity. Elsewhere the rows keep their order, so a graph without hubs stays structure-free.
 DEFAULTS = {"field": SWEEP[2], "large": SWEEP[-1], "sweep": SWEEP[2]}
+# bf16 features: the FP32 tiles cap a program at 64 features (256 bytes of a row), so a bf16 row of 128
+# features took two programs of 128-byte gathers, each reading the row's columns and weights again: at
+# the message-passing block's graph (n = 16384, F = 128) 54 us, against 16 us with one program for the
+# whole row, the same 256 bytes (run 20261204T205225Z's diagnostic, kernel time; FP32 there: 20 us).
+# The bf16 entries keep every other FP32 choice (SPLIT and ORDER too, so ``structure_free`` holds for
+# both); at F <= 64 they are the FP32 tiles.
+SWEEP_BF16 = [dict(c, MAX_BLOCK_F=128) for c in SWEEP]
+DEFAULTS_BF16 = {k: dict(c, MAX_BLOCK_F=128) for k, c in DEFAULTS.items()}
+
+
+def _defaults(dtype) -> dict:
+    return DEFAULTS_BF16 if dtype == torch.bfloat16 else DEFAULTS
 
 # The combining step, not a tile parameter of the lesson: a hub's last chunk waits for its flags
 # BLOCK_W at a time, then adds BLOCK_P partial sums a step (BLOCK_P x BLOCK_F values in flight). A
@@ -218,7 +230,7 @@ def _launch(rowptr, col, w, x, out, max_degree, config, guard=None, lower_flags=
     n, F, n_src = rowptr.numel() - 1, x.shape[1], x.shape[0]
     if x.stride(1) != 1:
         x = x.contiguous()  # costs one extra read and write of x
-    cfg = common.choose("neighbor_agg", DEFAULTS, dict(n=n, F=F), config)
+    cfg = common.choose("neighbor_agg", _defaults(x.dtype), dict(n=n, F=F), config)
     block_f = min(common.pow2(F), cfg.pop("MAX_BLOCK_F"))
     split = cfg.pop("SPLIT")
     order = bool(cfg.pop("ORDER", 0))
@@ -257,10 +269,10 @@ def neighbor_agg(graph, x, out=None, guard=None, _lower_flags=True, **config):
     return _launch(graph.rowptr, graph.col, graph.w, x, out, graph.max_degree, config, guard, _lower_flags)
 
 
-def plan_for(rowptr, max_degree, n: int, F: int, config=None) -> dict:
-    """The split plan a launch over n rows of F features with ``config`` finds (built once, then found):
-    for a prepare, and for whoever must keep the plan a recorded launch reads alive."""
-    cfg = common.choose("neighbor_agg", DEFAULTS, dict(n=n, F=F), config or {})
+def plan_for(rowptr, max_degree, n: int, F: int, config=None, dtype=torch.float32) -> dict:
+    """The split plan a launch over n rows of F features of ``dtype`` with ``config`` finds (built once,
+    then found): for a prepare, and for whoever must keep the plan a recorded launch reads alive."""
+    cfg = common.choose("neighbor_agg", _defaults(dtype), dict(n=n, F=F), config or {})
     block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
     return _plan(rowptr, max_degree, cfg["SPLIT"], F, common.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
 
@@ -285,10 +297,11 @@ def structure_free(max_degree, n: int) -> bool:
 def prepare(graph, x, **config):
     """Build the split plan once per input set (never timed), as cuSPARSE's column builds its matrix."""
     if graph.n and x.shape[1]:
-        plan_for(graph.rowptr, graph.max_degree, graph.n, x.shape[1], config)
+        plan_for(graph.rowptr, graph.max_degree, graph.n, x.shape[1], config, x.dtype)
     return graph, x
 
 
-# bf16 features run the FP32 tiles (the tile sweeps were FP32's): FP32 weights and sums, one rounding at the store
+# bf16 features: FP32 weights and sums, one rounding at the store, the bf16 tiles above
 for _dtype in SPEC.dtypes:
-    register_kernel("neighbor_agg", neighbor_agg, DEFAULTS, SWEEP, precision=_dtype, prepare=prepare)
+    register_kernel("neighbor_agg", neighbor_agg, DEFAULTS_BF16 if _dtype == "bf16" else DEFAULTS,
+                    SWEEP_BF16 if _dtype == "bf16" else SWEEP, precision=_dtype, prepare=prepare)
