@@ -120,7 +120,9 @@ def test_fused_road_takes_views():
 @cpu_only
 def test_every_sweep_config():
     impl = registry.get(OP, "triton", "fp32")
-    assert impl.sweep[0] == {"GEMM": "cublas"} and impl.config_at(SPEC.shapes["field"][0]) == {"GEMM": "cublas"}
+    from kernels.mlp_block.triton_block import DEFAULTS
+    assert impl.sweep[0] == {"GEMM": "cublas"}  # the baseline the fused tiles were swept against
+    assert impl.config_at(SPEC.shapes["field"][0]) == DEFAULTS["fp32"] and DEFAULTS["fp32"]["GEMM"] == "fused"
     for cfg in impl.sweep:
         r = check(impl.variant(**cfg), SMALL, trials=1, device="cpu")
         assert r.passed, (cfg, r.reason)
@@ -237,16 +239,17 @@ def test_gpu_triton_block_is_ieee_fp32_whatever_tf32_was_left_at():
 # Launches per call at the field shape. The Triton block's are its own (docstring of triton_block.py);
 # eager PyTorch's are a prediction (LayerNorm, Linear with its bias in cuBLAS's epilogue, GELU, Linear,
 # the residual add) until the first GPU run; the compiled columns' counts are printed and held stable.
-EXPECTED_LAUNCHES = {"triton": 5, "pytorch": 5, "triton fused": 3}
+# The Triton column's count is its road's (``launches``: the default road differs by precision).
+EXPECTED_LAUNCHES = {"pytorch": 5, "triton fused": 3, "triton cublas": 5}
 
 
 @gpu
-@pytest.mark.parametrize("name,dtype", _cuda_impls() + [("triton fused", "fp32")])
+@pytest.mark.parametrize("name,dtype", _cuda_impls() + [("triton fused", "fp32"), ("triton cublas", "fp32")])
 def test_gpu_launches_per_call_are_stable(name, dtype):
     from mage.profile import profile
     impl = registry.get(OP, name.split()[0], dtype)
-    if name == "triton fused":
-        impl = impl.variant(GEMM="fused")
+    if name.startswith("triton "):
+        impl = impl.variant(GEMM=name.split()[1])
     inputs = SPEC.inputs(SPEC.shapes["field"][0], seed=0, device="cuda", dtype=dtype)
     args = impl.prepare(*inputs) if impl.prepare else inputs
     counts = []
@@ -258,3 +261,6 @@ def test_gpu_launches_per_call_are_stable(name, dtype):
     assert counts[0] == counts[1] and counts[0] == int(counts[0]), counts
     if name in EXPECTED_LAUNCHES:
         assert counts[0] == EXPECTED_LAUNCHES[name], (counts[0], p.kernel_names)
+    if name == "triton":
+        from kernels.mlp_block.triton_block import launches
+        assert counts[0] == launches(impl.config_at(SPEC.shapes["field"][0])), (counts[0], p.kernel_names)

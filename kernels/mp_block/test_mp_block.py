@@ -261,7 +261,7 @@ def test_gpu_launches_per_call_are_stable(name, dtype):
     print(f"\n{OP}/{name}/{dtype}: {counts[0]:g} launches per call: {p.kernel_names}")
     assert counts[0] == counts[1] and counts[0] == int(counts[0]), counts
     if name == "triton":
-        assert counts[0] == launches(impl.config_for(SPEC.shapes["field"][0])), (counts[0], p.kernel_names)
+        assert counts[0] == launches(impl.config_at(SPEC.shapes["field"][0])), (counts[0], p.kernel_names)
 
 
 @gpu
