@@ -211,15 +211,15 @@ def rows_for_case(block: str, dtype: str, shape: str, shape_set: str, run: str, 
     s, missing = {}, []
     for part in parts:
         row(baseline, part.op, "share", p[part.op])
-        mine = part.custom or custom
-        if mine == baseline:
+        mine, at = part.column(dtype, custom)
+        if mine == baseline and at == dtype:
             s[part.op] = 1.0  # the custom block runs the library's own kernels for it
             row(mine, part.op, "speedup", 1.0, ["same_impl"])
             continue
         b, c = op_us.get((part.op, baseline), math.nan), op_us.get((part.op, mine), math.nan)
         if b == b and c == c and c > 0:
             s[part.op] = b / c
-            row(mine, part.op, "speedup", b / c)
+            row(mine, part.op, "speedup", b / c, [f"at:{at}"] if at != dtype else [])
         elif part.shapes is None:  # no operation of its own to measure: taken as not sped up
             row(mine, part.op, "speedup", math.nan, ["not_measured:assumed_1"])
         else:  # an operation that was not measured (no column at this precision, a failed check)

@@ -56,10 +56,10 @@ def measure_case(spec, shape: dict, shape_set: str, dtype: str, run: str, baseli
     for part in spec.parts:
         if part.shapes is None or part.op not in ops.OPS:
             continue
-        for name in dict.fromkeys([baseline, part.custom or custom]):
+        for name, at in dict.fromkeys([(baseline, dtype), part.column(dtype, custom)]):
             total, library = 0.0, 0.0
             for s in part.shapes(shape):
-                got = profile_at(_impl(part.op, name, dtype), s, iters, log)
+                got = profile_at(_impl(part.op, name, at), s, iters, log)
                 if got is None:
                     total = math.nan
                     break

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -114,12 +114,21 @@ class Part:
     # block shape -> the operation's shapes, one per call the block makes of it; None: no spec to measure
     shapes: Optional[Callable] = None
     # the operation's implementation that the block's custom column runs for it: "" for the column's own
-    # (the Triton block runs the Triton kernel, the Rust block the Rust one), or a library column by name
-    custom: str = ""
+    # (the Triton block runs the Triton kernel, the Rust block the Rust one), or a column by name; a dict
+    # gives one per block precision, and "name@dtype" a column of the operation at another precision
+    # (the blocks' FP32 GEMMs are tf32x3: the matmul's 'triton' column at 'fp32x3')
+    custom: Any = ""
     # another part whose kernels can also be this part's work: where a column runs both through one
     # library (an einsum and a projection both become cuBLAS GEMMs), the names cannot tell them apart,
     # and that part's time is shared out in proportion to the two operations' own times at these shapes
     split_from: str = ""
+
+    def column(self, dtype: str, custom: str) -> tuple[str, str]:
+        """(implementation, precision) of this operation that the block's custom column ``custom`` runs
+        at the block precision ``dtype``."""
+        c = self.custom.get(dtype, "") if isinstance(self.custom, dict) else self.custom
+        name, _, at = (c or custom).partition("@")
+        return name, at or dtype
 
 
 # ---------------------------------------------------------------------------------------- the spec

@@ -99,11 +99,12 @@ def test_attribution_and_split():
 
 def _rows(run="r1", custom_scale=1.0):
     """The MLP block with eager's profile above, a custom column where LayerNorm and GELU take half the
-    time, and the operations alone: LN 2x, GELU 4x faster, the GEMMs cuBLAS in both."""
+    time, and the operations alone: LN 2x, GELU 4x faster, the GEMMs cuBLAS in both (the block at bf16,
+    where its default road keeps cuBLAS's GEMMs)."""
     custom = {k: v * (0.5 if ("layer_norm" in k or "Gelu" in k) else 1.0) * custom_scale for k, v in EAGER_MLP.items()}
     op_us = {("layernorm", "pytorch"): 8.0, ("layernorm", "triton"): 4.0,
              ("bias_gelu", "pytorch"): 16.0, ("bias_gelu", "triton"): 4.0, ("matmul", "pytorch"): 60.0}
-    return amdahl.rows_for_case("mlp_block", "fp32", "T=2048,d=768,hidden=3072", "field", run, MLP.parts,
+    return amdahl.rows_for_case("mlp_block", "bf16", "T=2048,d=768,hidden=3072", "field", run, MLP.parts,
                                 "pytorch", "triton", {"pytorch": EAGER_MLP, "triton": custom}, op_us)
 
 
@@ -234,3 +235,23 @@ def test_the_gather_of_eager_aggregation_is_the_aggregation():
     from mage.ops import OPS
     name = "void at::native::vectorized_gather_kernel<16, int>(char*, char*, int*, int, long, long, long, long, bool)"
     assert amdahl.classify(name, OPS["mp_block"].parts) == "neighbor_agg"
+
+
+def test_a_part_names_its_custom_column_per_precision():
+    """The blocks' FP32 GEMMs are the project's tf32x3 GEMM, their bf16 GEMMs cuBLAS's (MLP, triangle
+    update) or the project's (message passing): the matmul part's speedup is measured against the column
+    that runs, at its precision, and is one by construction only where the custom block runs the
+    library's own kernel."""
+    from mage.ops import Part
+    p = Part("matmul", (r"gemm",), lambda s: [s], custom={"fp32": "triton@fp32x3", "bf16": "pytorch"})
+    assert p.column("fp32", "triton") == ("triton", "fp32x3") and p.column("bf16", "triton") == ("pytorch", "bf16")
+    assert Part("layernorm", (r"norm",)).column("bf16", "triton") == ("triton", "bf16")
+    rows = amdahl.rows_for_case("b", "fp32", "s", "field", "r", [p], "pytorch", "triton",
+                                {"pytorch": {"gemm_a": 30.0}, "triton": {"gemm_b": 20.0}},
+                                {("matmul", "pytorch"): 30.0, ("matmul", "triton"): 18.0})
+    s = next(r for r in rows if r["quantity"] == "speedup")
+    assert s["value"] == pytest.approx(30 / 18) and s["flags"] == "at:fp32x3"
+    rows = amdahl.rows_for_case("b", "bf16", "s", "field", "r", [p], "pytorch", "triton",
+                                {"pytorch": {"gemm_a": 30.0}, "triton": {"gemm_b": 20.0}}, {})
+    s = next(r for r in rows if r["quantity"] == "speedup")
+    assert s["value"] == 1.0 and s["flags"] == "same_impl"

@@ -42,7 +42,8 @@ def _attribution(out: Path) -> None:
             for p in spec.parts:
                 if p.shapes is not None and dtype == "fp32":
                     op_us[(p.op, "pytorch")] = 10.0
-                    op_us[(p.op, p.custom or "triton")] = 10.0 if p.custom == "pytorch" else 7.0
+                    mine = p.column(dtype, "triton")[0]
+                    op_us[(p.op, mine)] = 10.0 if mine == "pytorch" else 7.0
             rows += amdahl.rows_for_case(name, dtype, ops.shape_key(shape), "field", RUN, spec.parts, "pytorch",
                                          "triton", {"pytorch": prof, "triton": custom}, op_us)
     merge_csv(pd.DataFrame(rows, columns=amdahl.COLUMNS), out / amdahl.FILE, amdahl.KEY)

@@ -103,12 +103,14 @@ ELEMENTWISE = (r"elementwise", r"functor", r"triton_poi", r"triton_per", r"trito
 
 
 # The operations the block calls, with their shapes at the block's shape: the custom column runs
-# LayerNorm and bias + GELU as the project's Triton kernels and keeps both GEMMs on cuBLAS (its default
-# road), so the GEMMs' speedup is one by construction.
+# LayerNorm and bias + GELU as the project's Triton kernels; its GEMMs are its default road's: at FP32
+# the project's tf32x3 GEMM (the matmul's 'triton' column at 'fp32x3' is that operation alone), at bf16
+# cuBLAS's (the speedup one by construction).
 PARTS = (Part("layernorm", LAYERNORM, lambda s: [dict(R=s["T"], C=s["d"])]),
          Part("bias_gelu", GELU, lambda s: [dict(R=s["T"], C=s["hidden"])]),
          Part("matmul", GEMM, lambda s: [dict(M=s["T"], K=s["d"], N=s["hidden"]),
-                                         dict(M=s["T"], K=s["hidden"], N=s["d"])], custom="pytorch"),
+                                         dict(M=s["T"], K=s["hidden"], N=s["d"])],
+              custom={"fp32": "triton@fp32x3", "bf16": "pytorch"}),
          Part("elementwise", ELEMENTWISE))  # the residual and the second bias: no operation of their own
 
 

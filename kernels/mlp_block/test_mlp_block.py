@@ -130,7 +130,7 @@ def test_every_sweep_config():
 
 def test_bad_config_is_refused():
     from kernels.mlp_block.triton_block import _config
-    for bad in (dict(GEMM="cutlass"), dict(BLOCK_M=64), dict(GEMM="fused", BLOCK_Q=1)):
+    for bad in (dict(GEMM="cutlass"), dict(GEMM="cublas", BLOCK_M=64), dict(GEMM="fused", BLOCK_Q=1)):
         with pytest.raises(MageInputError) as e:
             _config(bad)
         assert (e.value.op, e.value.arg) == (OP, "config")

@@ -178,8 +178,9 @@ PARTS = (Part("neighbor_agg", (r"index_?add", r"indexfunc", r"gather", r"index_?
               lambda s: [dict(n=s["n"], F=s["F"], deg=int(round(s["deg"])), dist="uniform")]),
          Part("layernorm", LAYERNORM, lambda s: [dict(R=s["n"], C=s["F"])]),
          Part("bias_gelu", GELU, lambda s: [dict(R=s["n"], C=s["H"])]),
+         # the block's default road at both precisions: the epilogue GEMM (tf32x3 at FP32)
          Part("matmul", GEMM, lambda s: [dict(M=s["n"], K=s["F"], N=s["H"]), dict(M=s["n"], K=s["H"], N=s["F"])],
-              custom="pytorch"),
+              custom={"fp32": "triton@fp32x3", "bf16": "triton"}),
          Part("elementwise", ELEMENTWISE))  # the residual
 
 

@@ -154,7 +154,9 @@ PARTS = (Part("layernorm", LAYERNORM, lambda s: [dict(R=s["N"] ** 2, C=s["C"]), 
          Part("triangle", (r"_batched_gemm", r"_transpose", r"_triangle", r"copy", r"clone"),
               lambda s: [dict(N=s["N"], C=s["H"])], split_from="matmul"),
          Part("matmul", GEMM, lambda s: [dict(M=s["N"] ** 2, K=s["C"], N=4 * s["H"] + s["C"]),
-                                         dict(M=s["N"] ** 2, K=s["H"], N=s["C"])], custom="pytorch"),
+                                         dict(M=s["N"] ** 2, K=s["H"], N=s["C"])],
+              # the block's default road: the tf32x3 epilogue GEMM at FP32, cuBLAS at bf16
+              custom={"fp32": "triton@fp32x3", "bf16": "pytorch"}),
          Part("elementwise", ELEMENTWISE))  # the biases
 
 
