@@ -200,9 +200,12 @@ def test_the_profile_keeps_time_per_kernel_name():
     assert sum(p.kernel_us_by_name.values()) == pytest.approx(p.kernel_us)
 
 
-def test_the_gpu_half_wires_operations_and_the_split(monkeypatch):
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_gpu_half_wires_operations_and_the_split(monkeypatch, dtype):
     """measure_case with the profiles made up: the triangle's einsum runs as a cuBLAS GEMM in eager, so
-    its share of the eager block's GEMM time comes from the operations' own GEMM times."""
+    its share of the eager block's GEMM time comes from the operations' own GEMM times. In bf16 too: every
+    operation the block calls has its columns at bf16 (the triangle's since its bf16 column), so the case
+    is predicted."""
     from mage import amdahl_gpu
 
     def fake(im, shape, iters, log):
@@ -219,7 +222,7 @@ def test_the_gpu_half_wires_operations_and_the_split(monkeypatch):
         return {"some_kernel": 2.0 if im.name == "pytorch" else 1.0}
 
     monkeypatch.setattr(amdahl_gpu, "profile_at", fake)
-    rows = amdahl_gpu.measure_case(TRIMUL, TRIMUL.shapes["field"][0], "field", "fp32", "r", "pytorch", "triton", 5,
+    rows = amdahl_gpu.measure_case(TRIMUL, TRIMUL.shapes["field"][0], "field", dtype, "r", "pytorch", "triton", 5,
                                    print)
     t = amdahl.table(pd.DataFrame(rows))
     r = t.iloc[0]
@@ -228,6 +231,7 @@ def test_the_gpu_half_wires_operations_and_the_split(monkeypatch):
     assert r.parts["matmul"]["p"] == pytest.approx(30 / 65)
     assert r.parts["triangle"]["s"] == pytest.approx(12 / 4) and r.parts["layernorm"]["s"] == pytest.approx(2.0)
     assert "split:triangle<-matmul" in r.notes and r.measured == pytest.approx(65 / 50)
+    assert "unpredicted" not in r.notes and r.predicted > 0
 
 
 def test_the_gather_of_eager_aggregation_is_the_aggregation():

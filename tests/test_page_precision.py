@@ -1,6 +1,6 @@
 """The operation pages show FP32: an operation measured at several precisions (matmul; LayerNorm, bias +
-GELU and neighbour aggregation at FP32 and bf16) draws and reads the same with its other precisions'
-rows as without them. The synthetic data (tests/synthetic.py) holds rows of every registered column."""
+GELU, neighbour aggregation and the triangle contraction at FP32 and bf16, the triangle also at fp32x3)
+draws and reads the same with its other precisions' rows as without them. The synthetic data (tests/synthetic.py) holds rows of every registered column."""
 from __future__ import annotations
 
 import sys
@@ -15,7 +15,7 @@ from mage import book, claims as C, data, figures as F, views as V  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic import make  # noqa: E402
 
-BF16_OPS = ("layernorm", "bias_gelu", "neighbor_agg")
+BF16_OPS = ("layernorm", "bias_gelu", "neighbor_agg", "triangle")
 
 
 @pytest.fixture(scope="module")

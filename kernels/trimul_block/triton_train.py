@@ -21,8 +21,9 @@ Precisions: FP32 (IEEE FP32 GEMMs), and bf16 mixed precision following autocast 
 path does: the two projections (forward and backward) in bf16 on the tensor cores, and both LayerNorms
 on bf16 storage, forward and backward (z, and the contraction's FP32 o, rounded to bf16 as LN reads
 them: the projection after each rounds its input to bf16 anyway; the kernels' sums and statistics FP32).
-What stays FP32, and why: the gates and the contraction (the triangle's Triton operator has no bf16
-precision, so its operands a and b are FP32 and the gates that make them run in FP32 too), the output
+What stays FP32, and why: the gates and the contraction (the triangle's Triton operator trains at FP32
+only: its bf16 precision is forward only, so its operands a and b are FP32 and the gates that make
+them run in FP32 too), the output
 gate and the output (the residual stream's dtype). The projections are N^2 C (5H + C) multiply-adds
 and the contraction N^3 H: at the field shape (N = C = H = 128) the projections hold six times the
 contraction's FLOPs, so bf16 speeds up most of the arithmetic, and the row measures that mixture.
