@@ -219,7 +219,8 @@ def rows_for_case(block: str, dtype: str, shape: str, shape_set: str, run: str, 
         b, c = op_us.get((part.op, baseline), math.nan), op_us.get((part.op, mine), math.nan)
         if b == b and c == c and c > 0:
             s[part.op] = b / c
-            row(mine, part.op, "speedup", b / c, [f"at:{at}"] if at != dtype else [])
+            flags = [f"at:{at}"] if at != dtype else []
+            row(mine, part.op, "speedup", b / c, flags + (["tiles:block"] if part.tiles and part.tiles(dtype) else []))
         elif part.shapes is None:  # no operation of its own to measure: taken as not sped up
             row(mine, part.op, "speedup", math.nan, ["not_measured:assumed_1"])
         else:  # an operation that was not measured (no column at this precision, a failed check)

@@ -56,10 +56,15 @@ def measure_case(spec, shape: dict, shape_set: str, dtype: str, run: str, baseli
     for part in spec.parts:
         if part.shapes is None or part.op not in ops.OPS:
             continue
-        for name, at in dict.fromkeys([(baseline, dtype), part.column(dtype, custom)]):
+        mine = part.column(dtype, custom)
+        for name, at in dict.fromkeys([(baseline, dtype), mine]):
+            im = _impl(part.op, name, at)
+            tiles = part.tiles(dtype) if part.tiles and (name, at) == mine else None
+            if im is not None and tiles:
+                im = im.variant(**tiles)  # the tiles the block passes, not the operation's default
             total, library = 0.0, 0.0
             for s in part.shapes(shape):
-                got = profile_at(_impl(part.op, name, at), s, iters, log)
+                got = profile_at(im, s, iters, log)
                 if got is None:
                     total = math.nan
                     break

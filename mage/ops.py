@@ -122,6 +122,11 @@ class Part:
     # library (an einsum and a projection both become cuBLAS GEMMs), the names cannot tell them apart,
     # and that part's time is shared out in proportion to the two operations' own times at these shapes
     split_from: str = ""
+    # block precision -> the tiles the custom block passes to that column (its variant's config), or
+    # None where it runs the column's own default: the operation alone is then timed with the block's
+    # tiles, so its speedup is the operation's, not the tiles' (a callable, so a spec need not import
+    # the launcher that imports it)
+    tiles: Optional[Callable] = None
 
     def column(self, dtype: str, custom: str) -> tuple[str, str]:
         """(implementation, precision) of this operation that the block's custom column ``custom`` runs

@@ -259,3 +259,22 @@ def test_a_part_names_its_custom_column_per_precision():
                                 {"pytorch": {"gemm_a": 30.0}, "triton": {"gemm_b": 20.0}}, {})
     s = next(r for r in rows if r["quantity"] == "speedup")
     assert s["value"] == 1.0 and s["flags"] == "same_impl"
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_tiles_a_block_passes_make_a_variant_of_the_column_timed_alone(dtype):
+    """Where a part names the tiles its custom block passes (the LayerNorm's rows a program, the fused
+    GEMMs' tiles), the operation alone is timed with them: each must build a variant of that column."""
+    from mage import ops, registry
+    registry.load()
+    seen = 0
+    for name, spec in ops.OPS.items():
+        for part in spec.parts or ():
+            tiles = part.tiles(dtype) if part.tiles else None
+            if not tiles:
+                continue
+            impl, at = part.column(dtype, "triton")
+            v = registry.get(part.op, impl, at).variant(**tiles)
+            assert all(v.config[k] == val for k, val in tiles.items()), (name, part.op, v.config)
+            seen += 1
+    assert seen >= (4 if dtype == "fp32" else 3)  # LN in two blocks at both; the FP32 GEMMs of three

@@ -99,3 +99,13 @@ def gemm_epilogue(A, W, bias, out, residual=None, gelu=False, gate=None, BLOCK_M
         EPILOGUE=epilogue, OFFS_64=common.offsets_64(A, W, res, out),
         num_warps=num_warps, num_stages=num_stages)
     return out
+
+
+def as_matmul_config(tiles: dict) -> dict:
+    """The matmul's Triton column's config for the tiles a block passes here (a block config's GEMM keys):
+    the same kernel shape without the epilogue, for timing the operation alone with the block's tiles. W
+    is read K-major here, so the matmul reads its B K-major too (its launcher copies B first, a launch it
+    counts)."""
+    return dict(BLOCK_M=tiles["BLOCK_M"], BLOCK_N=tiles["BLOCK_N"], BLOCK_K=tiles["BLOCK_K"],
+                GROUP_M=tiles.get("GROUP_M", 8), num_warps=tiles["num_warps"], num_stages=tiles["num_stages"],
+                B_KMAJOR=1)

@@ -106,11 +106,19 @@ ELEMENTWISE = (r"elementwise", r"functor", r"triton_poi", r"triton_per", r"trito
 # LayerNorm and bias + GELU as the project's Triton kernels; its GEMMs are its default road's: at FP32
 # the project's tf32x3 GEMM (the matmul's 'triton' column at 'fp32x3' is that operation alone), at bf16
 # cuBLAS's (the speedup one by construction).
+def _gemm_tiles(dtype):
+    """The GEMM tiles the custom block's default road passes at ``dtype`` (None on the cuBLAS road)."""
+    from kernels.matmul.triton_epilogue import as_matmul_config
+    from .triton_block import DEFAULTS  # here, not at the top: the launcher imports this spec
+    c = DEFAULTS[dtype]
+    return as_matmul_config(c) if c["GEMM"] == "fused" else None
+
+
 PARTS = (Part("layernorm", LAYERNORM, lambda s: [dict(R=s["T"], C=s["d"])]),
          Part("bias_gelu", GELU, lambda s: [dict(R=s["T"], C=s["hidden"])]),
          Part("matmul", GEMM, lambda s: [dict(M=s["T"], K=s["d"], N=s["hidden"]),
                                          dict(M=s["T"], K=s["hidden"], N=s["d"])],
-              custom={"fp32": "triton@fp32x3", "bf16": "pytorch"}),
+              custom={"fp32": "triton@fp32x3", "bf16": "pytorch"}, tiles=lambda dt: _gemm_tiles(dt)),
          Part("elementwise", ELEMENTWISE))  # the residual and the second bias: no operation of their own
 
 

@@ -173,14 +173,29 @@ def _at(n):
 # scatter-add (indexFunc...); the custom column's is the project's _neighbor_agg_kernel. Its operation
 # is measured on the aggregation's own uniform random graph at the layer's size and mean degree, not on
 # the radius graph (the same rows and degrees; neighbours less local in memory).
+# The LayerNorm's tiles in the Triton block, for rows of F = 128 (a prediction, not swept): the
+# operation's own defaults give a program one row of 1024 or more columns; a row of 128 is one value a
+# thread at 4 warps, so a program takes 8 rows. No eviction hints: the GEMM reads LN's output next, from
+# L2 at the field size. Here, so that the Amdahl attribution times the operation alone with them too.
+LN_TILES = dict(BLOCK_R=8, MAX_BLOCK_C=1024, num_warps=4, EVICT=0)
+
+
+def _gemm_tiles(dtype):
+    """The GEMM tiles the custom block's default road passes at ``dtype`` (None on the cuBLAS road)."""
+    from kernels.matmul.triton_epilogue import as_matmul_config
+    from .triton_block import DEFAULTS, DEFAULTS_BF16  # here: the launcher imports this spec
+    c = (DEFAULTS if dtype == "fp32" else DEFAULTS_BF16)["field"]
+    return as_matmul_config(c) if c["GEMM"] == "fused" else None
+
+
 PARTS = (Part("neighbor_agg", (r"index_?add", r"indexfunc", r"gather", r"index_?select", r"indexselect",
                                r"scatter", r"mulfunctor", r"fillfunctor", r"neighbor_agg", r"spmm", r"csr"),
               lambda s: [dict(n=s["n"], F=s["F"], deg=int(round(s["deg"])), dist="uniform")]),
-         Part("layernorm", LAYERNORM, lambda s: [dict(R=s["n"], C=s["F"])]),
+         Part("layernorm", LAYERNORM, lambda s: [dict(R=s["n"], C=s["F"])], tiles=lambda dt: LN_TILES),
          Part("bias_gelu", GELU, lambda s: [dict(R=s["n"], C=s["H"])]),
          # the block's default road at both precisions: the epilogue GEMM (tf32x3 at FP32)
          Part("matmul", GEMM, lambda s: [dict(M=s["n"], K=s["F"], N=s["H"]), dict(M=s["n"], K=s["H"], N=s["F"])],
-              custom={"fp32": "triton@fp32x3", "bf16": "triton"}),
+              custom={"fp32": "triton@fp32x3", "bf16": "triton"}, tiles=lambda dt: _gemm_tiles(dt)),
          Part("elementwise", ELEMENTWISE))  # the residual
 
 

@@ -37,17 +37,13 @@ from kernels.neighbor_agg.graph import CSRGraph
 from mage import ops
 from mage.errors import MageInputError
 
-from .spec import OP, SPEC, check_layers
+from .spec import LN_TILES, OP, SPEC, check_layers
 
 # per call: aggregation, LayerNorm, GEMM, bias + GELU, GEMM with bias, residual; or aggregation,
 # LayerNorm and the two fused GEMMs
 LAUNCHES = {"cublas": 6, "fused": 4}
 
-# The LayerNorm's tiles for rows of F = 128 (a prediction, not yet swept): the operation's own
-# defaults give a program one row of 1024 or more columns; a row of 128 is one value a thread at 4
-# warps, so a program takes 8 rows. No eviction hints: the GEMM reads LN's output next, from L2 at
-# the field size.
-LN_CONFIG = dict(BLOCK_R=8, MAX_BLOCK_C=1024, num_warps=4, EVICT=0)
+LN_CONFIG = LN_TILES  # the LayerNorm's tiles for rows of F = 128 (why: the spec, beside the Amdahl parts)
 
 
 def _road(gemm, bm=128, bn=64, bk=32, warps=4, stages=4, group=8):
