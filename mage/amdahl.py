@@ -153,7 +153,9 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
         for part in [p for p in dict.fromkeys(d["part"]) if p]:
             mine = kern_parts[kern_parts["part"] == part]
             b, c = _value(mine, base["impl"].iloc[0] if len(base) else ""), _value(mine, custom)
-            inside = b / c if c > 0 else math.nan  # eager's time in the part over the custom column's
+            # eager's time in the part over the custom column's; infinite where the custom column has no
+            # kernel of its own there (fused into another part's) while eager spends time in it
+            inside = b / c if c > 0 else math.inf if (c == 0 and b > 0) else math.nan
             parts[part] = dict(p=one("share", part), s=one("speedup", part), inside=inside)
         m, p = one("measured"), one("predicted")
         flags = sorted({f for x in d["flags"] for f in x.split(";") if f})
@@ -233,92 +235,3 @@ def rows_for_case(block: str, dtype: str, shape: str, shape_set: str, run: str, 
     if custom in profiles:
         row(custom, "", "measured", sum(profiles[baseline].values()) / sum(profiles[custom].values()))
     return rows
-
-
-def locate(r) -> tuple[str, float] | None:
-    """For a case outside the target: the part whose speedup in the prediction (its operation's alone,
-    or 1 for a part without one), replaced by its speedup inside the blocks (eager's kernel time in that
-    part over the custom column's), brings the prediction nearest the measurement, and the difference
-    left. None where nothing is predicted or measured. (All parts at their in-block speedups would
-    return the measurement by construction; one part at a time shows where the prediction's picture of
-    the block failed.)"""
-    if not (r.predicted == r.predicted and r.measured == r.measured) or r.within:
-        return None
-    p = {k: v["p"] for k, v in r.parts.items() if k != OTHER and v["p"] == v["p"]}
-    s = {k: v["s"] for k, v in r.parts.items() if v["s"] == v["s"]}
-    best = None
-    for k in p:
-        inside = r.parts[k].get("inside", math.nan)
-        if not (inside == inside and inside > 0):
-            continue
-        gap = r.measured / predict(p, {**s, k: inside}) - 1
-        if best is None or abs(gap) < abs(best[1]):
-            best = (k, gap)
-    return best
-
-
-def located(t: pd.DataFrame) -> str:
-    """One sentence per case outside the target: the part ``locate`` finds, its speedup alone and
-    inside the blocks, and what is left of the difference with the in-block one."""
-    from .ops import OPS
-    out = []
-    for r in t.itertuples():
-        hit = locate(r)
-        if hit is None:
-            continue
-        k, gap = hit
-        v = r.parts[k]
-        alone = f"{v['s']:.2f}x alone" if v["s"] == v["s"] else "taken as 1x (no operation of its own)"
-        name = OPS[r.block].label if r.block in OPS else r.block
-        part = OPS[k].label if k in OPS else f"the {k} part"
-        out.append(f"The {name} at {r.dtype}: {part} is {alone} but {v['inside']:.2f}x inside the "
-                   f"block; with that one part's in-block speedup the "
-                   f"prediction's difference falls from {r.difference:+.0%} to {gap:+.0%}"
-                   + ("." if abs(gap) <= TARGET else ", so more than one part moved."))
-    return " ".join(out)
-
-
-def summary(t: pd.DataFrame) -> str:
-    """The table as text: one line per case, then its parts' p and s."""
-    if t.empty:
-        return "(no attribution rows)"
-    lines = []
-    for r in t.itertuples():
-        lines.append(f"{r.block} {r.dtype} {r.shape}: measured {r.measured:.3f}x, predicted {r.predicted:.3f}x "
-                     f"(difference {r.difference:+.1%}; {'within' if r.within else 'not within'} {TARGET:.0%})")
-        for part, v in r.parts.items():
-            lines.append(f"    {part:>14}: p = {v['p']:.3f}, s = {v['s']:.3f}")
-    return "\n".join(lines)
-
-
-def findings(t: pd.DataFrame, dtype: str = "fp32") -> str:
-    """One sentence per block at ``dtype``: the custom column against eager (a tie within the harness's
-    precision), the measured and predicted speedups and whether they agree within the target; or that
-    it was not measured."""
-    from .ops import OPS
-    from .views import judge
-    d = t[t["dtype"] == dtype] if len(t) else t
-    if d.empty:
-        return f"No block has been attributed at {dtype} on this card yet."
-    out = []
-    for r in d.itertuples():
-        name = OPS[r.block].label if r.block in OPS else r.block
-        verdict = judge(r.custom_us, r.baseline_us)
-        if verdict.verdict == "not measured":
-            head = f"The {name} ({r.shape}): the custom column was not measured"
-        else:
-            head = (f"The {name} ({r.shape}): the custom column is {verdict.words()} eager, "
-                    f"measured {r.measured:.2f}x")
-        if r.predicted == r.predicted:
-            agree = ("within" if r.within else "outside") + f" the {TARGET:.0%} target" if r.within is not None else ""
-            head += f"; Amdahl predicts {r.predicted:.2f}x" + (f" ({r.difference:+.0%}, {agree})" if agree else "")
-        else:
-            head += "; no prediction (an operation it calls was not measured at this precision)"
-        out.append(head + ".")
-    return " ".join(out)
-
-
-def parts_text(parts: dict) -> str:
-    """'layernorm 10%, 2.00x; matmul 65%, 1.00x; elementwise 5%, n/m': each part's p and s."""
-    return "; ".join(f"{k} {v['p']:.0%}, " + (f"{v['s']:.2f}x" if v["s"] == v["s"] else "n/m")
-                     for k, v in parts.items() if v["p"] == v["p"])

@@ -81,13 +81,13 @@ def cmd_amdahl(a):
     _cuda_or_exit("amdahl")
     import pandas as pd
 
-    from . import amdahl, amdahl_gpu
+    from . import amdahl, amdahl_gpu, amdahl_text
     from . import measure as m
     out = Path(a.out)
     _same_machine(out, a.force_machine)
     run, rows = amdahl_gpu.measure(out, blocks, a.dtypes, a.shapes, a.baseline, a.custom, a.iters, _command_line(),
                                    log=m.stderr_log, pin=not a.no_pin, force_machine=a.force_machine)
-    print(amdahl.summary(amdahl.table(pd.DataFrame(rows, columns=amdahl.COLUMNS))))
+    print(amdahl_text.summary(amdahl.table(pd.DataFrame(rows, columns=amdahl.COLUMNS))))
     print(f"run {run}: {len(rows)} rows in {out / amdahl.FILE}")
 
 

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from mage import amdahl, ops
+from mage import amdahl, amdahl_text, ops
 from mage.__main__ import main
 from mage.data import merge_csv
 from mage.ops import Part
@@ -137,12 +137,12 @@ def test_a_miss_is_located_in_the_part_whose_speedup_alone_misleads():
     r = next(amdahl.table(pd.DataFrame(rows)).itertuples())
     assert r.predicted == pytest.approx(1 / (0.70 + 0.10 / 2 + 0.20 / 16)) and not r.within
     assert r.parts["bias_gelu"]["inside"] == pytest.approx(2.0)
-    part, left = amdahl.locate(r)
+    part, left = amdahl_text.locate(r)
     assert part == "bias_gelu" and left == pytest.approx(0.0, abs=1e-12)  # the other parts' s held already
-    text = amdahl.located(amdahl.table(pd.DataFrame(rows)))
+    text = amdahl_text.located(amdahl.table(pd.DataFrame(rows)))
     assert "bias + GELU is 16.00x alone but 2.00x inside the block" in text
     assert text.endswith("falls from -10% to +0%.")
-    assert amdahl.located(amdahl.table(pd.DataFrame(_rows()))) == ""  # within the target: nothing to locate
+    assert amdahl_text.located(amdahl.table(pd.DataFrame(_rows()))) == ""  # within the target: nothing to locate
 
 
 def test_rows_load_from_a_data_folder_latest_run_per_case(tmp_path):
@@ -153,7 +153,7 @@ def test_rows_load_from_a_data_folder_latest_run_per_case(tmp_path):
     assert amdahl.table(df).iloc[0].measured == pytest.approx(100 / 42.5)
     assert len(amdahl.load(tmp_path, run="all")) == 2 * len(_rows())
     assert amdahl.load(tmp_path / "nothing").empty
-    assert "measured" in amdahl.summary(amdahl.table(df))
+    assert "measured" in amdahl_text.summary(amdahl.table(df))
 
 
 def test_a_missing_custom_column_still_predicts():
@@ -278,3 +278,22 @@ def test_the_tiles_a_block_passes_make_a_variant_of_the_column_timed_alone(dtype
             assert all(v.config[k] == val for k, val in tiles.items()), (name, part.op, v.config)
             seen += 1
     assert seen >= (4 if dtype == "fp32" else 3)  # LN in two blocks at both; the FP32 GEMMs of three
+
+
+def test_a_part_fused_away_is_located_with_no_time_inside():
+    """The custom column has no kernel of its own for the residual add (fused into a GEMM's epilogue): its
+    in-block speedup is infinite, the prediction (which charges it at s = 1) falls short, and with that
+    part at no time the prediction is the measurement."""
+    add = next(k for k in EAGER_MLP if "CUDAFunctor_add" in k)
+    eager = {**EAGER_MLP, add: 30.0}  # 24% of eager's 125 us, so the miss is outside the target
+    custom = {k: v for k, v in EAGER_MLP.items() if k != add}
+    op_us = {("layernorm", "pytorch"): 8.0, ("layernorm", "triton"): 8.0,
+             ("bias_gelu", "pytorch"): 16.0, ("bias_gelu", "triton"): 16.0}
+    rows = amdahl.rows_for_case("mlp_block", "bf16", "T=2048,d=768,hidden=3072", "field", "r1", MLP.parts,
+                                "pytorch", "triton", {"pytorch": eager, "triton": custom}, op_us)
+    t = amdahl.table(pd.DataFrame(rows))
+    r = next(t.itertuples())
+    assert r.parts["elementwise"]["inside"] == math.inf and r.measured == pytest.approx(125 / 95)
+    part, left = amdahl_text.locate(r)
+    assert part == "elementwise" and left == pytest.approx(0.0, abs=1e-12)
+    assert "has no kernel of its own inside the block" in amdahl_text.located(t) and "inf" not in amdahl_text.located(t)
