@@ -175,6 +175,27 @@ def _check_content(page, path, size, site):
         return e && e.matches('details.mage-values') ? e.querySelectorAll('tbody tr').length : 0; })""")
     assert len(tables) == figs.count() and all(n > 0 for n in tables), \
         f"{path}: a figure without its table of plotted values ({tables})"
+    # a table a page computes is a table, not lines of '|' text (the Markdown it displays is parsed as MyST)
+    raw = page.evaluate("""() => [...document.querySelectorAll('article p')].map(p => p.innerText)
+        .filter(t => /\\|\\s*(---|\u2014)\\s*\\|/.test(t)).length""")  # (--- typeset as an em dash)
+    assert raw == 0, f"{path}: {raw} table(s) shown as raw Markdown"
+    # and its columns are readable: no cell narrower than its longest word (a word broken across lines;
+    # cells that could break anywhere once stacked their words a letter a line)
+    narrow = page.evaluate("""() => { const ctx = document.createElement('canvas').getContext('2d');
+        return [...document.querySelectorAll('.bd-article table th, .bd-article table td')].filter(c => {
+          const s = getComputedStyle(c);
+          let longest = 0;  // each text's words in its own font (code is monospace), split where lines may break
+          const walk = document.createTreeWalker(c, NodeFilter.SHOW_TEXT);
+          for (let t = walk.nextNode(); t; t = walk.nextNode()) {
+            ctx.font = getComputedStyle(t.parentElement).font;
+            for (const w of t.textContent.split(/[\\s\\-]+/).filter(w => w))
+              longest = Math.max(longest, ctx.measureText(w).width);
+          }
+          if (!longest) return false;
+          const inner = c.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+          return inner + 1 < longest && longest < 300;  // (a symbol longer than a phone may wrap)
+        }).map(c => c.innerText.trim().slice(0, 20)); }""")
+    assert not narrow, f"{path} at {size}: table cells narrower than their longest word: {narrow[:5]}"
     if page.locator(".math, script[type='math/tex']").count():
         page.wait_for_selector("mjx-container", timeout=20000)
     if page.locator("div.cell").count():  # a page with code is a notebook: it offers itself for download
