@@ -187,3 +187,15 @@ def check_every_precision_trains(op: str, dtypes=None) -> None:
     for dtype in dtypes or spec(op).dtypes:
         fn = registry.train_fn(impl(op, dtype))
         assert fn is not None and fn is not impl(op, dtype).fn, dtype
+
+
+def check_mixed_precisions_refused(op: str, args: tuple, stray: int) -> None:
+    """bf16 inputs ``args`` with the one at index ``stray`` made FP32: refused, naming the operation and
+    that argument, by the spec's checks, the Triton launcher, its PyTorch operator and eager PyTorch."""
+    import mage
+    names = spec(op).args
+    bad = tuple(a.float() if i == stray else a for i, a in enumerate(args))
+    for fn in (spec(op).validate, getattr(module(op), op), getattr(torch.ops.mage, f"triton_{op}"),
+               lambda *a: mage.run(op, "pytorch", *a, dtype="bf16")):
+        e = assert_refuses(fn, op, names[stray], *bad)
+        assert f"has dtype float32, but {names[0]} has bfloat16" in str(e)
