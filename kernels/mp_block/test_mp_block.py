@@ -150,6 +150,14 @@ def test_triton_block_at_awkward_shapes(dist, road):
 
 
 @cpu_only
+def test_triton_block_refuses_an_unknown_road_and_tile_key():
+    from kernels.mp_block.triton_block import mp_block
+    inputs = SPEC.inputs(dict(n=6, F=4, H=3, deg=2), seed=0)
+    assert "GEMM" in str(assert_refuses(mp_block, OP, "config", *inputs, GEMM="cutlass"))
+    assert_refuses(mp_block, OP, "config", *inputs, BLOCK_Q=4)
+
+
+@cpu_only
 def test_triton_operator_matches_the_launcher():
     from kernels.mp_block.triton_block import mp_block
     graph, *rest = SPEC.inputs(dict(n=40, F=3, H=5, deg=2), seed=2, dist="heavy")

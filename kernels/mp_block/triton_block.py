@@ -70,6 +70,8 @@ def _forward(rowptr, col, w, max_degree, h, gamma, beta, W1, b1, W2, b2, out, co
     n, F = h.shape
     defaults = DEFAULTS if h.dtype == torch.float32 else DEFAULTS_BF16
     cfg = common.choose(OP, defaults, dict(n=n, F=F, H=W1.shape[0]), config or {})
+    if cfg["GEMM"] not in LAUNCHES:  # refused before any launch, not run on the other road
+        raise MageInputError(OP, "config", f"GEMM must be one of {sorted(LAUNCHES)}, got {cfg['GEMM']!r}")
     m = agg._launch(rowptr, col, w, h, torch.empty((n, F), dtype=h.dtype, device=h.device), max_degree, {})
     a = layernorm(m, gamma, beta, **LN_CONFIG)
     if cfg.pop("GEMM") == "fused":
