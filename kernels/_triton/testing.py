@@ -191,11 +191,14 @@ def check_every_precision_trains(op: str, dtypes=None) -> None:
 
 def check_mixed_precisions_refused(op: str, args: tuple, stray: int) -> None:
     """bf16 inputs ``args`` with the one at index ``stray`` made FP32: refused, naming the operation and
-    that argument, by the spec's checks, the Triton launcher, its PyTorch operator and eager PyTorch."""
+    that argument, by the spec's checks, the Triton launcher, its PyTorch operator and eager PyTorch.
+    And the first input FP32 among bf16 others: refused naming the second (the first sets the dtype)."""
     import mage
     names = spec(op).args
     bad = tuple(a.float() if i == stray else a for i, a in enumerate(args))
+    first = (args[0].float(),) + tuple(args[1:])
     for fn in (spec(op).validate, getattr(module(op), op), getattr(torch.ops.mage, f"triton_{op}"),
                lambda *a: mage.run(op, "pytorch", *a, dtype="bf16")):
         e = assert_refuses(fn, op, names[stray], *bad)
         assert f"has dtype float32, but {names[0]} has bfloat16" in str(e)
+        assert_refuses(fn, op, names[1], *first)
