@@ -43,8 +43,6 @@ from .spec import LN_TILES, OP, SPEC, check_layers
 # LayerNorm and the two fused GEMMs
 LAUNCHES = {"cublas": 6, "fused": 4}
 
-LN_CONFIG = LN_TILES  # the LayerNorm's tiles for rows of F = 128 (why: the spec, beside the Amdahl parts)
-
 
 def _road(gemm, bm=128, bn=64, bk=32, warps=4, stages=4, group=8):
     """A config: the road, and the fused GEMMs' tiles (read only on the fused road)."""
@@ -73,7 +71,7 @@ def _forward(rowptr, col, w, max_degree, h, gamma, beta, W1, b1, W2, b2, out, co
     if cfg["GEMM"] not in LAUNCHES:  # refused before any launch, not run on the other road
         raise MageInputError(OP, "config", f"GEMM must be one of {sorted(LAUNCHES)}, got {cfg['GEMM']!r}")
     m = agg._launch(rowptr, col, w, h, torch.empty((n, F), dtype=h.dtype, device=h.device), max_degree, {})
-    a = layernorm(m, gamma, beta, **LN_CONFIG)
+    a = layernorm(m, gamma, beta, **LN_TILES)  # rows of F = 128, several a program (why: the spec)
     if cfg.pop("GEMM") == "fused":
         g = gemm_epilogue(a, W1, b1, torch.empty((n, W1.shape[0]), dtype=h.dtype, device=h.device), gelu=True, **cfg)
         return gemm_epilogue(g, W2, b2, out, residual=h, **cfg)
