@@ -3,7 +3,7 @@ PY      := .venv/bin/python
 MACHINE ?= $(shell $(PY) -m mage machine-name 2>/dev/null || echo local)
 DATA    ?= data/h200
 
-.PHONY: venv test test-gpu measure check ceilings rust rust-lint book book-assets book-test regenerate wheels clean
+.PHONY: venv test test-all test-gpu measure check ceilings rust rust-lint book book-assets book-test regenerate wheels clean
 
 venv: .venv/.stamp
 .venv/.stamp: requirements.txt pyproject.toml
@@ -13,10 +13,16 @@ venv: .venv/.stamp
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
-# CPU tests (tests/ and kernels/<op>/test_*.py); Triton kernels run in its interpreter. GPU tests are
-# marked and skip without CUDA.
+# CPU tests (tests/ and kernels/<op>/test_*.py) on every core (pytest-xdist); Triton kernels run in its
+# interpreter. GPU tests are marked and skip without CUDA. Book tests share one worker (one build, one
+# browser). Two tiers: `test` leaves out the tests marked slow or book (about 5 minutes on 2 cores);
+# `test-all` is every test (what CI runs; about 20 minutes on 2 cores, the book's build included).
+PYTEST := TRITON_INTERPRET=1 $(PY) -m pytest -q -n auto --dist loadgroup
 test: venv
-	TRITON_INTERPRET=1 $(PY) -m pytest -q
+	$(PYTEST) -m "not slow and not book"
+
+test-all: venv book-assets
+	$(PYTEST)
 
 # On a GPU machine: the GPU tests (tests/ and each operation's folder). A registered implementation
 # that cannot run here fails; leave one out by name with MAGE_GPU_EXCLUDE=rust_native,rust_ptx_py.

@@ -117,7 +117,7 @@ def cmd_import_published(a):
     print(f"wrote {len(df)} rows to {a.out}")
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mage", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     op_names = list(ops.OPS)
@@ -185,8 +185,11 @@ def main(argv=None):
 
     sp = sub.add_parser("machine-name", help="the data folder name for this machine's GPU")
     sp.set_defaults(fn=lambda a: print(__import__("mage.env", fromlist=["x"]).machine_name()))
+    return p
 
-    a = p.parse_args(argv)
+
+def main(argv=None):
+    a = build_parser().parse_args(argv)
     if getattr(a, "all", False):
         a.shapes, a.tiles = ["field", "large", "sweep"], True
     try:

@@ -14,6 +14,8 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile as _torch_profile, record_function
 
+from .errors import MageWarning
+
 ITER = "mage::iter"
 # Host-side API calls that submit one unit of GPU work; used to count launches per iteration.
 _LAUNCH_APIS = ("LaunchKernel", "cuLaunch", "GraphLaunch", "cudaLaunchCooperative")
@@ -90,10 +92,10 @@ def summarize_events(events, iters: int, exclude=()) -> Profile:
     n_kernels = len(kernels)
     if n_kernels % iters:
         flags.append("launches_unstable")
-        warnings.warn(f"{n_kernels} kernels over {iters} iterations is not a whole number per call")
+        warnings.warn(f"{n_kernels} kernels over {iters} iterations is not a whole number per call", MageWarning)
     elif any(per_iter) and len(set(per_iter)) > 1:
         flags.append("launches_unstable")
-        warnings.warn(f"host launches per iteration vary: {sorted(Counter(per_iter).items())}")
+        warnings.warn(f"host launches per iteration vary: {sorted(Counter(per_iter).items())}", MageWarning)
     if not any(per_iter):
         flags.append("host_launches_not_traced")
     names = [name for name, _ in Counter(e.name for e in kernels).most_common()]

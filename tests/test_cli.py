@@ -1,16 +1,21 @@
-"""The command line on a machine without a GPU, and the rule that measuring imports no plotting."""
+"""The command line on a machine without a GPU, and the rule that measuring imports no plotting. The
+commands run in this process (``mage_cli``); the first test runs the real ``python -m mage``."""
+import os
 import subprocess
 import sys
 
 import pytest
 import torch
+from mage_cli import mage
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
-def mage(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "mage", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=600, env=env)
+def test_the_real_command_line():
+    """The entry point as a user types it: a new Python, the module run as __main__, argparse's exit."""
+    r = subprocess.run([sys.executable, "-m", "mage", "check", "--ops", "softmax"], capture_output=True,
+                       text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 2 and "invalid choice" in r.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
@@ -61,7 +66,7 @@ def test_unknown_impl_is_one_line():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="Triton without its interpreter on a CPU machine")
 def test_nothing_runnable_is_one_line():
-    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     _one_line_error(mage("check", "--ops", "layernorm", "--impls", "triton", env=env),
                     "mage check:", "TRITON_INTERPRET=1")
 

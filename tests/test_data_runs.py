@@ -10,6 +10,7 @@ import pytest
 
 from mage import data, measure
 from mage.data import DataError
+from mage_cli import mage as _mage
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -132,11 +133,6 @@ def test_a_folder_of_another_machine_is_refused(tmp_path):
         data.ensure_same_machine(tmp_path, {"gpu": "none"})
     data.ensure_same_machine(tmp_path, {"gpu": "none"}, force=True)
     data.ensure_same_machine(tmp_path / "fresh", {"gpu": "none"})  # a new folder belongs to nobody yet
-
-
-def _mage(*args):
-    return subprocess.run([sys.executable, "-m", "mage", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=600)
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CPU machine writing into a GPU folder")

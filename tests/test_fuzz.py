@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
-CALLS = 200  # malformed calls per implementation through mage.run (more through its operator)
+CALLS = 200  # malformed calls per implementation through mage.run (more through its operator): the full tier
+QUICK_CALLS = 20  # the fast tier's fixed budget: every implementation, every entry point, a tenth of the calls
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -275,10 +276,12 @@ def _operator(impl):
     return fn
 
 
-def worker(device: str, seed: int, calls: int) -> dict:
+def worker(device: str, seed: int, calls: int, only: list[str] | None = None) -> dict:
     from mage.registry import impls
     counts, problems = {}, []
     for impl in impls():
+        if only and impl.op not in only:
+            continue
         if not impl.callable or impl.runs_on(device) is not None:
             continue
         if device == "cpu" and impl.family == "pytorch" and impl.name != "pytorch":
@@ -304,18 +307,18 @@ def worker(device: str, seed: int, calls: int) -> dict:
 # ---- the tests -----------------------------------------------------------------------------------
 # A guard against a hung child, not a speed target: every registered column takes its CALLS, and on the
 # CPU (two cores, the interpreter) the run took about nine minutes once the operations had bf16 columns.
-def _run_child(device, seed=0, calls=CALLS, timeout=1200):
+def _run_child(device, seed=0, calls=CALLS, only=(), timeout=1200):
     env = dict(os.environ)
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
-    p = subprocess.run([sys.executable, __file__, device, str(seed), str(calls)], cwd=ROOT, env=env,
+    p = subprocess.run([sys.executable, __file__, device, str(seed), str(calls), *only], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=timeout)
     last = [ln for ln in p.stderr.splitlines() if ln.startswith("CASE ")][-1:]
     assert p.returncode == 0, f"the fuzz child died (exit {p.returncode}) at {last}:\n{p.stderr[-3000:]}"
     result = json.loads(p.stdout.strip().splitlines()[-1])
     counts = result["counts"]
     total = {k: sum(c[k] for c in counts.values()) for k in ("calls", "refused", "answered")}
-    print(f"\nfuzz on {device}, seed {seed}: {total['calls']} calls, {total['refused']} refused, "
+    print(f"\nfuzz on {device}, seed {seed}, {' '.join(only) or 'every operation'}: {total['calls']} calls, {total['refused']} refused, "
           f"{total['answered']} answered")
     for key, c in counts.items():
         print(f"  {key:32s} {c['calls']:5d} calls {c['refused']:5d} refused {c['answered']:5d} answered "
@@ -323,18 +326,33 @@ def _run_child(device, seed=0, calls=CALLS, timeout=1200):
     return counts, result["problems"]
 
 
-def _assert_clean(counts, problems):
+def _assert_clean(counts, problems, calls=CALLS):
     assert not problems, f"{len(problems)} bad outcomes, first ones:\n" + "\n".join(problems[:15])
     for key, c in counts.items():
-        assert c["calls"] >= CALLS, (key, c)
+        assert c["calls"] >= calls, (key, c)
         assert c["refused"] + c["answered"] == c["calls"], (key, c)
 
 
-def test_fuzz_cpu():
-    counts, problems = _run_child("cpu")
-    ops_seen = {k.split("/")[0] for k in counts}
+def test_fuzz_cpu_quick():
+    """The fast tier: every implementation that runs here, through every entry point, QUICK_CALLS each,
+    on a seed of its own (so the full tier's calls are not repeated)."""
+    counts, problems = _run_child("cpu", seed=1, calls=QUICK_CALLS)
     assert {k.split("/")[1] for k in counts} >= {"pytorch", "triton"}
-    assert len(ops_seen) >= 5, ops_seen
+    assert len({k.split("/")[0] for k in counts}) >= 5, counts.keys()
+    _assert_clean(counts, problems, QUICK_CALLS)
+
+
+def _op_names():
+    from mage import ops
+    return list(ops.OPS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", _op_names())
+def test_fuzz_cpu(op):
+    """The full count, one child per operation (so the workers share the run)."""
+    counts, problems = _run_child("cpu", only=[op])
+    assert {k.split("/")[0] for k in counts} == {op}, counts.keys()
     _assert_clean(counts, problems)
 
 
@@ -348,4 +366,4 @@ def test_fuzz_gpu():
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     dev, seed_arg, calls_arg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    print(json.dumps(worker(dev, seed_arg, calls_arg)))
+    print(json.dumps(worker(dev, seed_arg, calls_arg, sys.argv[4:])))

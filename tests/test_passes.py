@@ -2,9 +2,6 @@
 harness's rows for each pass (the one loop, with the GPU's profile, spans, streams and graph replay faked), their
 round trip through the data folder, old data without the column, and bad arguments naming the option."""
 import contextlib
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -15,8 +12,8 @@ from mage.data import DataError, load, merge_csv
 from mage.errors import MageInputError
 from mage.profile import Profile
 from mage.timing import spans as real_spans
+from mage_cli import mage
 
-ROOT = Path(__file__).resolve().parents[1]
 SHAPE = dict(R=5, C=7)
 
 
@@ -78,8 +75,7 @@ def test_passes_are_checked_and_ordered():
 
 
 def test_the_cli_names_the_option():
-    r = subprocess.run([sys.executable, "-m", "mage", "measure", "--out", "x", "--passes", "sideways"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    r = mage("measure", "--out", "x", "--passes", "sideways")
     assert r.returncode == 2 and "--passes" in r.stderr
 
 

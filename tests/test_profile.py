@@ -4,6 +4,7 @@ from types import SimpleNamespace as NS
 import pytest
 from torch.autograd import DeviceType
 
+from mage.errors import MageWarning
 from mage.profile import ITER, ProfileError, summarize_events
 
 
@@ -32,13 +33,13 @@ def test_kernel_time_and_launches_per_call():
 
 
 def test_unstable_launch_count_is_flagged():
-    with pytest.warns(UserWarning, match="vary"):
+    with pytest.warns(MageWarning, match="vary"):
         p = summarize_events(trace([1, 2, 3]), iters=3)
     assert "launches_unstable" in p.flags and p.launches == 2
 
 
 def test_fractional_launch_count_is_flagged():
-    with pytest.warns(UserWarning, match="not a whole number"):
+    with pytest.warns(MageWarning, match="not a whole number"):
         p = summarize_events(trace([1, 1, 2]), iters=3)
     assert "launches_unstable" in p.flags
 

@@ -1,9 +1,6 @@
 """The training step (mage.train) on the CPU: which inputs are weights, activations and items, a step
 that moves every weight (FP32 and autocast bf16, the weights staying FP32), the rows' round trip through
 a data folder beside measurement rows, and bad arguments naming the option."""
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -11,8 +8,8 @@ import torch
 
 from mage import ops, registry, train, train_session
 from mage.data import IDENTITY, load, merge_csv
+from mage_cli import mage as _mage
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = {"mlp_block": dict(T=5, d=8, hidden=12), "trimul_block": dict(N=4, C=6, H=5)}
 
 
@@ -80,10 +77,6 @@ def test_train_rows_load_beside_measurements(tmp_path):
     assert sorted(df["pass"]) == ["forward"] + ["step"] * 4
     text = train_session.summary(rows)
     assert "train_step" in text and "part:backward" in text and "throughput" in text
-
-
-def _mage(*args):
-    return subprocess.run([sys.executable, "-m", "mage", *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
 def test_bad_arguments_name_the_option(tmp_path):

@@ -11,6 +11,7 @@ import torch
 
 from . import PTX_PATH, TABLE, RustKernelError, _stream, addresses, geometry, kernel_names
 from . import available as lib_available
+from mage.errors import MageWarning
 
 # ctypes type of each table parameter type, as the kernel reads it
 _CTYPE = {"u32": ctypes.c_uint32, "f32": ctypes.c_float}
@@ -113,7 +114,7 @@ def launch(kernel: str, dev: int, values) -> None:
         if mod.backend != "cuda-python":
             raise
         # cuda-python refused the arguments' form: use CuPy for this device from now on
-        warnings.warn(f"rust_ptx_py: cuda-python launch failed ({e}); using CuPy")
+        warnings.warn(f"rust_ptx_py: cuda-python launch failed ({e}); using CuPy", MageWarning)
         with torch.cuda.device(dev):
             _MODULES[dev] = _CupyModule()
         _MODULES[dev].launch(kernel, grid, block, _stream(dev), values)
