@@ -3,6 +3,7 @@ toolchain is here and why not, skipping (or failing, with MAGE_REQUIRE_RUST=1) w
 build run once a session. Import it after ``pytest.importorskip("kernels._rust")``."""
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import shutil
@@ -48,11 +49,15 @@ def toolchain_missing(candidates=None) -> str | None:
 
 @functools.cache
 def build() -> str:
-    """Runs build.sh when the toolchain is here (fast when cached), once a session however many test files
-    ask; else the library must exist. The body of each test file's session fixture ``built``."""
+    """Runs build.sh when the toolchain is here (fast when cached), once a process however many test files
+    ask, one process at a time (pytest-xdist's workers share build/: two builds at once overwrite each
+    other's files); else the library must exist. The body of each test file's session fixture ``built``."""
     why = toolchain_missing()
     if why is None:
-        done = subprocess.run([str(HERE / "build.sh")], capture_output=True, text=True, timeout=900)
+        (HERE / "build").mkdir(exist_ok=True)
+        with open(HERE / "build" / ".build.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            done = subprocess.run([str(HERE / "build.sh")], capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, f"build.sh failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         return done.stdout
     if rust.available():

@@ -143,6 +143,7 @@ def _execute(page: str, data: Path) -> str:
     return json.dumps([o for c in nb.cells for o in c.get("outputs", [])])
 
 
+@pytest.mark.book  # executes whole pages (10-15 s each): the book's tier
 @pytest.mark.parametrize("page", ["blocks", "blocks_service"])
 def test_pages_run_on_full_and_on_bare_data(full, bare, page):
     got = _execute(page, full)

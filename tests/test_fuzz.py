@@ -25,7 +25,7 @@ import pytest
 import torch
 
 CALLS = 200  # malformed calls per implementation through mage.run (more through its operator): the full tier
-QUICK_CALLS = 20  # the fast tier's fixed budget: every implementation, every entry point, a tenth of the calls
+QUICK_CALLS = 10  # the fast tier's fixed budget: every implementation and entry point, a twentieth of the calls
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rust_build import HERE, build, needs_toolchain, skip_or_fail, toolchain_missing  # noqa: E402
 
 built = pytest.fixture(build, scope="session", name="built")  # the build, once a session
+pytestmark = pytest.mark.xdist_group("rust")  # one worker builds and runs them: one build a run
 
 
 
@@ -74,6 +75,7 @@ def test_build_gives_ptx_that_ptxas_accepts(built, tmp_path):
     assert rust.ptx() == ptx  # the library embeds this PTX
 
 
+@pytest.mark.slow  # 30-50 s; `make rust` runs the same binaries
 @pytest.mark.parametrize("name", ["host_tests", "device_tests"])
 def test_rust_side_tests_pass(built, name):
     """host_tests: launch geometry, argument checks, the neighbor plan, the span-plan reader, erf/erfc/GELU

@@ -14,6 +14,7 @@ from kernels._triton import testing
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, grads_of, spec
 from kernels._triton.testing import poison_like as _poison
 from mage import registry
+from mage.ops import shape_key
 
 OP = "layernorm"
 # Norm-wise error of each gradient against float64. dx: two row sums of C terms and a few roundings an
@@ -41,6 +42,8 @@ def dx_terms(x, gamma, dy):
     (C = 1) has dx exactly 0 by cancellation; on the H200 the kernel gave 3e-6 there, about one ulp of g
     times rstd = 1/sqrt(eps) (the interpreter gives exactly 0; a fused multiply-add of dy * gamma -
     mean(g) would explain it), infinitely far from 0 in relative terms, within rounding of the terms."""
+    if x.numel() == 0:  # no rows (R = 0): no terms; var() of no elements would warn about its degrees of freedom
+        return 0.0
     xd = x.double()
     rstd = (xd.var(dim=1, unbiased=False, keepdim=True) + EPS).rsqrt()
     return float((rstd * dy.double() * gamma.double()).norm())
@@ -92,14 +95,23 @@ def test_saved_statistics_and_unchanged_output():
         assert torch.allclose(rstd.double(), 1 / torch.sqrt(xd.var(1, unbiased=False) + 1e-5), rtol=1e-5, atol=0)
 
 
-@cpu_only
-@pytest.mark.parametrize("dist", ["normal", "heavy"])
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_gradients_at_awkward_shapes(precision, dist):
-    check = check_at if precision == "fp32" else check_bf16_at  # bf16: storage, against bf16-rounded inputs
+def _gradient_cases():
+    """Every awkward shape with rows, at both precisions and both distributions; long rows (C >= 4096, many
+    seconds a call under the interpreter) once, on normal inputs, in the full tier: their chunked road runs
+    in the fast tier in test_forced_tiles_chunked_rows_and_broadcast_gradient (C = 300, forced chunks)."""
     for shape in spec(OP).awkward + TINY:
-        if shape["C"] and (dist == "normal" or shape["C"] < 4096):  # the interpreter's time: long rows once
-            check(shape, dist)
+        for precision in ("fp32", "bf16"):
+            for dist in ("normal", "heavy"):
+                if shape["C"] and (dist == "normal" or shape["C"] < 4096):
+                    yield pytest.param(shape, precision, dist, id=f"{shape_key(shape)}-{precision}-{dist}",
+                                       marks=[pytest.mark.slow] if shape["C"] >= 4096 else [])
+
+
+@cpu_only
+@pytest.mark.parametrize("shape, precision, dist", list(_gradient_cases()))
+def test_gradients_at_awkward_shapes(shape, precision, dist):
+    check = check_at if precision == "fp32" else check_bf16_at  # bf16: storage, against bf16-rounded inputs
+    check(shape, dist)
 
 
 @cpu_only

@@ -21,7 +21,8 @@ def test_every_sweep_config():
 @cpu_only
 @pytest.mark.parametrize("config, shape", [
     (dict(MAX_BLOCK_C=16, BLOCK_R=2), dict(R=5, C=37)),  # chunked path, Chan merges
-    (dict(MAX_BLOCK_C=256, BLOCK_R=1), dict(R=3, C=8193)),  # many chunks
+    # many chunks (33 a row): 10 s under the interpreter, so the full tier; the road is the one above
+    pytest.param(dict(MAX_BLOCK_C=256, BLOCK_R=1), dict(R=3, C=8193), marks=pytest.mark.slow),
 ])
 def test_forced_chunked_paths(config, shape):
     check_forced(OP, config, shape)

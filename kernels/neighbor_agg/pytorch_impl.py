@@ -34,9 +34,10 @@ def _csr_prepare(graph, x):
     rowptr, col, w = graph.rowptr, graph.col, graph.w
     if graph.nnz > graph.n * graph.n_src:
         C = torch.sparse_coo_tensor(torch.stack([graph.row.long(), col.long()]), w,
-                                    (graph.n, graph.n_src)).coalesce().to_sparse_csr()
+                                    (graph.n, graph.n_src), check_invariants=False).coalesce().to_sparse_csr()
         rowptr, col, w = C.crow_indices().int(), C.col_indices().int(), C.values()
-    S = torch.sparse_csr_tensor(rowptr, col, w, size=(graph.n, graph.n_src))
+    # the graph was validated once by CSRGraph.build: torch need not check the structure again
+    S = torch.sparse_csr_tensor(rowptr, col, w, size=(graph.n, graph.n_src), check_invariants=False)
     return S, x
 
 
