@@ -15,6 +15,7 @@ Builds the book first when _build/html is missing.
 """
 from __future__ import annotations
 
+import fcntl
 import functools
 import http.server
 import json
@@ -72,8 +73,10 @@ class _Counting(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def site():
-    if not (HTML / PAGES[0]).exists():
-        subprocess.run(["make", "book"], cwd=ROOT, check=True)
+    with open(ROOT / ".book-build.lock", "w") as lock:  # pytest-xdist's workers: one builds, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (HTML / PAGES[0]).exists():
+            subprocess.run(["make", "book"], cwd=ROOT, check=True)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Counting, directory=str(HTML)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     SCREENS.mkdir(exist_ok=True)

@@ -30,7 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rust_build import HERE, build, needs_toolchain, skip_or_fail, toolchain_missing  # noqa: E402
 
 built = pytest.fixture(build, scope="session", name="built")  # the build, once a session
-pytestmark = pytest.mark.xdist_group("rust")  # one worker builds and runs them: one build a run
 
 
 

@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rust_build import build  # noqa: E402
 
 built = pytest.fixture(build, scope="session", name="built")  # the build, once a session
-pytestmark = pytest.mark.xdist_group("rust")  # one worker builds and runs them: one build a run
 GPU = torch.cuda.is_available()
 
 
