@@ -20,7 +20,8 @@ PYTEST := TRITON_INTERPRET=1 $(PY) -m pytest -q -n auto
 test: venv
 	$(PYTEST) -m "not slow and not book"
 
-test-all: venv book-assets
+# The book is built first (strict, as `make book`), so no test worker waits on the build.
+test-all: venv book
 	$(PYTEST)
 
 # On a GPU machine: the GPU tests (tests/ and each operation's folder). A registered implementation
