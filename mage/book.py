@@ -261,17 +261,6 @@ def label(impl: str) -> str:
     return impl_label(impl)
 
 
-def show_or_note(make, *args, **kw) -> None:
-    """Show ``make(*args)``; when the data set lacks what it needs, say so in the page instead."""
-    from IPython.display import Markdown, display
-    try:
-        fig = make(*args, **kw)
-    except (ValueError, KeyError, mdata.DataError) as e:
-        display(Markdown(f"*This figure needs measurements that this data set does not hold: {e}*"))
-        return
-    show(fig)
-
-
 def _main() -> int:
     """``python -m mage.book``: check the data the build will show, before spending time on a build."""
     import sys

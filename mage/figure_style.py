@@ -40,12 +40,6 @@ def _registered() -> dict:
     return {i.name: i for i in ordered}
 
 
-def forget_registry() -> None:
-    """Drop the cached names (after a test registers another implementation)."""
-    _registered.cache_clear()
-    _palette.cache_clear()
-
-
 def impl_info(name: str):
     return _registered().get(name)
 

@@ -189,10 +189,3 @@ def summary(rows: list[dict], baseline: str | None = None) -> str:
         ratio = f"{v / base:12.2f}" if base else f"{'':>12}"
         lines.append(f"{op:>12} {impl:>14} {dtype:>6} {v:9.1f} {ratio}")
     return "\n".join(lines)
-
-
-def stage_table(df):
-    """The breakdown a figure draws: one row per (op, impl, dtype, shape), one column per stage, the
-    median host time in microseconds, from loaded rows (``mage.data.load``) of view 'host_stage'."""
-    rows = df[(df["view"] == VIEW) & (df["stat"] == "median")]
-    return rows.pivot_table(index=["op", "impl", "dtype", "shape"], columns="stage", values="value", aggfunc="first")

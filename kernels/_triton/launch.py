@@ -174,10 +174,3 @@ def _first(lean: _Lean, key, grid, args, kw):
         lean.entries.clear()
     lean.entries[key] = entry
     return compiled
-
-
-def forget(kernel) -> None:
-    """Drop a kernel's lean entries (tests; the next call of each specialization takes Triton's path)."""
-    lean = getattr(kernel, "_mage_lean", None)
-    if lean is not None:
-        lean.entries.clear()
