@@ -23,6 +23,19 @@ from mage import ops  # noqa: E402
 from mage.data import add_environment, save_csv  # noqa: E402
 
 RUN = "synthetic-0"
+# An eager MLP block's kernel profile (us per kernel), names as PyTorch, cuBLAS, torch.compile and the
+# project's kernels print them: the Amdahl tests and the blocks page's tests share it.
+EAGER_MLP = {
+    "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, float, "
+    "float const*, float const*, float const*, float*, float*, float*)": 10.0,
+    "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_warpgroupsize1x1x1_execute_segment_k_off_kernel"
+    "__5x_cublas": 50.0,
+    "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, "
+    "at::native::GeluType)::{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >": 20.0,
+    "ampere_sgemm_128x64_tn": 15.0,
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+    "std::array<char*, 3ul> >": 5.0,
+}
 CEIL = {"copy_gbps": 3900.0, "fp32_tflops": 51.0, "tf32_tflops": 380.0, "bf16_tflops": 700.0,
         "empty_kernel_us": 1.2, "empty_span_us": 22.0}
 

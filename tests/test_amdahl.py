@@ -9,21 +9,9 @@ from mage import amdahl, amdahl_text, ops
 from mage.__main__ import main
 from mage.data import merge_csv
 from mage.ops import Part
+from synthetic import EAGER_MLP  # the shared fake profile (tests/synthetic.py)
 
 MLP, TRIMUL, MP = (ops.OPS[n] for n in ("mlp_block", "trimul_block", "mp_block"))
-
-# Names as profiles of PyTorch, cuBLAS, torch.compile and the project's kernels print them
-EAGER_MLP = {
-    "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, float, "
-    "float const*, float const*, float const*, float*, float*, float*)": 10.0,
-    "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_warpgroupsize1x1x1_execute_segment_k_off_kernel"
-    "__5x_cublas": 50.0,
-    "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, "
-    "at::native::GeluType)::{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >": 20.0,
-    "ampere_sgemm_128x64_tn": 15.0,
-    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
-    "std::array<char*, 3ul> >": 5.0,
-}
 
 
 @pytest.mark.parametrize("name, part", [

@@ -11,7 +11,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import RUN, make  # noqa: E402
-from test_amdahl import EAGER_MLP  # noqa: E402
 
 from mage import amdahl, ops  # noqa: E402
 from mage import figure_blocks as FB  # noqa: E402
