@@ -1,7 +1,7 @@
 """A development sweep of the memory-bound backward kernels' configs (bias + GELU, LayerNorm), without
 plotting or notebook imports:
 
-    python3 -m kernels._triton.bench_backward OUT_DIR
+    python3 -m tools.bench_backward OUT_DIR   # from the repository root
 
 For each operation at its large and field shapes, every config below is first checked against float64
 (dx and the column sums, relative error in norm against the tolerance the harness gives gradients),

@@ -1,6 +1,6 @@
 """Host cost of the Triton launchers' Python, piece by piece, without plotting or notebook imports:
 
-    python3 -m kernels._triton.bench_host [--device cuda|cpu] [--ops matmul ...] [--calls N]
+    python3 -m tools.bench_host [--device cuda|cpu] [--ops matmul ...] [--calls N]
 
 For each operation at its field shape (and each precision of its Triton column) it prints, in
 microseconds per call (median of batches, ``mage.launch_path.per_call_us``):
@@ -26,8 +26,8 @@ import torch
 
 from mage import launch_path, ops, registry
 
-from . import common
-from . import launch as lean
+from kernels._triton import common
+from kernels._triton import launch as lean
 
 
 @contextlib.contextmanager
