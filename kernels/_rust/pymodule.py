@@ -9,9 +9,10 @@ from typing import Optional
 
 import torch
 
+from mage.errors import MageWarning
+
 from . import PTX_PATH, TABLE, RustKernelError, _stream, addresses, geometry, kernel_names
 from . import available as lib_available
-from mage.errors import MageWarning
 
 # ctypes type of each table parameter type, as the kernel reads it
 _CTYPE = {"u32": ctypes.c_uint32, "f32": ctypes.c_float}
