@@ -318,8 +318,8 @@ def _run_child(device, seed=0, calls=CALLS, only=(), timeout=1200):
     result = json.loads(p.stdout.strip().splitlines()[-1])
     counts = result["counts"]
     total = {k: sum(c[k] for c in counts.values()) for k in ("calls", "refused", "answered")}
-    print(f"\nfuzz on {device}, seed {seed}, {' '.join(only) or 'every operation'}: {total['calls']} calls, {total['refused']} refused, "
-          f"{total['answered']} answered")
+    print(f"\nfuzz on {device}, seed {seed}, {' '.join(only) or 'every operation'}: {total['calls']} calls, "
+          f"{total['refused']} refused, {total['answered']} answered")
     for key, c in counts.items():
         print(f"  {key:32s} {c['calls']:5d} calls {c['refused']:5d} refused {c['answered']:5d} answered "
               f"({c['seconds']} s)")
