@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernels._triton.common import frozen
 from kernels._triton.testing import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, module,
                                      rel_err, spec)
 
@@ -97,6 +98,21 @@ def test_rows_of_equal_values_give_beta(cfg):
     ref = spec(OP).reference(x, gamma, beta)
     errs = [rel_err(y[i], ref[i]) for i in range(5)]
     assert max(errs) < 1e-6, errs
+
+
+@pytest.mark.parametrize("R, C, block_r, max_c, even", [
+    (6, 64, 2, 64, True),  # one chunk of exactly C, whole blocks of rows: no masks
+    (5, 64, 2, 64, False),  # a tail of rows: the last program's second row lies past R
+    (3, 64, 4, 64, False),  # fewer rows than one block
+    (6, 72, 2, 64, False),  # a tail of columns
+    (4, 48, 1, 64, False),  # a chunk wider than the row
+])
+def test_the_unmasked_road_only_where_nothing_is_past_the_end(R, C, block_r, max_c, even):
+    """The road is chosen from the sizes alone (no kernel runs): an unmasked load past the last row or
+    column reads out of bounds on a GPU, and under the interpreter it exhausted memory. A mutant that
+    dropped the row condition survived every kernel test."""
+    _, kw = module(OP)._plan(None, R, C, frozen(dict(BLOCK_R=block_r, MAX_BLOCK_C=max_c)))
+    assert kw["EVEN"] is even, kw
 
 
 @cpu_only
