@@ -1,7 +1,6 @@
 # The two jobs a newcomer types: `make book` (the main job) and `make test`. Each sets up what it needs.
 PY      := .venv/bin/python
 MACHINE ?= $(shell $(PY) -m mage machine-name 2>/dev/null || echo local)
-DATA    ?= data/h200
 
 .PHONY: venv test test-all test-gpu measure check ceilings rust rust-lint book book-assets book-test regenerate wheels clean
 
@@ -74,12 +73,12 @@ $(ASSETS)/.stamp: package.json package-lock.json notes/js/widgets-offline.js not
 	   node_modules/mathjax/es5/a11y node_modules/mathjax/es5/ui node_modules/mathjax/es5/adaptors $(ASSETS)/mathjax/
 	touch $@
 
-# The book from the recorded data (MAGE_DATA, default $(DATA)); strict: a warning or a cell error fails it.
+# The book from the recorded data (MAGE_DATA, default mage.book.DEFAULT_DATA); strict: a warning or a cell error fails it.
 # Ends with each page's weight.
 book: venv book-assets
-	@MAGE_DATA="$${MAGE_DATA:-$(DATA)}" $(PY) -m mage.book
-	MAGE_DATA="$${MAGE_DATA:-$(DATA)}" PYTHONPATH="$(CURDIR)" .venv/bin/jupyter-book build . -W --keep-going --all
-	@$(PY) -m mage.figure_site _build/html
+	@$(PY) -m mage.book
+	PYTHONPATH="$(CURDIR)" .venv/bin/jupyter-book build . -W --keep-going --all
+	@$(PY) -m mage.book.figure_site _build/html
 	@echo "The book is in $(CURDIR)/_build/html/ (open $(CURDIR)/_build/html/index.html)"
 
 # The browser test of the built book (builds it first if _build/html is missing).

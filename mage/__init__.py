@@ -1,6 +1,6 @@
 """mage: check, time and profile implementations of GPU operations (found under kernels/), and record tidy data.
 
-Measuring imports only torch, numpy and pandas; figures (plotly) live in ``mage.figures``, imported lazily.
+Measuring imports only torch, numpy and pandas; figures (plotly) live in ``mage.book.figures``, imported lazily.
 """
 from .errors import MageInputError
 from .ops import OPS, shape_key

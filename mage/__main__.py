@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 from . import ops, registry
-from .cli_blocks import add_amdahl, add_launch_path, add_serve, add_train
-from .cli_common import _command_line, _cuda_or_exit, _known_impls, _positive_int, _same_machine, force, parse_where
+from . import hooks
+from .cli_common import (_command_line, _cuda_or_exit, _known_impls, _positive_int, _same_machine, force,
+                         parse_where, subcommands)
 from .data import DataError
 from .errors import MageInputError
 
@@ -24,9 +25,8 @@ def cmd_measure(a):
     _known_impls("measure", a.impls)
     out = Path(a.out)
     _same_machine(out, a.force_machine)
-    from .passes import check_passes
     st = m.Settings(iters=a.iters, spans=a.spans, rounds=a.rounds, graph=not a.no_graph,
-                    passes=check_passes(a.passes))
+                    passes=hooks.check_passes(a.passes))
     cases = [] if a.tiles_only else m.plan(a.ops, a.impls, a.shapes, a.cache, a.dtypes, log=m.stderr_log,
                                             where=parse_where(a.where))
     if not a.tiles_only and not cases:  # measuring nothing must not read as a run: refused before it starts
@@ -89,13 +89,6 @@ def cmd_ceilings(a):
     m.prepare_run(Path(a.out), m.Settings(), _command_line(), log=m.stderr_log)
 
 
-def cmd_targets(a):
-    from . import targets as t
-    from .data import load
-    print(t.markdown(t.targets(a.data)))
-    print("\nHarness precision: " + t.precision_summary(load(a.data)))
-
-
 def cmd_compare(a):
     from . import compare as c
     from .data import load
@@ -111,21 +104,7 @@ def cmd_compare(a):
             print(s.sort_values("spread").to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
-def cmd_import_published(a):
-    from .published import import_published
-    df = import_published(Path(a.src), Path(a.out))
-    print(f"wrote {len(df)} rows to {a.out}")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mage", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    op_names = list(ops.OPS)
-
-    def common(sp):
-        sp.add_argument("--ops", nargs="+", default=op_names, choices=op_names)
-        sp.add_argument("--impls", nargs="+", default=None, help="implementation names (default: all)")
-
+def add_measure(sub, common):
     sp = sub.add_parser("measure", help="check, then measure the three views into --out (needs CUDA)")
     common(sp)
     sp.add_argument("--shapes", nargs="+", default=["field"], choices=["field", "large", "sweep"])
@@ -140,16 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--spans", type=_positive_int, default=300)
     sp.add_argument("--rounds", type=_positive_int, default=3)
     sp.add_argument("--no-graph", action="store_true")
-    sp.add_argument("--passes", nargs="+", default=["forward"], choices=["forward", "backward", "both"],
-                    help="forward (the call), backward (the gradients alone, the forward untimed), both")
+    sp.add_argument("--passes", nargs="+", default=list(hooks.DEFAULT), choices=list(hooks.names()),
+                    help=hooks.help_text())
     sp.add_argument("--where", nargs="+", default=None, metavar="KEY=VALUE",
                     help="only the shapes with these values (dist=skewed): one case again, not its set")
     sp.add_argument("--out", required=True)
     force(sp)
     sp.set_defaults(fn=cmd_measure)
 
-    add_train(sub)
 
+def add_check(sub, common):
     sp = sub.add_parser("check", help="correctness at awkward shapes (CPU where possible)")
     common(sp)
     sp.add_argument("--trials", type=_positive_int, default=2)
@@ -157,24 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
     force(sp)
     sp.set_defaults(fn=cmd_check)
 
-    add_launch_path(sub)
-    add_serve(sub)
-    add_amdahl(sub)
 
+def add_ceilings(sub, common):
     sp = sub.add_parser("ceilings", help="measure copy bandwidth, matmul rates and launch cost (needs CUDA)")
     sp.add_argument("--out", required=True)
     force(sp)
     sp.set_defaults(fn=cmd_ceilings)
 
-    sp = sub.add_parser("import-published", help="the original note's published figures in mage's schema")
-    sp.add_argument("src")
-    sp.add_argument("--out", default="data/rtx4090-published")
-    sp.set_defaults(fn=cmd_import_published)
 
-    sp = sub.add_parser("targets", help="the Triton and Rust speed targets, computed from recorded data")
-    sp.add_argument("data", nargs="?", default="data/h200")
-    sp.set_defaults(fn=cmd_targets)
-
+def add_compare(sub, common):
     sp = sub.add_parser("compare", help="whether the record NEW reproduces OLD, case by case")
     sp.add_argument("old")
     sp.add_argument("new")
@@ -183,8 +153,32 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--spread", action="store_true", help="also the spread of event spans across NEW's runs")
     sp.set_defaults(fn=cmd_compare)
 
+
+def add_machine_name(sub, common):
     sp = sub.add_parser("machine-name", help="the data folder name for this machine's GPU")
     sp.set_defaults(fn=lambda a: print(__import__("mage.env", fromlist=["x"]).machine_name()))
+
+
+# The core's subcommands and their places in --help; extensions' subcommands fall between them
+# (``cli_common.subcommand``).
+CORE = ((10, add_measure), (30, add_check), (70, add_ceilings), (100, add_compare), (110, add_machine_name))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # The command line is where the layers meet: the one place the core loads the extensions' list.
+    from .ext import load as load_extensions
+    load_extensions()
+    p = argparse.ArgumentParser(prog="python -m mage", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    op_names = list(ops.OPS)
+
+    def common(sp):
+        sp.add_argument("--ops", nargs="+", default=op_names, choices=op_names)
+        sp.add_argument("--impls", nargs="+", default=None, help="implementation names (default: all)")
+
+    added = [(pos, lambda sub, add=add: add(sub, common)) for pos, add in CORE] + subcommands()
+    for _, add in sorted(added, key=lambda c: c[0]):
+        add(sub)
     return p
 
 

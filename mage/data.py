@@ -22,23 +22,23 @@ from .data_pass import with_pass
 REQUIRED = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "value", "unit"]
 OPTIONAL = ["family", "flops", "bytes", "floor_us", "achieved_gbps", "achieved_tflops", "frac_of_floor",
             "kernel_names", "flags", "config", "run", "source", "order", "prepare_s", "tile_of", "clocks", "stage",
-            # the service experiment (mage.service): which loop ('closed', 'open', 'batch_sweep'), the host
+            # the service experiment (mage.ext.service.loops): which loop ('closed', 'open', 'batch_sweep'), the host
             # memory the requests live in ('pinned', 'pageable'), the batcher's limit B and wait D, the offered
             # load (a fraction of the measured peak) and rate (requests/s), and one histogram bin's batch size
             "loop", "host_mem", "batch", "wait_us", "load", "rate", "batch_size", "pass"]  # pass: mage.data_pass
 # host_time: the host's wall-clock time inside the call during the event spans (per round, and overall)
 VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches": "count",
          "copy_time": "us", "prepare_time": "s", "host_time": "us",
-         "host_stage": "us",  # one stage of a call's host path (mage.launch_path), named in 'stage'
-         # the service experiment (mage.service): a request's latency from its inputs in host memory to
+         "host_stage": "us",  # one stage of a call's host path (mage.ext.launch_path.breakdown), named in 'stage'
+         # the service experiment (mage.ext.service.loops): a request's latency from its inputs in host memory to
          # its output back there (stat p50/p90/p99/p999/max/mean); one part of it (h2d, compute, d2h,
          # other, queue; named in 'stage') and that part's share of the mean latency; items per second;
          # batches of one size ('batch_size'), and requests served
          "latency": "us", "latency_part": "us", "latency_share": "fraction", "throughput": "items/s",
          "batch_hist": "batches", "requests": "count",
          "host_call": "us",  # the host's time inside a served call (its checks and launches): beside the parts
-         "train_step": "us", "train_part": "us"}  # a block's training step, and its parts (mage.train)
-# service: one request's shape; train: a block's training step (mage.train), at its field or large shape
+         "train_step": "us", "train_part": "us"}  # a block's training step, and its parts (mage.ext.training.train)
+# service: one request's shape; train: a block's training step (mage.ext.training.train), at its field or large shape
 SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service", "train"}
 CACHES = {"warm", "cold", "n/a"}
 CHECK_COLUMNS = ["op", "impl", "dtype", "shape", "dist", "error", "tolerance", "passed", "trials", "reason", "run"]

@@ -1,8 +1,8 @@
 """The ``pass`` column of the tidy data (issue 16): which part of a training step a row's call ran.
 
 ``forward`` is the implementation's own call, ``backward`` the gradients alone (the forward outside the
-timed region), ``both`` the two in one call (``mage.passes``); ``step`` a whole training step of a block,
-optimizer included (``mage.train``). Every row written before the column existed measured a forward
+timed region), ``both`` the two in one call (``mage.ext.training.passes``); ``step`` a whole training step of a block,
+optimizer included (``mage.ext.training.train``). Every row written before the column existed measured a forward
 call, so a file without the column, or a blank cell, reads as ``forward``: nothing recorded is lost,
 and no old row lands in another pass's case.
 """

@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import torch
 
-from . import ops, passes, registry
+from . import hooks, ops, registry
 from .case_rows import _row_maker
 from .check import check
 from .data import merge_csv
@@ -56,10 +56,24 @@ def _cycling(fn, arg_sets, state=None):
     return call
 
 
+def _cycling_calls(calls):
+    """One zero-argument call walking through zero-argument calls, one per call."""
+    if len(calls) == 1:
+        return calls[0]
+    state = {"i": 0}
+
+    def call():
+        i = state["i"]
+        state["i"] = (i + 1) % len(calls)
+        return calls[i]()
+
+    return call
+
+
 def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
     """Rows and check rows for one (op, shape, dtype group, cache), for each pass of ``st.passes``.
-    Implementations that fail the check are recorded as failing and not timed; for backward and both,
-    only those with a training path whose gradients pass ``passes.grad_check``."""
+    Implementations that fail the check are recorded as failing and not timed; for any other pass, only
+    those its extension's hook admits (``mage.hooks``)."""
     rows, checks = [], []
     dtype = impls[0].dtype
     key = ops.shape_key(shape)
@@ -73,20 +87,7 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
             good.append(im)
         else:
             log(f"  refusing to time {im.name} {key}: {c.reason}")
-    trained = []  # those whose backward is timed: a training path, gradients checked
-    if set(st.passes) - {"forward"}:
-        for im in good:
-            fn = registry.train_fn(im)
-            if fn is None or registry.step_graphed(im):  # a graphed step is timed whole by mage.train
-                log(f"  no backward for {im.name} {key}: " + ("its training step is one CUDA graph (mage train)"
-                                                              if fn else "it registers no training path"))
-                continue
-            c = passes.grad_check(im, fn, shape, seed=st.seed + 29)
-            checks.append({**c.row(), "run": st.run})
-            if c.passed:
-                trained.append(im)
-            else:
-                log(f"  refusing to time the backward of {im.name} {key}: {c.reason}")
+    admitted = {h: [im for im in good if h.admit(im, shape, st, log, checks)] for h in hooks.hooks(st.passes)}
     # Those that time themselves make one input set in their own process (warm only), and launch the
     # kernels of ``kernels_of``: timed only when that implementation passed its check.
     own_ok = []
@@ -116,8 +117,8 @@ def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
         prepared[im.name] = arg_sets, time.perf_counter() - t0
 
     for pass_ in st.passes:
-        timed = good if pass_ == "forward" else trained
-        row = _row_maker(base, shape, pass_, passes.pass_cost(spec, shape, dtype, probe, pass_), st.ceilings)
+        timed = good if pass_ == hooks.FORWARD else admitted[hooks.hook(pass_)]
+        row = _row_maker(base, shape, pass_, hooks.cost(spec, shape, dtype, probe, pass_), st.ceilings)
         got, kernel = _time_pass(spec, key, pass_, timed, prepared, st, row, log)
         rows += got
         if pass_ == "forward":
@@ -136,13 +137,12 @@ def _time_pass(spec, key, pass_, timed, prepared, st, row, log):
             one_set = [_cycling(im.fn, [a]) for a in arg_sets]
             rows.append(row(im, "prepare_time", prep, "s", prepare_s=prep))
         else:
-            fn = registry.train_fn(im)
             try:
-                one_set = [passes.PassSet(fn, a, pass_, st.seed + 31 + i) for i, a in enumerate(arg_sets)]
+                one_set = hooks.hook(pass_).calls(im, arg_sets, pass_, st.seed)
             except Exception as e:  # noqa: BLE001 - the check passed, so say why this set could not run
                 log(f"  {pass_} of {im.name} {key} could not start: {type(e).__name__}: {e}")
                 continue
-            calls[im.name] = passes.cycling(one_set)
+            calls[im.name] = _cycling_calls(one_set)
         try:
             p = profile(calls[im.name], iters=st.iters)
         except ProfileError as e:
@@ -160,7 +160,7 @@ def _time_pass(spec, key, pass_, timed, prepared, st, row, log):
             try:
                 # about 2 ms of work per replay: enough to average, not so much that slow kernels dominate
                 repeat = max(1, min(10, int(2000 / max(p.kernel_us, 1.0))))
-                g = passes.graph_of(one_set, pass_, registry.train_fn(im), arg_sets, st.seed, p.kernel_us, repeat)
+                g = hooks.graph_us(one_set, im, arg_sets, pass_, st.seed, p.kernel_us, repeat)
                 rows.append(row(im, "graph_span", g, "us"))
             except Exception as e:  # noqa: BLE001 - not every call can be captured; say so, keep going
                 log(f"  graph capture failed for {im.name} {key} {pass_}: {type(e).__name__}: {e}")
@@ -226,7 +226,8 @@ def _streams_anyway(spec, shape, dtype, st) -> bool:
 def run_cases(cases, out_dir, st: Settings, log=print):
     all_rows, all_checks = [], []
     last_warm = {}
-    passes.allow_repeated_backward(st.passes)
+    for h in hooks.hooks(st.passes):
+        h.start(st.passes)
     t_start = time.perf_counter()
     for n, (spec, shape, shape_set, cache, group) in enumerate(cases, 1):
         elapsed = time.perf_counter() - t_start

@@ -57,7 +57,7 @@ class Target:
 # --------------------------------------------------------------------------------------- batching
 @dataclass(frozen=True)
 class Batching:
-    """How requests to a block batch, for the service experiment (``mage.service``).
+    """How requests to a block batch, for the service experiment (``mage.ext.service.loops``).
 
     One request is the spec's inputs at a shape whose ``size`` entry is ``items`` (a sequence of tokens,
     a complex, a graph). The inputs named in ``axes`` belong to the request; every other input is a
@@ -103,7 +103,7 @@ class Batching:
 # ------------------------------------------------------------------------------------------ parts
 @dataclass(frozen=True)
 class Part:
-    """One operation a block calls, for the Amdahl attribution (``mage.amdahl``): which operation, the
+    """One operation a block calls, for the Amdahl attribution (``mage.ext.amdahl.attribution``): which operation, the
     shapes the block calls it at, and the kernel names that are its work in a profile of the block.
 
     A kernel belongs to the first part, in the block's order, with a pattern that finds it in the
@@ -170,9 +170,9 @@ class Op:
     other_set: Optional[Callable] = None
     # (shape, inputs) -> the shape the cost model should see (a generated graph's actual degree)
     actual_shape: Optional[Callable] = None
-    # how requests batch when the op serves requests (a block); None: not served (mage.service)
+    # how requests batch when the op serves requests (a block); None: not served (mage.ext.service.loops)
     batch: Optional[Batching] = None
-    # the operations a block calls and the kernel names of each (mage.amdahl); () for an operation
+    # the operations a block calls and the kernel names of each (mage.ext.amdahl.attribution); () for an operation
     parts: tuple = ()
     # The backward's cost (issue 16), as flops and bytes are the forward's: grad_flops(shape) -> FLOPs of
     # the gradients of every floating input; grad_bytes(shape, itemsize) -> their compulsory bytes (what
@@ -224,13 +224,15 @@ class Op:
 
 
 class _Specs(dict):
-    """The specs, found on first use (``mage.registry.discover_specs``) and kept in figure order."""
+    """The specs, found on first use and kept in figure order. ``find`` is how they are found: the
+    registry sets it to its discovery when imported (``mage`` imports it), so this module needs none."""
+
+    find: Optional[Callable[[], None]] = None
 
     def _ready(self):
-        if not getattr(self, "_found", False):
+        if not getattr(self, "_found", False) and self.find is not None:
             self._found = True
-            from .registry import discover_specs
-            discover_specs()
+            self.find()
             ordered = sorted(dict.items(self), key=lambda kv: (kv[1].order, kv[0]))
             dict.clear(self)
             dict.update(self, ordered)

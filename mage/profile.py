@@ -34,7 +34,7 @@ class Profile:
     launches: float  # kernels per call
     kernel_names: list = field(default_factory=list)  # distinct kernel names, most frequent first
     # GPU time per call inside each kernel name (same order as kernel_names): what a block's time
-    # splits into, operation by operation (mage.amdahl)
+    # splits into, operation by operation (mage.ext.amdahl.attribution)
     kernel_us_by_name: dict = field(default_factory=dict)
     per_iter_launches: list = field(default_factory=list)  # host launch calls seen in each iteration
     flags: list = field(default_factory=list)

@@ -101,6 +101,12 @@ def role(role: str) -> str:
     if role not in _ROLES:
         raise MageInputError("registry", "role", f"no implementation claims the role {role!r}")
     return _ROLES[role]
+
+
+def claimed(role: str) -> Optional[str]:
+    """The name that claimed ``role`` so far, or None (no discovery, no refusal)."""
+    return _ROLES.get(role)
+
 LOAD_ERRORS: dict[str, str] = {}
 _loaded: set = set()
 
@@ -118,94 +124,29 @@ def register(op: str, name: str, **kw) -> Callable:
     return deco
 
 
-# The training paths: (op, name, dtype) -> fn(*inputs) -> output, differentiable by torch.autograd (a
-# torch.library operator with register_autograd, or plain PyTorch). Kept beside the registry, not in the
-# Impl, so a backward module may register before or after its forward (discovery order is alphabetical).
-_TRAIN: dict[tuple, Callable] = {}
+# What a kernel package states about one implementation for an extension to read, in a table the
+# extension names ('train': its training path; 'stages': its launch-path stages), keyed by (op, name,
+# dtype). Kept here so kernels state it without importing any extension; the core never reads them.
+_DECLARED: dict[str, dict[tuple, dict]] = {}
 
 
-_AUTOCAST: set = set()  # training paths that follow torch.autocast (bf16 mixed precision) themselves
-_STEP_GRAPH: set = set()  # training columns whose whole step (forward, backward, update) is one CUDA graph
-_KEEP: dict = {}  # (op, name, dtype) -> keep(*inputs): what a captured step reads from memos (kept alive)
-_PREPARE: dict = {}  # (op, name, dtype) -> the training path's own input preparation, where not the column's
-
-
-def differentiable(op: str, name: str, dtype: str = "fp32", autocast: bool = False,
-                   step_graph: bool = False, keep: Optional[Callable] = None) -> Callable:
-    """Decorator: ``@differentiable("layernorm", "triton")`` names fn as that implementation's training
-    path: the harness runs forward and backward through it. ``autocast``: the path computes in bf16 under
-    ``torch.autocast`` (a torch.library operator with no autocast rule does not: it keeps computing in
-    its inputs' precision, so a bf16 training row of it would be an FP32 one mislabelled).
-    ``step_graph``: the trainer records this column's whole step (forward, backward and the optimizer's
-    update) as one CUDA graph and replays it, as a kernel author owning the training loop would.
-    ``keep(*inputs)``: the buffers the path reads from caches that hold them weakly or drop old entries
-    (a graph structure's plans): a step recorded as a CUDA graph keeps them alive while it replays."""
+def declare(table: str, op: str, name: str, dtype: str = "fp32", **info) -> Callable:
+    """Decorator: ``@declare("train", "layernorm", "triton", autocast=True)`` files the decorated object
+    as ``dict(info, fn=obj)`` under ``(op, name, dtype)`` in ``table`` (replacing an earlier entry) and
+    returns it unchanged."""
     if op not in OPS:
-        raise MageInputError("differentiable", "op", f"must be one of {list(OPS)}, got {op!r}")
+        raise MageInputError("declare", "op", f"must be one of {list(OPS)}, got {op!r}")
 
-    def deco(fn):
-        key = (op, name, dtype)
-        _TRAIN[key] = fn
-        (_AUTOCAST.add if autocast else _AUTOCAST.discard)(key)
-        (_STEP_GRAPH.add if step_graph else _STEP_GRAPH.discard)(key)
-        if keep is None:
-            _KEEP.pop(key, None)
-        else:
-            _KEEP[key] = keep
-        return fn
+    def deco(obj):
+        _DECLARED.setdefault(table, {})[(op, name, dtype)] = dict(info, fn=obj)
+        return obj
 
     return deco
 
 
-def train_as_graph(op: str, plain: str, name: str, dtypes=("fp32", "bf16")) -> None:
-    """``name`` (a column replayed from CUDA graphs) trains as ``plain`` does, with the whole step recorded
-    as one graph: the same path, autocast behaviour, kept buffers and input preparation (not ``name``'s
-    own, whose forward capture the step does not use). Training paths are FP32's (bf16 is autocast over
-    them), so ``name`` at every other dtype has none: its forward is a graph, not differentiable."""
-    p = get(op, plain, "fp32")
-    fn = train_fn(p)
-    if fn is None:
-        raise MageInputError("differentiable", plain, f"has no training path for {name} to record")
-    differentiable(op, name, "fp32", autocast=follows_autocast(p), step_graph=True, keep=_KEEP.get(p.key))(fn)
-    _PREPARE[(op, name, "fp32")] = p.prepare
-    for dtype in dtypes:
-        if dtype != "fp32":
-            _TRAIN[(op, name, dtype)] = None
-
-
-def train_prepare(impl: Impl) -> Optional[Callable]:
-    """The input preparation of ``impl``'s training path (the column's own unless it trains as another)."""
-    return _PREPARE.get(impl.key, impl.prepare)
-
-
-def train_keep(impl: Impl) -> Optional[Callable]:
-    return _KEEP.get(impl.key)
-
-
-def follows_autocast(impl: Impl) -> bool:
-    """Whether ``impl``'s training path computes in bf16 under ``torch.autocast``: the library family's
-    columns do; any other only if it registered so."""
-    if impl.key in _TRAIN:
-        return impl.key in _AUTOCAST
-    return impl.family == _ROLES.get("library_family")
-
-
-def step_graphed(impl: Impl) -> bool:
-    """Whether the trainer replays ``impl``'s whole training step as one CUDA graph."""
-    return impl.key in _STEP_GRAPH
-
-
-def trains_as_one_graph(op: str, name: str) -> bool:
-    """``step_graphed`` by names (a recorded row's op and implementation; training paths are FP32's)."""
-    return (op, name, "fp32") in _STEP_GRAPH
-
-
-def train_fn(impl: Impl) -> Optional[Callable]:
-    """The callable that runs ``impl`` forward with autograd recording, or None when it has none. The
-    library family's columns are differentiable as they are; every other column must register one."""
-    if impl.key in _TRAIN:
-        return _TRAIN[impl.key]
-    return impl.fn if impl.family == _ROLES.get("library_family") else None
+def declared(table: str) -> dict:
+    """The entries of one table of ``declare``: {(op, name, dtype): dict(info, fn=obj)}."""
+    return _DECLARED.setdefault(table, {})
 
 
 def add(impl: Impl) -> Impl:
@@ -241,6 +182,9 @@ def discover_specs() -> None:
             if not isinstance(spec, Op) or spec.name != folder.name:
                 raise MageInputError("registry", "SPEC", f"{mod} must define SPEC = Op(name={folder.name!r}, ...)")
             OPS.add(spec)
+
+
+OPS.find = discover_specs  # the specs are found on first use of OPS
 
 
 def load() -> None:

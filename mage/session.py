@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
-from . import ops
+from . import hooks, ops
 from .ceilings import measure_all as measure_ceilings
 from .check import check
 from .data import add_environment, add_new_run, merge_csv
@@ -37,7 +37,7 @@ class Settings:
     run: str = ""
     ceilings: dict = field(default_factory=dict)
     l2_bytes: int = 60 * 2**20
-    passes: tuple = ("forward",)  # mage.passes.PASSES: forward, backward (alone), both
+    passes: tuple = ("forward",)  # mage.hooks.names(): forward and the passes extensions add
 
 
 # The tile sweep's protocol: many configs, so fewer calls each; no CUDA graph, no timed warm-up.
@@ -48,9 +48,7 @@ def _protocol(iters, spans, rounds, block, warmup, warm_s, graph, passes=("forwa
     """How a run measured, as written to its environment."""
     return dict(profiled_calls=iters, spans=spans, rounds=rounds, passes_per_block=block,
                 rounds_interleaved=True, warmup_calls=warmup, warmup_s=warm_s, cuda_graph=graph,
-                passes=list(passes),
-                # what a backward call is (mage.passes): the forward outside the timed region
-                backward="torch.autograd.grad(out, floating inputs, seeded grad_out, retain_graph=True)")
+                passes=list(passes), **hooks.protocol())
 
 
 def steady_process(pin: bool = True) -> dict:

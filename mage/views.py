@@ -32,7 +32,7 @@ DEFAULT_PASSES = ("forward", "step")
 HEADLINE = CASE + ["value", "lo", "hi", "rounds", "spread", "run", "kernel_names", "flags", "flops", "bytes",
                    "floor_us", "achieved_gbps", "achieved_tflops", "frac_of_floor"]
 # The harness's stated precision: recorded kernel times reproduce within it on the same card, and
-# ``mage.targets.precision_summary`` checks every row's round means against it. Two numbers closer than
+# ``mage.book.targets.precision_summary`` checks every row's round means against it. Two numbers closer than
 # this (or than their own rows' spread of round means, if larger) are a tie.
 PRECISION = 0.03
 

@@ -18,6 +18,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from mage.book import DEFAULT_DATA
+
 NOTES = Path(__file__).resolve().parent
 ROOT = NOTES.parent
 
@@ -57,7 +59,7 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     todo = [p for p in pages() if not a.pages or p.stem in a.pages]
-    print(f"executing {len(todo)} pages against MAGE_DATA={os.environ.get('MAGE_DATA', '(default data/h200)')}",
+    print(f"executing {len(todo)} pages against MAGE_DATA={os.environ.get('MAGE_DATA', f'(default {DEFAULT_DATA})')}",
           flush=True)
     results = []
     for p in todo:
@@ -66,7 +68,7 @@ def main(argv=None) -> int:
         print(f"  {r['page']:<12} {'ok' if r['ok'] else 'FAILED'} {r['seconds']:6.1f} s  {r['figures']} figures, "
               f"{r['glued']} glued values, {r['widgets']} widgets {r['error']}", flush=True)
     (out / "executed.json").write_text(json.dumps(
-        {"data": os.environ.get("MAGE_DATA", "data/h200"), "pages": results}, indent=1))
+        {"data": os.environ.get("MAGE_DATA", DEFAULT_DATA), "pages": results}, indent=1))
     failed = [r["page"] for r in results if not r["ok"]]
     print(f"wrote {out}/ ({len(results) - len(failed)} of {len(results)} pages ran cleanly)")
     return 1 if failed else 0

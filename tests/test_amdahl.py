@@ -5,7 +5,8 @@ import math
 import pandas as pd
 import pytest
 
-from mage import amdahl, amdahl_text, ops
+from mage.ext.amdahl import attribution as amdahl, text as amdahl_text
+from mage import ops
 from mage.__main__ import main
 from mage.data import merge_csv
 from mage.ops import Part
@@ -194,7 +195,7 @@ def test_the_gpu_half_wires_operations_and_the_split(monkeypatch, dtype):
     its share of the eager block's GEMM time comes from the operations' own GEMM times. In bf16 too: every
     operation the block calls has its columns at bf16 (the triangle's since its bf16 column), so the case
     is predicted."""
-    from mage import amdahl_gpu
+    from mage.ext.amdahl import gpu as amdahl_gpu
 
     def fake(im, shape, iters, log):
         if im is None:

@@ -1,4 +1,4 @@
-"""The precision and layout tables (mage.choices) on hand-made rows: known times and errors give known
+"""The precision and layout tables (mage.book.choices) on hand-made rows: known times and errors give known
 tables and sentences; a difference inside the harness's precision is a tie, never 'faster'."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 
 import pandas as pd
 
-from mage import choices, views as V
+from mage.book import choices
+from mage import views as V
 from mage.ops import OPS, shape_key
 
 OP = "matmul"
@@ -95,7 +96,7 @@ def test_a_figure_the_data_cannot_draw_is_one_line_of_words(monkeypatch):
     # an empty plot has no plotted values for its table, and the browser test refuses it
     import IPython.display
     from mage import book
-    from mage.figure_style import not_measured
+    from mage.book.figure_style import not_measured
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
     book.show(not_measured("Throughput against batch", "H200", "the batch sweep"))

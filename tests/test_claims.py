@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from mage import claims as C
+from mage.book import claims as C
 from mage import views as V
 from mage.ops import OPS
 

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("plotly")
 
-from mage import figures as F  # noqa: E402
-from mage import figure_launch as L  # noqa: E402
-from mage.launch_path import AFTER_SYNC, OTHER, WHOLE  # noqa: E402
+from mage.book import figures as F  # noqa: E402
+from mage.book import figure_launch as L  # noqa: E402
+from mage.ext.launch_path.breakdown import AFTER_SYNC, OTHER, WHOLE  # noqa: E402
 
 SHAPE = {"bias_gelu": "R=2048,C=512", "matmul": "M=1024,K=1024,N=1024"}
 
@@ -22,7 +22,7 @@ def _rows(op, impl, dtype, stages: dict) -> list[dict]:
 
 
 def _triton(whole, checks, choice, alloc, launch, bind, operator):
-    # what mage.launch_path writes: the remainder from the top-level stages, the driver call and the
+    # what mage.ext.launch_path.breakdown writes: the remainder from the top-level stages, the driver call and the
     # dispatch as differences, the operator and Triton's own launch as whole alternative entries
     other = whole - (checks + choice + alloc + launch)
     return {WHOLE: whole, AFTER_SYNC: whole + 1, "argument checks": checks, "config choice": choice,

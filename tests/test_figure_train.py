@@ -1,4 +1,4 @@
-"""The training chapter's figures and sentences (mage.figure_train, mage.training) from hand-made rows:
+"""The training chapter's figures and sentences (mage.book.figure_train, mage.book.training) from hand-made rows:
 forward, backward and both rows of one operation, training-step rows of one block, and no rows at all
 (each figure then says what is missing instead of drawing an empty plot)."""
 import math
@@ -6,10 +6,10 @@ import math
 import pandas as pd
 import pytest
 
-from mage import figure_train as FT
-from mage import claims as C
+from mage.book import figure_train as FT
+from mage.book import claims as C
 from mage import ops, registry
-from mage import training as TR
+from mage.book import training as TR
 from mage.data import REQUIRED
 
 RUN = "20990101T000000Z-x"

@@ -15,7 +15,8 @@ import pytest
 pytest.importorskip("plotly")
 
 import mage  # noqa: E402
-from mage import book, data, figures as F  # noqa: E402
+from mage import book, data  # noqa: E402
+from mage.book import figures as F
 from mage import views as V  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic import make  # noqa: E402
@@ -59,7 +60,7 @@ def test_units_are_microseconds_and_one_colour_per_implementation(syn):
 
 
 def test_log_toggle_where_one_bar_dwarfs_the_rest(syn):
-    from mage.figure_style import log_toggle
+    from mage.book.figure_style import log_toggle
     import plotly.graph_objects as go
     df, _, _ = syn
     slow = df.copy()
@@ -81,7 +82,7 @@ def test_no_rotated_tick_labels(syn):
 
 
 def test_every_figure_has_a_values_table(syn):
-    from mage.figure_page import to_html, values_table
+    from mage.book.figure_page import to_html, values_table
     df, ceil, _ = syn
     fig = F.main(df, "GPU X")
     table = values_table(fig)
@@ -96,7 +97,7 @@ def test_every_figure_has_a_values_table(syn):
 def test_tile_explorer_in_the_page(syn):
     """The static tile explorer carries every combination of the sweep's values: the reuse count from
     the spec, and the recorded times exactly where the sweep ran that combination."""
-    from mage.figure_tiles import explorer_table, tile_explorer_html
+    from mage.book.figure_tiles import explorer_table, tile_explorer_html
     df, _, _ = syn
     tiles = df[df["shape_set"] == "tiles"]
     t = F.tile_table(tiles, "matmul")
@@ -172,7 +173,8 @@ def test_reuse_count_of_a_16_tile():
 def test_a_path_that_shares_kernels_is_charged_their_time(syn, monkeypatch):
     """An implementation that launches another's kernels (Impl.kernels_of) and records spans only gets
     its span minus the other one's kernel time, whatever it is called."""
-    from mage import figure_costs, views
+    from mage.book import figure_costs
+    from mage import views
     df, _, _ = syn
     b = views.bars(df)
     own = views.select(b, view="event_span")
@@ -282,7 +284,7 @@ def test_headline_refuses_two_runs_of_one_case():
 def test_a_tile_recorded_before_its_sweep_gained_a_key_is_that_config():
     """The neighbour sweep gained ORDER after its tiles were recorded: an old row (no ORDER) and a new
     row of the same tile (ORDER=0) are one config, read from the newer run; ORDER=1 is another."""
-    from mage.figure_tiles import complete_config
+    from mage.book.figure_tiles import complete_config
     old = json.dumps(dict(BLOCK_R=8, BLOCK_D=16, BLOCK_E=64, SPLIT=256, MAX_BLOCK_F=64, num_warps=4))
     new = json.dumps(dict(json.loads(old), ORDER=0))
     other = json.dumps(dict(json.loads(old), ORDER=1))

@@ -1,8 +1,8 @@
-"""The runner a hardware profiler wraps (mage.hw_profile): one implementation at one recorded shape,
+"""The runner a hardware profiler wraps (mage.ext.launch_path.hw_profile): one implementation at one recorded shape,
 on the CPU here; a selection that is not exactly one shape, or a bad count, is refused naming the op."""
 import pytest
 
-from mage import hw_profile as hp
+from mage.ext.launch_path import hw_profile as hp
 from mage.errors import MageInputError
 
 

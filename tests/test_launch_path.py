@@ -1,4 +1,4 @@
-"""The launch-path breakdown (mage.launch_path) and the lean launch path (kernels/_triton): rows in the
+"""The launch-path breakdown (mage.ext.launch_path.breakdown) and the lean launch path (kernels/_triton): rows in the
 schema that add up, the memoised config choice giving bit-identical results, bad input still refused."""
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import torch
 
 from kernels._triton import common, stages
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, module
-from mage import data, launch_path, ops, registry
+from mage import data, ops, registry
+from mage.ext.launch_path import breakdown as launch_path
 from mage.errors import MageInputError
 
 TRITON_OPS = [i.op for i in registry.impls(names=["triton"], dtype="fp32")]

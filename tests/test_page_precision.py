@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("plotly")
 
 import mage  # noqa: E402
-from mage import book, claims as C, data, figures as F, views as V  # noqa: E402
+from mage import book, data, views as V  # noqa: E402
+from mage.book import claims as C, figures as F
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic import make  # noqa: E402
 

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from mage import measure, ops, passes, registry
+from mage import hooks, measure, ops, registry
+from mage.ext.training import passes, paths
 from mage.data import DataError, load, merge_csv
 from mage.errors import MageInputError
 from mage.profile import Profile
@@ -48,7 +49,7 @@ def test_an_output_without_a_gradient_is_refused():
 
 def test_grad_check_passes_pytorch_and_catches_a_wrong_gradient():
     im = _layernorm()
-    assert passes.grad_check(im, registry.train_fn(im), SHAPE, seed=3, device="cpu").passed
+    assert passes.grad_check(im, paths.train_fn(im), SHAPE, seed=3, device="cpu").passed
 
     class Wrong(torch.autograd.Function):  # the right forward, a gradient twice too large
         @staticmethod
@@ -68,10 +69,10 @@ def test_grad_check_passes_pytorch_and_catches_a_wrong_gradient():
 
 
 def test_passes_are_checked_and_ordered():
-    assert passes.check_passes(["both", "forward"]) == ("forward", "both")
-    assert passes.check_passes(None) == ("forward",)
+    assert hooks.check_passes(["both", "forward"]) == ("forward", "both")
+    assert hooks.check_passes(None) == ("forward",)
     with pytest.raises(MageInputError, match="--passes"):
-        passes.check_passes(["sideways"])
+        hooks.check_passes(["sideways"])
 
 
 def test_the_cli_names_the_option():

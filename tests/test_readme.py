@@ -55,7 +55,7 @@ def _mage_args(cmd):
 @pytest.mark.parametrize("cmd", GPU)
 def test_gpu_commands_parse(cmd):
     args = _mage_args(cmd)
-    if args is None:  # a module of its own (mage.hw_profile): it exists
+    if args is None:  # a module of its own (mage.ext.launch_path.hw_profile): it exists
         mod = re.search(r"-m (mage\.\w+)", cmd).group(1)
         assert (ROOT / (mod.replace(".", "/") + ".py")).exists(), mod
         return

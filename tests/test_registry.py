@@ -58,7 +58,7 @@ rows = pd.DataFrame([dict(op="double_it", impl=i, family="pytorch", dtype="fp32"
                      for v in ("kernel_time", "event_span")])
 bars = views.bars(rows, shape_set="field")
 assert set(bars["impl"]) == {"pytorch", "torch_compile"}, bars
-from mage import figures
+from mage.book import figures
 fig = figures.main(rows, "test card")
 assert any("doubling" in str(a.text) for a in fig.layout.annotations), [a.text for a in fig.layout.annotations]
 print("sixth op ok")

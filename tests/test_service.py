@@ -1,7 +1,7 @@
-"""The service experiment's loops and statistics (mage.service, mage.service_stats): the loops with a
+"""The service experiment's loops and statistics (mage.ext.service.loops, mage.ext.service.stats): the loops with a
 fake clock and a fake executor (known arrivals give known waits and batches, worked out by hand below),
 the batcher's promises on random arrivals, nearest-rank percentiles against numpy, the rows in the data
-schema, bad arguments to the loops and the command. The executor (mage.service_gpu) is
+schema, bad arguments to the loops and the command. The executor (mage.ext.service.gpu) is
 tests/test_service_executor.py's."""
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import torch
 from mage import data
 from mage.__main__ import main
 from mage.errors import MageInputError
-from mage.service import (FakeClock, FakeExecutor, MemoryLimit, batch_sizes, batch_sweep, closed_loop,
+from mage.ext.service.loops import (FakeClock, FakeExecutor, MemoryLimit, batch_sizes, batch_sweep, closed_loop,
                           open_loop, poisson_arrivals)
-from mage.service_stats import base_row, percentile, peak_requests_per_s, summary, sweep_rows, trace_rows
+from mage.ext.service.stats import base_row, percentile, peak_requests_per_s, summary, sweep_rows, trace_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from service_tiny import tiny_in_specs  # noqa: E402

@@ -15,7 +15,7 @@ from kernels.neighbor_agg.graph import CSRGraph
 from mage import registry
 from mage.errors import MageInputError
 from mage.ops import OPS
-from mage.service_gpu import CudaExecutor, check_batching
+from mage.ext.service.gpu import CudaExecutor, check_batching
 
 registry.load()
 TRI, MP = OPS["trimul_block"], OPS["mp_block"]

@@ -1,4 +1,4 @@
-"""The service experiment's executor and session (mage.service_gpu, mage.service_session): each
+"""The service experiment's executor and session (mage.ext.service.gpu, mage.ext.service.session): each
 request's inputs moved on the host and its output back in its slice, a batch axis that is not the
 first, resident arguments built per batch size, the whole session's rows loading through mage.data (all
 on the CPU), and (on a GPU) the executor on the tiny block of tests/service_tiny.py. The loops and
@@ -16,7 +16,7 @@ import torch
 from mage import data
 from mage.errors import MageInputError
 from mage.ops import Batching
-from mage.service import closed_loop, open_loop, poisson_arrivals
+from mage.ext.service.loops import closed_loop, open_loop, poisson_arrivals
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from service_tiny import TINY, tiny_in_specs  # noqa: E402
@@ -43,8 +43,8 @@ def test_the_executor_moves_each_request_on_the_host(spec, fn):
     """The executor's slices, padding and outputs, on the CPU with host-clock events: every request of
     a batch gets its own inputs' output back, in its slice of the host buffer."""
     from mage.registry import Impl
-    from mage.service import WallClock
-    from mage.service_gpu import CudaExecutor
+    from mage.ext.service.loops import WallClock
+    from mage.ext.service.gpu import CudaExecutor
     impl = Impl(op=spec.name, name="mm", fn=fn, dtype="fp32", needs_cuda=False)
     items, ax = spec.batch.items, spec.batch.out_axis
     ex = CudaExecutor(spec, impl, dict(T=1, d=7), items, batch=5, host_mem="pageable", pool=4, device="cpu")
@@ -77,7 +77,7 @@ TINY_R = dataclasses.replace(
 
 def test_resident_arguments_are_built_per_batch_size_and_never_sent():
     from mage.registry import Impl
-    from mage.service_gpu import CudaExecutor
+    from mage.ext.service.gpu import CudaExecutor
     impl = Impl(op=TINY_R.name, name="mm", fn=lambda x, s, w, out=None: (s[:, None] * x) @ w, dtype="fp32")
     ex = CudaExecutor(TINY_R, impl, dict(T=1, d=5), 2, batch=4, host_mem="pageable", pool=3, device="cpu")
     ex.warm(calls=1)
@@ -93,7 +93,7 @@ def test_resident_arguments_are_built_per_batch_size_and_never_sent():
 
 def test_a_spec_whose_batching_does_not_fit_its_inputs_is_refused():
     from mage.registry import Impl
-    from mage.service_gpu import CudaExecutor
+    from mage.ext.service.gpu import CudaExecutor
     bad = dataclasses.replace(TINY, name="tiny_bad", batch=Batching(size="d", axes={"x": 0}))
     with pytest.raises(MageInputError) as e:
         CudaExecutor(bad, Impl(op="tiny_bad", name="mm", fn=None), dict(T=3, d=2), 1, batch=2, device="cpu",
@@ -106,7 +106,7 @@ def test_the_session_writes_rows_that_load(tiny_op, tmp_path):
     tiny block land in service.csv with the run's environment, and load back through mage.data."""
     from mage import registry
     from mage.registry import Impl
-    from mage.service_session import FILE, measure
+    from mage.ext.service.session import FILE, measure
     impls = [registry.add(Impl(op="tiny_block", name="mm", fn=lambda x, w, out=None: x @ w, dtype=dt,
                                family="pytorch", needs_cuda=False)) for dt in ("fp32", "bf16")]
     try:
@@ -145,8 +145,8 @@ def test_the_session_writes_rows_that_load(tiny_op, tmp_path):
 @pytest.mark.parametrize("host_mem", ["pinned", "pageable"])
 def test_the_cuda_executor_serves_requests(dtype, host_mem):
     from mage.registry import Impl
-    from mage.service import WallClock
-    from mage.service_gpu import CudaExecutor
+    from mage.ext.service.loops import WallClock
+    from mage.ext.service.gpu import CudaExecutor
     impl = Impl(op="tiny_block", name="mm", fn=lambda x, w, out=None: x @ w, dtype=dtype)
     rng = np.random.default_rng(0)
     for _ in range(30):  # random request shapes and batcher limits

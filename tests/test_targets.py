@@ -7,7 +7,7 @@ import pytest
 from mage import views as V
 from mage.ops import OPS, Target
 from mage.data import load
-from mage.targets import evaluate, markdown, targets
+from mage.book.targets import evaluate, markdown, targets
 
 H200 = Path(__file__).resolve().parents[1] / "data" / "h200"
 
@@ -71,7 +71,7 @@ def test_a_baseline_at_another_precision():
 
 def test_precision_separates_the_host_from_the_span():
     import pandas as pd
-    from mage.targets import precision, precision_summary
+    from mage.book.targets import precision, precision_summary
     rows = []
     # impl a: the host's time moved 20 -> 60 us between rounds; span minus host stays at 300 us
     for impl, spans, hosts in (("a", [320, 320, 360], [20, 20, 60]), ("b", [300, 303, 297], [10, 10, 10])):
@@ -88,7 +88,7 @@ def test_precision_separates_the_host_from_the_span():
 
 def test_precision_reads_drift_from_the_flags():
     import pandas as pd
-    from mage.targets import precision_all, precision_summary
+    from mage.book.targets import precision_all, precision_summary
     base = dict(op="x", impl="a", dtype="fp32", shape="n=1", cache="warm", view="event_span", stat="mean", unit="us")
     rows = [dict(base, shape_set=ss, round=r, value=100.0 + r) for ss in ("large", "sweep") for r in (1, 2, 3)]
     rows += [dict(base, shape_set="sweep", round=0, value=102.0, flags="launch_bound;span_drift:12.5%;host_speed_moved"),

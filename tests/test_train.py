@@ -1,4 +1,4 @@
-"""The training step (mage.train) on the CPU: which inputs are weights, activations and items, a step
+"""The training step (mage.ext.training.train) on the CPU: which inputs are weights, activations and items, a step
 that moves every weight (FP32 and autocast bf16, the weights staying FP32), the rows' round trip through
 a data folder beside measurement rows, and bad arguments naming the option."""
 
@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from mage import ops, registry, train, train_session
+from mage import ops, registry
+from mage.ext.training import paths, train, session as train_session
 from mage.data import IDENTITY, load, merge_csv
 from mage_cli import mage as _mage
 
@@ -33,7 +34,7 @@ def test_items_are_the_leading_dimensions():
 def test_a_step_moves_every_weight_and_keeps_them_fp32(name, precision):
     spec = ops.get(name)
     im = registry.get(name, "pytorch", "fp32")
-    step = train.Step(spec, im, registry.train_fn(im), TINY[name], precision, seed=2, device="cpu")
+    step = train.Step(spec, im, paths.train_fn(im), TINY[name], precision, seed=2, device="cpu")
     before = [p.detach().clone() for p in step.params]
     assert step.verify() == ""
     assert all(p.dtype == torch.float32 for p in step.params)
@@ -47,7 +48,7 @@ def test_bf16_mixed_precision_computes_in_bf16():
     im = registry.get("mlp_block", "pytorch", "fp32")
     outs = {}
     for precision in ("fp32", "bf16"):
-        step = train.Step(spec, im, registry.train_fn(im), shape, precision, seed=2, device="cpu")
+        step = train.Step(spec, im, paths.train_fn(im), shape, precision, seed=2, device="cpu")
         with torch.no_grad(), step._autocast():
             outs[precision] = step.fn(*step.args).double()
     err = float((outs["bf16"] - outs["fp32"]).norm() / outs["fp32"].norm())
@@ -57,7 +58,7 @@ def test_bf16_mixed_precision_computes_in_bf16():
 def test_a_path_that_cannot_learn_is_named():
     spec = ops.get("mlp_block")
     im = registry.get("mlp_block", "pytorch", "fp32")
-    frozen = lambda x, *w: registry.train_fn(im)(x, *(t.detach() for t in w))  # noqa: E731 - weights get no grad
+    frozen = lambda x, *w: paths.train_fn(im)(x, *(t.detach() for t in w))  # noqa: E731 - weights get no grad
     step = train.Step(spec, im, frozen, TINY["mlp_block"], "fp32", device="cpu")
     assert "unchanged" in step.verify()
 
@@ -131,14 +132,13 @@ def test_a_path_that_ignores_autocast_gets_no_bf16_row():
     plain = Impl(op=op, name="custom_x", fn=lambda *a: None, family="triton")
     aware = Impl(op=op, name="custom_y", fn=lambda *a: None, family="triton")
     try:
-        registry.differentiable(op, "custom_x")(lambda *a: None)
-        registry.differentiable(op, "custom_y", autocast=True)(lambda *a: None)
-        assert not registry.follows_autocast(plain) and registry.follows_autocast(aware)
-        assert registry.follows_autocast(registry.get(op, "pytorch"))  # PyTorch columns follow it
+        paths.differentiable(op, "custom_x")(lambda *a: None)
+        paths.differentiable(op, "custom_y", autocast=True)(lambda *a: None)
+        assert not paths.follows_autocast(plain) and paths.follows_autocast(aware)
+        assert paths.follows_autocast(registry.get(op, "pytorch"))  # PyTorch columns follow it
     finally:
         for k in ((op, "custom_x", "fp32"), (op, "custom_y", "fp32")):
-            registry._TRAIN.pop(k, None)
-            registry._AUTOCAST.discard(k)
+            registry.declared("train").pop(k, None)
 
 
 def test_a_blocks_roles_are_worked_out_once():
@@ -160,17 +160,17 @@ def test_the_graphed_columns_are_registered_to_train_as_one_graph():
     for name in ("mlp_block", "trimul_block", "mp_block"):
         for g, p in PLAIN.items():
             graphed, plain = registry.get(name, g, "fp32"), registry.get(name, p, "fp32")
-            assert registry.step_graphed(graphed) and not registry.step_graphed(plain)
-            assert registry.follows_autocast(graphed) and graphed.family == plain.family
-            assert registry.train_fn(registry.get(name, g, "bf16")) is None  # its bf16 forward is a graph
+            assert paths.step_graphed(graphed) and not paths.step_graphed(plain)
+            assert paths.follows_autocast(graphed) and graphed.family == plain.family
+            assert paths.train_fn(registry.get(name, g, "bf16")) is None  # its bf16 forward is a graph
         # the same path, only replayed (eager's path is its forward expression)
-        assert registry.train_fn(registry.get(name, "triton_graphs", "fp32")) is \
-            registry.train_fn(registry.get(name, "triton", "fp32"))
+        assert paths.train_fn(registry.get(name, "triton_graphs", "fp32")) is \
+            paths.train_fn(registry.get(name, "triton", "fp32"))
 
 
 def test_a_graphed_step_on_the_cpu_runs_eagerly():
     spec, im = ops.get("mlp_block"), registry.get("mlp_block", "pytorch", "fp32")
-    step = train.Step(spec, im, registry.train_fn(im), TINY["mlp_block"], "fp32", seed=2, device="cpu",
+    step = train.Step(spec, im, paths.train_fn(im), TINY["mlp_block"], "fp32", seed=2, device="cpu",
                       graphed=True)
     assert not step.graphed and step.verify() == ""
 
@@ -190,9 +190,9 @@ def test_gpu_a_replayed_step_trains_as_the_eager_step_does(name, precision, colu
     registry.load()
     spec, shape = ops.get(name), GPU_SHAPES[name]
     im, gim = registry.get(name, PLAIN[column], "fp32"), registry.get(name, column, "fp32")
-    eager = train.Step(spec, im, registry.train_fn(im), shape, precision, seed=5)
-    graphed = train.Step(spec, gim, registry.train_fn(gim), shape, precision, seed=5,
-                         graphed=registry.step_graphed(gim))
+    eager = train.Step(spec, im, paths.train_fn(im), shape, precision, seed=5)
+    graphed = train.Step(spec, gim, paths.train_fn(gim), shape, precision, seed=5,
+                         graphed=paths.step_graphed(gim))
     assert graphed.graphed
     graphed()  # three eager steps on a side stream, the capture, one replay: four steps
     for _ in range(4):

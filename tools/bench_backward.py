@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from kernels._triton import testing
-from mage import ops, passes
+from mage import ops
+from mage.ext.training import passes
 
 SHAPES = {"layernorm": [dict(R=32768, C=4096), dict(R=1024, C=1024)],
           "bias_gelu": [dict(R=16384, C=8192), dict(R=2048, C=512)]}

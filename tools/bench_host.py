@@ -3,7 +3,7 @@
     python3 -m tools.bench_host [--device cuda|cpu] [--ops matmul ...] [--calls N]
 
 For each operation at its field shape (and each precision of its Triton column) it prints, in
-microseconds per call (median of batches, ``mage.launch_path.per_call_us``):
+microseconds per call (median of batches, ``mage.ext.launch_path.breakdown.per_call_us``):
 
 - ``checks``: the spec's full validation plus the device check (what the launcher ran before the cut);
 - ``fast checks``: the launcher's own check of the same facts (``_checked``), the path a good call takes;
@@ -24,7 +24,8 @@ import os
 
 import torch
 
-from mage import launch_path, ops, registry
+from mage.ext.launch_path import breakdown as launch_path
+from mage import ops, registry
 
 from kernels._triton import common
 from kernels._triton import launch as lean

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import torch
 
 from mage import ops
+from mage.errors import MageInputError
 
 from . import NATIVE_PATH, NOT_BUILT, TABLE, RustKernelError, _f32_bits
 
@@ -120,9 +121,20 @@ def own_spans(op: str, kernel: str, args: Callable) -> Callable:
     return spans
 
 
+def block_name(op: str, dtype: str = "fp32") -> str:
+    """The library's name of block ``op`` at ``dtype``: the op's name at fp32, 'op.bf16' at bf16."""
+    if dtype not in ("fp32", "bf16"):
+        raise MageInputError(op, "dtype", f"the Rust block runs fp32 or bf16, not {dtype!r}")
+    return op if dtype == "fp32" else f"{op}.{dtype}"
+
+
+def dtype_of(t: torch.Tensor) -> str:
+    """'bf16' for a bfloat16 tensor, else 'fp32' (the block's own validation refuses other dtypes)."""
+    return "bf16" if t.dtype == torch.bfloat16 else "fp32"
+
+
 def _block(op: str, inputs) -> str:
     """The library's name of block ``op`` at its inputs' precision (the output's dtype says it)."""
-    from .register import block_name, dtype_of  # register imports this module
     return block_name(op, dtype_of(ops.OPS[op].empty_out(*inputs)))
 
 

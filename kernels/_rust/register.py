@@ -14,6 +14,7 @@ from mage.errors import MageInputError
 from mage.registry import Impl, add
 
 from . import RustKernelError, _call, _f32_bits, available, launch, library, native, pymodule
+from .native import block_name, dtype_of
 
 # How figures and prose name each implementation, its colour and its column within the Rust family.
 # label, column order (after PyTorch and Triton), colour (Okabe-Ito: vermillion, purple, black, yellow)
@@ -112,18 +113,6 @@ def block_pack(values):
             v = _f32_bits(v)
         out.append(int(v) & (2 ** 64 - 1))
     return (_U64 * len(out))(*out)
-
-
-def block_name(op: str, dtype: str = "fp32") -> str:
-    """The library's name of block ``op`` at ``dtype``: the op's name at fp32, 'op.bf16' at bf16."""
-    if dtype not in ("fp32", "bf16"):
-        raise MageInputError(op, "dtype", f"the Rust block runs fp32 or bf16, not {dtype!r}")
-    return op if dtype == "fp32" else f"{op}.{dtype}"
-
-
-def dtype_of(t: torch.Tensor) -> str:
-    """'bf16' for a bfloat16 tensor, else 'fp32' (the block's own validation refuses other dtypes)."""
-    return "bf16" if t.dtype == torch.bfloat16 else "fp32"
 
 
 @functools.lru_cache(maxsize=4096)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from mage.registry import Impl, register, set_role
-
-from mage import launch_path
+from mage.registry import Impl, declare, register, set_role
 
 from . import common, stages
 
@@ -33,7 +31,8 @@ def register_kernel(op: str, launcher, defaults: dict, sweep, precision: str = "
              config_for=lambda shape: common.choose(op, defaults, shape, {}),
              sweep=tuple(dict(c) for c in sweep),
              variant=functools.partial(_variant, op, launcher, defaults, precision, prepare, interpret, fixed))(fn)
-    launch_path.stages(op, "triton", precision)(functools.partial(stages.hook, op, fixed))
+    # its launch-path stages, for the extension that times them (stage by stage)
+    declare("stages", op, "triton", precision)(functools.partial(stages.hook, op, fixed))
 
 
 def _variant(op, launcher, defaults, precision, prepare, interpret, fixed, **config) -> Impl:

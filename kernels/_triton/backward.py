@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from mage.registry import differentiable
+from mage.registry import declare
 
 
 def register_contraction_autograd(op: str, grad_a, grad_b, dtypes) -> None:
@@ -34,7 +34,7 @@ def register_contraction_autograd(op: str, grad_a, grad_b, dtypes) -> None:
 
     torch.library.register_autograd(f"mage::triton_{op}", backward, setup_context=setup_context)
     for dtype in dtypes:
-        differentiable(op, "triton", dtype)(_training_path(op, operator, dtype))
+        declare("train", op, "triton", dtype)(_training_path(op, operator, dtype))
 
 
 def _training_path(op: str, operator, dtype: str):

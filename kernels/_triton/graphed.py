@@ -287,9 +287,9 @@ def register_graphed(spec, fn: Callable, dtypes=("fp32", "bf16"), prepare: Optio
     column, in ``family``) at each of ``dtypes`` (one wrapper and cache per precision). Its prepare (never
     timed) runs the plain column's ``prepare`` and then one call, so the capture happens there and never
     inside a measurement. ``train``: the column trains as the plain column does, with the whole step
-    (forward, backward, update) recorded as one CUDA graph (``mage.train``; the plain column's training
+    (forward, backward, update) recorded as one CUDA graph (``mage.ext.training.train``; the plain column's training
     path must be registered first). Returns {dtype: the wrapper}."""
-    from mage.registry import register, train_as_graph
+    from mage.registry import declare, register
 
     label, order, color = LOOK[name]
     made = {}
@@ -308,7 +308,9 @@ def register_graphed(spec, fn: Callable, dtypes=("fp32", "bf16"), prepare: Optio
                  needs_cuda=True, interpret=False, prepare=prep,
                  config=dict(config or {}, graph="one CUDA graph per input signature",
                              signatures=g.maxsize))(g)
-    if train:
-        train_as_graph(spec.name, plain, name, dtypes)
+    if train:  # trains as the plain column with the whole step one graph; no training path at other dtypes
+        declare("train", spec.name, name, "fp32", as_graph_of=plain)(None)
+        for dtype in (d for d in dtypes if d != "fp32"):
+            declare("train", spec.name, name, dtype)(None)
     return made
 

@@ -1,4 +1,4 @@
-"""The launch-path stages of a Triton column (``mage.launch_path`` times each alone).
+"""The launch-path stages of a Triton column (``mage.ext.launch_path.breakdown`` times each alone).
 
 One real call is watched first: the config choices the launcher asks for and every Triton launch it
 makes through ``common.launch`` (kernel, grid, arguments) are recorded, then each stage is replayed on

@@ -12,6 +12,7 @@ import torch
 
 from mage import ops, registry
 from mage.check import check
+from mage.ext.training import paths
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 cpu_only = pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1")
@@ -161,7 +162,7 @@ def pair_reference_grads(op: str, A, B, dout) -> tuple:
 def pair_triton_grads(op: str, A, B, dout, dtype: str) -> tuple:
     """(dA, dB) through the 'triton' column's registered training path at ``dtype``."""
     A, B = (t.detach().requires_grad_() for t in (A, B))
-    return torch.autograd.grad(registry.train_fn(impl(op, dtype))(A, B), (A, B), dout)
+    return torch.autograd.grad(paths.train_fn(impl(op, dtype))(A, B), (A, B), dout)
 
 
 def assert_pair_grads_close(op: str, A, B, dout, dtype: str, grad_dtype, what="") -> None:
@@ -185,7 +186,7 @@ def check_every_precision_trains(op: str, dtypes=None) -> None:
     """Every precision of the 'triton' column (or of ``dtypes``, where others are forward only) registered
     a training path of its own."""
     for dtype in dtypes or spec(op).dtypes:
-        fn = registry.train_fn(impl(op, dtype))
+        fn = paths.train_fn(impl(op, dtype))
         assert fn is not None and fn is not impl(op, dtype).fn, dtype
 
 

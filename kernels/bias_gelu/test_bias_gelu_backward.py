@@ -12,6 +12,7 @@ from kernels._triton import testing
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, grads_of, spec
 from kernels._triton.testing import poison_like as _poison
 from mage import registry
+from mage.ext.training import paths
 
 OP = "bias_gelu"
 # Each gradient's norm-wise error against float64: dx is elementwise (a few ulps), db a sum of up to
@@ -41,7 +42,7 @@ def test_reference_gradients_pass_gradcheck():
 
 
 def test_training_path_is_registered():
-    assert registry.train_fn(registry.get(OP, "triton")) is _bwd().train
+    assert paths.train_fn(registry.get(OP, "triton")) is _bwd().train
 
 
 @cpu_only

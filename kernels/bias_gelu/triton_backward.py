@@ -22,7 +22,7 @@ import triton.language as tl
 
 from mage import ops
 from mage.errors import MageInputError
-from mage.registry import differentiable
+from mage.registry import declare
 
 from kernels._triton import common, reduce
 
@@ -139,7 +139,7 @@ def _backward(ctx, dy):
 torch.library.register_autograd("mage::triton_bias_gelu", _backward, setup_context=_setup_context)
 
 
-@differentiable(OP, "triton")
+@declare("train", OP, "triton")
 def train(x, b):
     """The Triton column's training path: the operator, differentiable in x and b."""
     return bias_gelu_op(x, b)

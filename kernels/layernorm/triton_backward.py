@@ -25,7 +25,7 @@ import triton.language as tl
 
 from mage import ops
 from mage.errors import MageInputError
-from mage.registry import differentiable
+from mage.registry import declare
 
 from kernels._triton import common, reduce
 
@@ -246,7 +246,7 @@ def _plain_backward(ctx, dy):
 torch.library.register_autograd("mage::triton_layernorm", _plain_backward, setup_context=_plain_setup)
 
 
-@differentiable(OP, "triton")
+@declare("train", OP, "triton")
 def train(x, gamma, beta):
     """The Triton column's training path: forward with saved statistics, differentiable in all three."""
     return torch.ops.mage.triton_layernorm_train(x, gamma, beta)[0]

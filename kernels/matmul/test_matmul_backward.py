@@ -13,7 +13,7 @@ import torch
 from kernels._triton import testing
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, impl, rel_err, spec
 from kernels.matmul import triton_backward as bwd
-from mage import registry
+from mage.ext.training import paths
 from mage.ops import randn
 
 OP = "matmul"
@@ -91,7 +91,7 @@ def test_only_the_gradients_asked_for(needs, monkeypatch):
     calls = []
     for name in ("grad_a", "grad_b"):
         monkeypatch.setattr(bwd, name, (lambda f, n: lambda *a: calls.append(n) or f(*a))(getattr(bwd, name), name))
-    (registry.train_fn(impl(OP, "fp32"))(A, B) * dC).sum().backward()
+    (paths.train_fn(impl(OP, "fp32"))(A, B) * dC).sum().backward()
     assert calls == [name for name, need in zip(("grad_a", "grad_b"), needs) if need]
     assert (A.grad is None) != needs[0] and (B.grad is None) != needs[1]
 
@@ -115,7 +115,7 @@ def test_gradients_launch_at_the_forwards_precision_and_chosen_layouts(dtype, mo
     monkeypatch.setattr(bwd.triton_kernel, "_matmul_kernel", rec)
     monkeypatch.setattr(common, "on_device", lambda op, named: None)  # records only: runs without a GPU
     A, B, dC = inputs(dict(M=48, K=40, N=24), dtype)
-    torch.autograd.grad(registry.train_fn(impl(OP, dtype))(A.requires_grad_(), B.requires_grad_()), (A, B), dC)
+    torch.autograd.grad(paths.train_fn(impl(OP, dtype))(A.requires_grad_(), B.requires_grad_()), (A, B), dC)
     forward, grad_a, grad_b = rec.launches
     assert {L["PRECISION"] for L in rec.launches} == {bwd.triton_kernel.PRECISION[dtype]}
     # kernel arguments: A, B, C, M, N, K, then the strides of A (m, k), B (k, n), C (m, n)
@@ -138,7 +138,7 @@ def test_opcheck(dtype):
 def test_inside_torch_compile(poisoned):
     # aot_eager traces forward and backward as torch.compile does, without generating code
     A, B, dC = inputs(dict(M=13, K=9, N=11), "fp32x3", "heavy")
-    train = registry.train_fn(impl(OP, "fp32x3"))
+    train = paths.train_fn(impl(OP, "fp32x3"))
     step = torch.compile(lambda a, b: (train(a, b) * dC).sum(), backend="aot_eager", fullgraph=True)
     got = torch.autograd.grad(step(*(t.requires_grad_() for t in (A, B))), (A, B))
     want = triton_grads(A, B, dC, "fp32x3")
@@ -148,7 +148,7 @@ def test_inside_torch_compile(poisoned):
 @cpu_only
 def test_bad_inputs_name_op_and_argument():
     A, B, _ = inputs(dict(M=4, K=3, N=2), "fp32")
-    train = registry.train_fn(impl(OP, "fp32"))
+    train = paths.train_fn(impl(OP, "fp32"))
     assert_refuses(train, OP, "B", A.requires_grad_(), torch.randn(4, 2))
     assert_refuses(train, OP, "A", A.double(), B)
 
@@ -191,7 +191,7 @@ def test_gpu_inductor_backward(dtype):
     # Inductor compiles the forward and backward graphs around the opaque operator (it may lay the
     # operand copies out its own way, so the check is against float64, not eager's bits)
     A, B, dC = inputs(dict(M=384, K=200, N=130), dtype, "heavy", 7, "cuda")
-    train = registry.train_fn(impl(OP, dtype))
+    train = paths.train_fn(impl(OP, dtype))
     step = torch.compile(lambda a, b: (train(a, b).float() * dC.float()).sum(), fullgraph=True)
     got = torch.autograd.grad(step(*(t.requires_grad_() for t in (A, B))), (A, B))
     for name, g, w in zip(("dA", "dB"), got, reference_grads(A, B, dC)):

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from kernels._triton.testing import cpu_only, gpu, poisoned_memory, rel_err
-from mage import ops, passes, registry
-from mage.train import Step
+from mage import ops, registry
+from mage.ext.training import passes, paths
+from mage.ext.training.train import Step
 from torch.utils._python_dispatch import TorchDispatchMode
 
 OP = "mlp_block"
@@ -20,7 +21,7 @@ poisoned = pytest.fixture(name="poisoned")(poisoned_memory)
 def path(op: str):
     """(the FP32 Triton Impl, its registered training path)."""
     im = registry.get(op, "triton", "fp32")
-    fn = registry.train_fn(im)
+    fn = paths.train_fn(im)
     assert fn is not None, f"{op}: no training path registered for the custom block"
     return im, fn
 
@@ -63,7 +64,7 @@ def check_block(op: str, shape: dict, dist: str = "normal", seed: int = 0, devic
 
 def steps_move_weights(op: str, shape: dict) -> None:
     im, fn = path(op)
-    assert registry.follows_autocast(im)  # its bf16 row computes the GEMMs in bf16 (see triton_train)
+    assert paths.follows_autocast(im)  # its bf16 row computes the GEMMs in bf16 (see triton_train)
     for prec in ("fp32", "bf16"):
         assert Step(ops.OPS[op], im, fn, shape, prec, device="cpu").verify() == "", (op, prec)
 

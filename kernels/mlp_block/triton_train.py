@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from kernels._pytorch import set_precision
 from kernels.bias_gelu import triton_backward as _bias_gelu_bwd  # noqa: F401 - makes the operator differentiable
 from kernels.layernorm import triton_backward as _layernorm_bwd  # noqa: F401 - likewise
-from mage.registry import differentiable
+from mage.registry import declare
 
 from .spec import NAME, SPEC
 
@@ -71,7 +71,7 @@ def mlp(res, h_in, gamma, beta, W1, b1, W2, b2):
     return torch.addmm(res + b2, g, W2.t())  # beta = 1: the residual and b2 ride in cuBLAS's epilogue
 
 
-@differentiable(NAME, "triton", "fp32", autocast=True)
+@declare("train", NAME, "triton", "fp32", autocast=True)
 def train(x, gamma, beta, W1, b1, W2, b2):
     """The custom block's training path, differentiable in x and every weight."""
     SPEC.validate(x, gamma, beta, W1, b1, W2, b2)

@@ -15,7 +15,8 @@ from kernels.mlp_block.test_mlp_block_train import (
     path,
     steps_move_weights,
 )
-from mage import ops, passes
+from mage import ops
+from mage.ext.training import passes
 
 OP = "mp_block"
 SMALL = dict(n=40, F=3, H=5, deg=2)

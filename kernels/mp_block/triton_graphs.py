@@ -10,7 +10,7 @@ buffers, so each batch written into them replays one recorded graph instead of c
 The aggregation's split plan (built on the host from rowptr, a synchronisation) is built by the
 warm-up before the capture, and its buffers, which the captured kernel reads, are kept alive by the
 cache entry: the aggregation's own memo may drop them later.
-Its training step (``mage.train``) is the plain column's training path with the whole step (forward,
+Its training step (``mage.ext.training.train``) is the plain column's training path with the whole step (forward,
 backward and the AdamW update) recorded as one CUDA graph."""
 
 from kernels._triton.graphed import register_graphed

@@ -24,7 +24,7 @@ from __future__ import annotations
 from kernels.mlp_block.triton_train import fp32, mlp
 from kernels.neighbor_agg import triton_backward as _agg_bwd  # noqa: F401 - makes the operator differentiable
 from kernels.neighbor_agg.triton_operator import neighbor_agg_op
-from mage.registry import differentiable
+from mage.registry import declare
 
 from .spec import OP, SPEC
 
@@ -34,7 +34,7 @@ def keep(graph, h, *layer):
     return _agg_bwd.memo_buffers(graph, h.shape[1])
 
 
-@differentiable(OP, "triton", "fp32", autocast=True, keep=keep)
+@declare("train", OP, "triton", "fp32", autocast=True, keep=keep)
 def train(graph, h, gamma, beta, W1, b1, W2, b2):
     """The custom block's training path, differentiable in h and every weight."""
     SPEC.validate(graph, h, gamma, beta, W1, b1, W2, b2)

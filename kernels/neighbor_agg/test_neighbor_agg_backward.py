@@ -9,6 +9,7 @@ import torch
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, spec
 from kernels.neighbor_agg.graph import CSRGraph
 from mage import registry
+from mage.ext.training import paths
 
 OP = "neighbor_agg"
 # Norm-wise error of each gradient against float64: dx_j and dw_e are sums of deg (resp. F) products in
@@ -94,7 +95,7 @@ def test_reference_gradients_pass_gradcheck():
 
 
 def test_training_path_is_registered():
-    assert registry.train_fn(registry.get(OP, "triton")) is _bwd().train
+    assert paths.train_fn(registry.get(OP, "triton")) is _bwd().train
 
 
 def test_transposed_graph_keeps_each_columns_edges_in_order():

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from mage import ops
 from mage.errors import MageInputError
-from mage.registry import differentiable
+from mage.registry import declare
 
 from kernels._triton import common
 
@@ -172,7 +172,7 @@ def _backward(ctx, dy):
 torch.library.register_autograd("mage::triton_neighbor_agg", _backward, setup_context=_setup_context)
 
 
-@differentiable(OP, "triton")
+@declare("train", OP, "triton")
 def train(graph, x):
     """The Triton column's training path: differentiable in x and in the graph's weights graph.w."""
     return neighbor_agg_op(graph.rowptr, graph.col, graph.w, x)

@@ -15,6 +15,7 @@ from kernels._triton import testing
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, impl, module, rel_err, spec
 from kernels.triangle import triton_backward as bwd
 from mage import registry
+from mage.ext.training import paths
 from mage.ops import randn
 
 OP = "triangle"
@@ -77,8 +78,8 @@ def test_the_fp32_precisions_have_training_paths_and_bf16_none():
     testing.check_every_precision_trains(OP, DTYPES)
     # bf16 is a forward column, as the other operations' bf16 columns are: no Triton training path, so
     # the harness times no Triton bf16 backward (eager PyTorch's, autograd's own, it does)
-    assert registry.train_fn(impl(OP, "bf16")) is None
-    assert registry.train_fn(registry.get(OP, "pytorch", "bf16")) is not None
+    assert paths.train_fn(impl(OP, "bf16")) is None
+    assert paths.train_fn(registry.get(OP, "pytorch", "bf16")) is not None
 
 
 @cpu_only
@@ -118,7 +119,7 @@ def test_only_the_gradients_asked_for(needs, monkeypatch):
     calls = []
     for name in ("grad_a", "grad_b"):
         monkeypatch.setattr(bwd, name, (lambda f, n: lambda *a: calls.append(n) or f(*a))(getattr(bwd, name), name))
-    (registry.train_fn(impl(OP, "fp32"))(A, B) * dO).sum().backward()
+    (paths.train_fn(impl(OP, "fp32"))(A, B) * dO).sum().backward()
     assert calls == [name for name, need in zip(("grad_a", "grad_b"), needs) if need]
     assert (A.grad is None) != needs[0] and (B.grad is None) != needs[1]
 
@@ -147,7 +148,7 @@ def test_gradients_launch_at_the_forwards_precision(dtype, road, monkeypatch):
     monkeypatch.setattr(common, "on_device", lambda op, named: None)  # records only: runs without a GPU
     force_road(monkeypatch, ROADS[road])
     A, B, dO = inputs(dict(N=6, C=3))
-    torch.autograd.grad(registry.train_fn(impl(OP, dtype))(A.requires_grad_(), B.requires_grad_()), (A, B), dO)
+    torch.autograd.grad(paths.train_fn(impl(OP, dtype))(A.requires_grad_(), B.requires_grad_()), (A, B), dO)
     gemms = [L for L in launches if "PRECISION" in L]
     assert len(gemms) == 3 and {L["PRECISION"] for L in gemms} == {module(OP).INPUT_PRECISION[dtype]}
     if road == "in_place":  # arguments: X, Y, O, N, C, then the strides of X, Y and O over (p, r, c)
@@ -165,7 +166,7 @@ def test_opcheck(dtype):
 @cpu_only
 def test_inside_torch_compile(poisoned):
     A, B, dO = inputs(dict(N=9, C=4), "heavy")
-    train = registry.train_fn(impl(OP, "fp32x3"))
+    train = paths.train_fn(impl(OP, "fp32x3"))
     step = torch.compile(lambda a, b: (train(a, b) * dO).sum(), backend="aot_eager", fullgraph=True)
     got = torch.autograd.grad(step(*(t.requires_grad_() for t in (A, B))), (A, B))
     assert all(torch.equal(g, w) for g, w in zip(got, triton_grads(A, B, dO, "fp32x3")))
@@ -174,7 +175,7 @@ def test_inside_torch_compile(poisoned):
 @cpu_only
 def test_bad_inputs_name_op_and_argument():
     A, B, _ = inputs(dict(N=4, C=2))
-    train = registry.train_fn(impl(OP, "fp32"))
+    train = paths.train_fn(impl(OP, "fp32"))
     assert_refuses(train, OP, "B", A.requires_grad_(), torch.randn(4, 4, 3))
     assert_refuses(train, OP, "A", A.double(), B)
 
@@ -220,7 +221,7 @@ def test_gpu_bitwise_deterministic_over_10_runs(dtype):
 def test_gpu_inductor_backward(dtype):
     # Inductor compiles the graphs around the opaque operator; checked against float64
     A, B, dO = inputs(dict(N=130, C=33), "heavy", 7, "cuda")
-    train = registry.train_fn(impl(OP, dtype))
+    train = paths.train_fn(impl(OP, dtype))
     step = torch.compile(lambda a, b: (train(a, b) * dO).sum(), fullgraph=True)
     got = torch.autograd.grad(step(*(t.requires_grad_() for t in (A, B))), (A, B))
     for name, g, w in zip(("dA", "dB"), got, reference_grads(A, B, dO)):

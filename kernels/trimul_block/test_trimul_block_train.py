@@ -15,7 +15,8 @@ from kernels.mlp_block.test_mlp_block_train import (
     path,
     steps_move_weights,
 )
-from mage import ops, passes
+from mage import ops
+from mage.ext.training import passes
 
 OP = "trimul_block"
 SMALL = dict(N=5, C=7, H=3)

@@ -1,7 +1,7 @@
 """The custom triangle update as a CUDA graph ('triton_graphs'): the 'triton' column's launches (its
 default tiles at each shape) recorded once per input signature and replayed as one graph launch, with
 the inputs copied into the graph's static buffers on each call (``kernels/_triton/graphed.py``).
-Its training step (``mage.train``) is the plain column's training path with the whole step (forward,
+Its training step (``mage.ext.training.train``) is the plain column's training path with the whole step (forward,
 backward and the AdamW update) recorded as one CUDA graph."""
 from kernels._triton.graphed import register_graphed
 

@@ -36,7 +36,7 @@ from kernels._pytorch import set_precision
 from kernels.layernorm import triton_backward as _layernorm_bwd  # noqa: F401 - makes the operator differentiable
 from kernels.mlp_block.triton_train import fp32, storage
 from kernels.triangle import triton_backward as _triangle_bwd  # noqa: F401 - likewise
-from mage.registry import differentiable
+from mage.registry import declare
 
 from .spec import NAME, SPEC
 
@@ -48,7 +48,7 @@ def _ln(x, gamma, beta):
     return torch.ops.mage.triton_layernorm_train(x.to(act), gamma.to(act), beta.to(act))[0]
 
 
-@differentiable(NAME, "triton", "fp32", autocast=True)
+@declare("train", NAME, "triton", "fp32", autocast=True)
 def train(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out):
     """The custom block's training path on z [N, N, C] or a batch [B, N, N, C], differentiable in z,
     the mask and every weight."""

@@ -1,4 +1,4 @@
-// The tile explorer in a page without a kernel (inlined by mage.figure_tiles.tile_explorer_html, once per
+// The tile explorer in a page without a kernel (inlined by mage.book.figure_tiles.tile_explorer_html, once per
 // explorer): one slider per tile parameter; each move looks up the chosen combination in the table the
 // page carries (the reuse count from the operation's spec, and the recorded measurement when the sweep
 // ran that combination) and writes it out. No kernel runs here.

@@ -1,0 +1,277 @@
+"""What the book's pages share: which dataset a build shows (one setting, MAGE_DATA), loading it once,
+gluing numbers and words into the prose, showing a figure with its caption, and the live tile widget.
+
+Pages call ``setup()`` first. Nothing here needs a GPU (the tile widget uses one when there is one),
+and plotly is used only through ``mage.book.figures`` and ``mage.book.figure_page``.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from mage import data as mdata
+from mage import ops, views
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = "data/h200"  # the one place it is written: the book, ``targets`` and the scripts read it here
+PUBLISHED = ROOT / "data" / "rtx4090-published"
+GLUE_PREFIX = "application/papermill.record/"  # what myst-nb's glue writes; mirrored so pages run without it
+
+
+class MissingData(RuntimeError):
+    """The dataset the build was told to show is not there."""
+
+
+def data_dir() -> Path:
+    """The data directory this build shows: $MAGE_DATA (relative to the repository root), default data/h200."""
+    p = Path(os.environ.get("MAGE_DATA") or DEFAULT_DATA)
+    p = p if p.is_absolute() else ROOT / p
+    if not p.is_dir() or not any(p.glob("*.csv")):
+        raise MissingData(
+            f"The book shows the measurements in {p} (set by MAGE_DATA, default {DEFAULT_DATA}), and that folder "
+            "holds no data. Measure on a GPU first (make regenerate), or point MAGE_DATA at a data directory, "
+            "e.g. MAGE_DATA=data/<machine> make book.")
+    return p
+
+
+@dataclass
+class Book:
+    path: Path
+    df: pd.DataFrame  # every measurement row
+    checks: pd.DataFrame
+    ceilings: pd.DataFrame
+    env: dict  # run id -> environment
+    published: pd.DataFrame  # the original note's RTX 4090 figures
+
+    @property
+    def run(self) -> dict:
+        """The environment of the newest measured run (the one the prose describes)."""
+        measured = {k: v for k, v in self.env.items() if isinstance(v, dict) and v.get("gpu") not in (None, "none")}
+        if not measured:
+            return {}
+        return measured[max(measured, key=lambda k: str(measured[k].get("date", "")))]
+
+    @property
+    def machine(self) -> str:
+        gpu = str(self.run.get("gpu") or self.path.name)
+        return gpu if gpu.lower().startswith("nvidia") or "synthetic" in gpu.lower() else f"NVIDIA {gpu}"
+
+    @property
+    def tiles(self) -> pd.DataFrame:
+        return views.select(self.df, shape_set="tiles")
+
+    def value(self, op, impl, view="kernel_time", shape_set="field", cache="warm", dtype="fp32", shape=None) -> float:
+        """One case's headline value (NaN when absent), at the op's first listed shape of the set by default."""
+        return views.value(self.df, op, impl, view, shape_set=shape_set, cache=cache, dtype=dtype, shape=shape)
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str) -> Book:
+    p = Path(path)
+    pub = mdata.load(PUBLISHED) if PUBLISHED.is_dir() else pd.DataFrame(columns=mdata.REQUIRED)
+    return Book(p, mdata.load(p), mdata.load_checks(p), mdata.load_ceilings(p), mdata.load_environment(p), pub)
+
+
+def load() -> Book:
+    return _load(str(data_dir()))
+
+
+# ---------------------------------------------------------------------------------------------- glue
+class Plain:
+    """A string that displays without quotes (a glued word in a sentence)."""
+
+    def __init__(self, text):
+        self.text = str(text)
+
+    def __repr__(self):
+        return self.text
+
+
+def glue(name: str, value) -> None:
+    """Record ``value`` for ``{glue:text}`name``` in the prose; floats as plain floats, text unquoted."""
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display
+    if isinstance(value, (bool, int)) or not isinstance(value, float) and not hasattr(value, "__float__"):
+        value = Plain(value)
+    elif not isinstance(value, Plain):
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"glue {name!r}: the data has no finite value for it ({value})")
+    bundle, meta = format_display_data(value)
+    meta["scrapbook"] = dict(name=name, mime_prefix=GLUE_PREFIX)
+    display({GLUE_PREFIX + k: v for k, v in bundle.items()}, raw=True, metadata=meta)
+
+
+def glue_environment(book: Book) -> None:
+    """The words of the provenance admonition (notes/_provenance.md)."""
+    run = book.run
+    glue("env_machine", book.machine)
+    glue("env_date", str(run.get("date", "unknown date"))[:10])
+    glue("env_data", os.path.relpath(book.path, ROOT))
+    for k in ("torch", "triton", "cuda", "driver", "python"):
+        glue(f"env_{k}", run.get(k, "unknown"))
+    glue("env_commit", str(run.get("git_commit", "unknown"))[:10])
+    glue("env_runs", len([k for k, v in book.env.items() if isinstance(v, dict) and v.get("gpu") != "none"]))
+
+
+def setup() -> Book:
+    """First cell of every page: the data and the provenance words. Figures go through ``show``, which
+    writes them for the book's shared plotly.js (notes/js/mage-book.js) and for a running Jupyter."""
+    book = load()
+    glue_environment(book)
+    return book
+
+
+def show(fig) -> None:
+    """The figure, its caption (cache mode, shape, machine) and a collapsed table of its plotted values.
+    A figure the data cannot draw (``figure_style.not_measured``) becomes one line saying what is missing:
+    an empty plot with no values to tabulate is weight without content."""
+    meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
+    if meta.get("not_measured"):
+        from IPython.display import Markdown, display
+        title = fig.layout.title.text or "This figure"
+        display(Markdown(f"*{title}: {meta.get('caption', 'not measured on this card.')}*"))
+        return
+    from .figure_page import show as show_figure
+    show_figure(fig)
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else math.nan
+
+
+def ceiling(book: Book, name: str) -> float:
+    """The newest reading of one of the card's ceilings ('copy_gbps', 'empty_span_us'), NaN if unmeasured."""
+    return views.ceiling(book.ceilings, name)
+
+
+# ---------------------------------------------------------------------------------------- live widget
+def _recorded(book: Book, op: str, config: dict, tile_of="field"):
+    from .figure_tiles import tile_table
+    t = tile_table(book.tiles, op, tile_of)
+    if t.empty:
+        return None
+    want = json.dumps(config, sort_keys=True)
+    hit = t[t["config"].map(lambda c: json.dumps(json.loads(c), sort_keys=True)) == want]
+    return hit.iloc[0] if len(hit) else None
+
+
+def tile_widget(book: Book, op: str, tile_of: str = "field"):
+    """Sliders over the recorded sweep's values of each tile parameter, and what the chosen tile means.
+    In a running kernel on a GPU (ipywidgets) each change builds the swept implementation's variant
+    (``Impl.variant``), checks it and times it. Anywhere else, the published page included, the
+    sliders run in the page: each move shows the tile's reuse count (from the op's spec) and the
+    recorded measurement for it, and says that no kernel ran."""
+    from IPython.display import HTML, Markdown, display
+    from .figure_tiles import tile_explorer_html, tile_table
+    t = tile_table(book.tiles, op, tile_of)
+    if t.empty:
+        display(Markdown(f"*The data in {book.path.name} records no tile sweep for {op}, so there is nothing to "
+                         "explore here.*"))
+        return
+    impl = str(t["impl"].iloc[0])
+    live = _live_reason(op, impl)
+    if live is not None:
+        display(HTML(tile_explorer_html(book.tiles, op, book.machine, live, tile_of)))
+        return
+    _live_widget(book, op, impl, t, tile_of)
+
+
+def _live_widget(book: Book, op: str, impl: str, t, tile_of: str):
+    """The GPU path: ipywidgets sliders whose changes run, check and time the chosen variant."""
+    import ipywidgets as w
+    from IPython.display import display
+    from .figure_tiles import reuse, slider_keys
+    keys = slider_keys(t)
+    shape = ops.parse_shape(t["shape"].iloc[0])
+    sliders = {k: w.SelectionSlider(options=sorted(set(int(v) for v in t[k].dropna())), value=int(t[k].iloc[0]),
+                                    description=k, continuous_update=False,
+                                    style={"description_width": "110px"}, layout=w.Layout(width="100%"))
+               for k in keys}
+    out = w.HTML()
+
+    def update(*_):
+        cfg = {k: s.value for k, s in sliders.items()}
+        ru = reuse(op, cfg)
+        lines = [f"<b>{op}</b> at {ops.shape_key(shape)}, config <code>{json.dumps(cfg)}</code>"]
+        if ru:
+            lines.append(f"Per K step one program loads {ru['loads']:,} values for {ru['fmas']:,} multiply-adds: "
+                         f"<b>{ru['fmas_per_load']:.3g}</b> multiply-adds per loaded value.")
+        try:
+            from mage import registry
+            from mage.session import quick
+            r = quick(registry.get(op, impl).variant(**cfg), shape)
+            status = "passed" if r["passed"] else f"FAILED ({r.get('reason', '')})"
+            lines.append(f"<b>Live on this GPU</b>: check {status}, error {r['error']:.2g}; kernel "
+                         f"{r['kernel_us']:.3g} µs, span {r['span_us']:.3g} µs.")
+        except Exception as e:  # noqa: BLE001 - a config that fails to compile is a result to show
+            lines.append(f"<b>Live run failed</b>: {type(e).__name__}: {str(e)[:300]}")
+        rec = _recorded(book, op, cfg, tile_of)
+        if rec is not None:
+            lines.append(f"<b>Recorded</b> on {book.machine}: kernel {rec['kernel_us']:.3g} µs, "
+                         f"span {rec['span_us']:.3g} µs, {rec['gbps']:.0f} GB/s.")
+        out.value = "<br>".join(lines)
+
+    for s in sliders.values():
+        s.observe(update, names="value")
+    update()
+    display(w.VBox(list(sliders.values()) + [out]))
+
+
+def _live_reason(op: str, impl: str):
+    """None when the widget can run the swept implementation here, else why it shows recorded numbers."""
+    try:
+        import torch
+    except ImportError:
+        return "no PyTorch here"
+    if not torch.cuda.is_available():
+        return "no GPU here"
+    try:
+        from mage import registry
+        from mage.session import quick  # noqa: F401
+        found = registry.get(op, impl)
+    except Exception as e:  # noqa: BLE001
+        return f"the {impl} implementation cannot be loaded ({type(e).__name__})"
+    if found.variant is None:
+        return f"the {impl} implementation builds no tile variants"
+    return found.runs_on("cuda")
+
+
+# ------------------------------------------------------------------------------------ words from data
+def fmt(value: float, spec: str = ".3g", unit: str = "") -> str:
+    """A measured number as text, or a plain statement that it was not measured."""
+    if value is None or not math.isfinite(value):
+        return "(not measured)"
+    return f"{value:{spec}}" + (f" {unit}" if unit else "")
+
+
+def gnum(name: str, value: float, spec: str = ".3g", unit: str = "") -> None:
+    """Glue a number already formatted (so a missing measurement reads as such instead of failing)."""
+    glue(name, fmt(value, spec, unit))
+
+
+def label(impl: str) -> str:
+    from .figure_style import impl_label
+    return impl_label(impl)
+
+
+def _main() -> int:
+    """``python -m mage.book``: check the data the build will show, before spending time on a build."""
+    import sys
+    try:
+        b = load()
+    except (MissingData, mdata.DataError) as e:
+        print(f"book: {e}", file=sys.stderr)
+        return 2
+    print(f"book: showing {b.path} ({len(b.df)} rows, {b.df['op'].nunique()} operations, "
+          f"{b.df['impl'].nunique()} implementations; {b.machine})")
+    return 0
+
+
+from . import cli  # noqa: E402,F401 - importing it plugs in the book's subcommands

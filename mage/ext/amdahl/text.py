@@ -1,0 +1,99 @@
+"""The Amdahl attribution in words (``mage.ext.amdahl.attribution`` holds the arithmetic and the rows): where a
+prediction misses, one sentence per block, a text summary, and a part list for the table."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from .attribution import OTHER, TARGET, predict
+
+
+def locate(r) -> tuple[str, float] | None:
+    """For a case outside the target: the part whose speedup in the prediction (its operation's alone,
+    or 1 for a part without one), replaced by its speedup inside the blocks (eager's kernel time in that
+    part over the custom column's), brings the prediction nearest the measurement, and the difference
+    left. None where nothing is predicted or measured. (All parts at their in-block speedups would
+    return the measurement by construction; one part at a time shows where the prediction's picture of
+    the block failed.)"""
+    if not (r.predicted == r.predicted and r.measured == r.measured) or r.within:
+        return None
+    p = {k: v["p"] for k, v in r.parts.items() if k != OTHER and v["p"] == v["p"]}
+    s = {k: v["s"] for k, v in r.parts.items() if v["s"] == v["s"]}
+    best = None
+    for k in p:
+        inside = r.parts[k].get("inside", math.nan)
+        if not (inside == inside and inside > 0):
+            continue
+        gap = r.measured / predict(p, {**s, k: inside}) - 1
+        if best is None or abs(gap) < abs(best[1]):
+            best = (k, gap)
+    return best
+
+
+def located(t: pd.DataFrame) -> str:
+    """One sentence per case outside the target: the part ``locate`` finds, its speedup alone and
+    inside the blocks, and what is left of the difference with the in-block one."""
+    from mage.ops import OPS
+    out = []
+    for r in t.itertuples():
+        hit = locate(r)
+        if hit is None:
+            continue
+        k, gap = hit
+        v = r.parts[k]
+        alone = f"{v['s']:.2f}x alone" if v["s"] == v["s"] else "taken as 1x (no operation of its own)"
+        name = OPS[r.block].label if r.block in OPS else r.block
+        part = OPS[k].label if k in OPS else f"the {k} part"
+        inside = ("has no kernel of its own inside the block (fused into another part's)" if v["inside"] == math.inf
+                  else f"{v['inside']:.2f}x inside the block")
+        out.append(f"The {name} at {r.dtype}: {part} is {alone} but {inside}; with that one part's in-block speedup the "
+                   f"prediction's difference falls from {r.difference:+.0%} to {gap:+.0%}"
+                   + ("." if abs(gap) <= TARGET else ", so more than one part moved."))
+    return " ".join(out)
+
+
+def summary(t: pd.DataFrame) -> str:
+    """The table as text: one line per case, then its parts' p and s."""
+    if t.empty:
+        return "(no attribution rows)"
+    lines = []
+    for r in t.itertuples():
+        lines.append(f"{r.block} {r.dtype} {r.shape}: measured {r.measured:.3f}x, predicted {r.predicted:.3f}x "
+                     f"(difference {r.difference:+.1%}; {'within' if r.within else 'not within'} {TARGET:.0%})")
+        for part, v in r.parts.items():
+            lines.append(f"    {part:>14}: p = {v['p']:.3f}, s = {v['s']:.3f}")
+    return "\n".join(lines)
+
+
+def findings(t: pd.DataFrame, dtype: str = "fp32") -> str:
+    """One sentence per block at ``dtype``: the custom column against eager (a tie within the harness's
+    precision), the measured and predicted speedups and whether they agree within the target; or that
+    it was not measured."""
+    from mage.ops import OPS
+    from mage.views import judge
+    d = t[t["dtype"] == dtype] if len(t) else t
+    if d.empty:
+        return f"No block has been attributed at {dtype} on this card yet."
+    out = []
+    for r in d.itertuples():
+        name = OPS[r.block].label if r.block in OPS else r.block
+        verdict = judge(r.custom_us, r.baseline_us)
+        if verdict.verdict == "not measured":
+            head = f"The {name} ({r.shape}): the custom column was not measured"
+        else:
+            head = (f"The {name} ({r.shape}): the custom column is {verdict.words()} eager, "
+                    f"measured {r.measured:.2f}x")
+        if r.predicted == r.predicted:
+            agree = ("within" if r.within else "outside") + f" the {TARGET:.0%} target" if r.within is not None else ""
+            head += f"; Amdahl predicts {r.predicted:.2f}x" + (f" ({r.difference:+.0%}, {agree})" if agree else "")
+        else:
+            head += "; no prediction (an operation it calls was not measured at this precision)"
+        out.append(head + ".")
+    return " ".join(out)
+
+
+def parts_text(parts: dict) -> str:
+    """'layernorm 10%, 2.00x; matmul 65%, 1.00x; elementwise 5%, n/m': each part's p and s."""
+    return "; ".join(f"{k} {v['p']:.0%}, " + (f"{v['s']:.2f}x" if v["s"] == v["s"] else "n/m")
+                     for k, v in parts.items() if v["p"] == v["p"])
