@@ -73,8 +73,8 @@ $(ASSETS)/.stamp: package.json package-lock.json notes/js/widgets-offline.js not
 	   node_modules/mathjax/es5/a11y node_modules/mathjax/es5/ui node_modules/mathjax/es5/adaptors $(ASSETS)/mathjax/
 	touch $@
 
-# The book from the recorded data (MAGE_DATA, default mage.book.DEFAULT_DATA); strict: a warning or a cell error fails it.
-# Ends with each page's weight.
+# The book from the recorded data (MAGE_DATA, default mage.book.DEFAULT_DATA); strict: a warning or a cell
+# error fails it. Ends with each page's weight.
 book: venv book-assets
 	@$(PY) -m mage.book
 	PYTHONPATH="$(CURDIR)" .venv/bin/jupyter-book build . -W --keep-going --all

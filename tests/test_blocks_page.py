@@ -12,10 +12,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import RUN, make  # noqa: E402
 
-from mage.ext.amdahl import attribution as amdahl  # noqa: E402
 from mage import ops
 from mage.book import figure_blocks as FB  # noqa: E402
 from mage.data import load, merge_csv, save_csv  # noqa: E402
+from mage.ext.amdahl import attribution as amdahl  # noqa: E402
 from mage.ext.service.stats import base_row, sweep_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

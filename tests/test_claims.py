@@ -6,8 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from mage.book import claims as C
 from mage import views as V
+from mage.book import claims as C
 from mage.ops import OPS
 
 OP = next(iter(OPS))  # any operation with listed shapes; claims name none

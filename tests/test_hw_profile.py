@@ -2,8 +2,8 @@
 on the CPU here; a selection that is not exactly one shape, or a bad count, is refused naming the op."""
 import pytest
 
-from mage.ext.launch_path import hw_profile as hp
 from mage.errors import MageInputError
+from mage.ext.launch_path import hw_profile as hp
 
 
 def test_runs_one_implementation_at_one_recorded_shape(capsys):

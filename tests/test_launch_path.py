@@ -11,8 +11,8 @@ import torch
 from kernels._triton import common, stages
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, module
 from mage import data, ops, registry
-from mage.ext.launch_path import breakdown as launch_path
 from mage.errors import MageInputError
+from mage.ext.launch_path import breakdown as launch_path
 
 TRITON_OPS = [i.op for i in registry.impls(names=["triton"], dtype="fp32")]
 

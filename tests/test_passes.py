@@ -112,6 +112,7 @@ def fake_gpu(monkeypatch):
 
     monkeypatch.setattr(measure, "profile", profile)
     monkeypatch.setattr(passes, "graph_span", graph_span)
+    monkeypatch.setattr(hooks, "graph_span", graph_span)  # the forward pass replays through the core
     monkeypatch.setattr(measure, "spans", lambda calls, plan, between: real_spans(calls, plan=plan, timer=Timer(),
                                                                                   between=between))
     monkeypatch.setattr(measure, "clocks", lambda: {})

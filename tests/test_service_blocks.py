@@ -14,8 +14,8 @@ from kernels.mp_block._union import GraphUnion
 from kernels.neighbor_agg.graph import CSRGraph
 from mage import registry
 from mage.errors import MageInputError
-from mage.ops import OPS
 from mage.ext.service.gpu import CudaExecutor, check_batching
+from mage.ops import OPS
 
 registry.load()
 TRI, MP = OPS["trimul_block"], OPS["mp_block"]

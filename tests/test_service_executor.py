@@ -15,8 +15,8 @@ import torch
 
 from mage import data
 from mage.errors import MageInputError
-from mage.ops import Batching
 from mage.ext.service.loops import closed_loop, open_loop, poisson_arrivals
+from mage.ops import Batching
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from service_tiny import TINY, tiny_in_specs  # noqa: E402
@@ -42,9 +42,9 @@ TINY_T = dataclasses.replace(
 def test_the_executor_moves_each_request_on_the_host(spec, fn):
     """The executor's slices, padding and outputs, on the CPU with host-clock events: every request of
     a batch gets its own inputs' output back, in its slice of the host buffer."""
-    from mage.registry import Impl
-    from mage.ext.service.loops import WallClock
     from mage.ext.service.gpu import CudaExecutor
+    from mage.ext.service.loops import WallClock
+    from mage.registry import Impl
     impl = Impl(op=spec.name, name="mm", fn=fn, dtype="fp32", needs_cuda=False)
     items, ax = spec.batch.items, spec.batch.out_axis
     ex = CudaExecutor(spec, impl, dict(T=1, d=7), items, batch=5, host_mem="pageable", pool=4, device="cpu")
@@ -76,8 +76,8 @@ TINY_R = dataclasses.replace(
 
 
 def test_resident_arguments_are_built_per_batch_size_and_never_sent():
-    from mage.registry import Impl
     from mage.ext.service.gpu import CudaExecutor
+    from mage.registry import Impl
     impl = Impl(op=TINY_R.name, name="mm", fn=lambda x, s, w, out=None: (s[:, None] * x) @ w, dtype="fp32")
     ex = CudaExecutor(TINY_R, impl, dict(T=1, d=5), 2, batch=4, host_mem="pageable", pool=3, device="cpu")
     ex.warm(calls=1)
@@ -92,8 +92,8 @@ def test_resident_arguments_are_built_per_batch_size_and_never_sent():
 
 
 def test_a_spec_whose_batching_does_not_fit_its_inputs_is_refused():
-    from mage.registry import Impl
     from mage.ext.service.gpu import CudaExecutor
+    from mage.registry import Impl
     bad = dataclasses.replace(TINY, name="tiny_bad", batch=Batching(size="d", axes={"x": 0}))
     with pytest.raises(MageInputError) as e:
         CudaExecutor(bad, Impl(op="tiny_bad", name="mm", fn=None), dict(T=3, d=2), 1, batch=2, device="cpu",
@@ -105,8 +105,8 @@ def test_the_session_writes_rows_that_load(tiny_op, tmp_path):
     """The whole session (closed loop, batch sweep, open loop at two loads) on the host: rows of the
     tiny block land in service.csv with the run's environment, and load back through mage.data."""
     from mage import registry
-    from mage.registry import Impl
     from mage.ext.service.session import FILE, measure
+    from mage.registry import Impl
     impls = [registry.add(Impl(op="tiny_block", name="mm", fn=lambda x, w, out=None: x @ w, dtype=dt,
                                family="pytorch", needs_cuda=False)) for dt in ("fp32", "bf16")]
     try:
@@ -144,9 +144,9 @@ def test_the_session_writes_rows_that_load(tiny_op, tmp_path):
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("host_mem", ["pinned", "pageable"])
 def test_the_cuda_executor_serves_requests(dtype, host_mem):
-    from mage.registry import Impl
-    from mage.ext.service.loops import WallClock
     from mage.ext.service.gpu import CudaExecutor
+    from mage.ext.service.loops import WallClock
+    from mage.registry import Impl
     impl = Impl(op="tiny_block", name="mm", fn=lambda x, w, out=None: x @ w, dtype=dtype)
     rng = np.random.default_rng(0)
     for _ in range(30):  # random request shapes and batcher limits

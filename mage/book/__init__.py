@@ -18,7 +18,7 @@ import pandas as pd
 from mage import data as mdata
 from mage import ops, views
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = "data/h200"  # the one place it is written: the book, ``targets`` and the scripts read it here
 PUBLISHED = ROOT / "data" / "rtx4090-published"
 GLUE_PREFIX = "application/papermill.record/"  # what myst-nb's glue writes; mirrored so pages run without it

@@ -14,8 +14,8 @@ import math
 
 import pandas as pd
 
-from mage.book import claims as C
 from mage import views as V
+from mage.book import claims as C
 from mage.ops import PRECISIONS, peak_tflops
 
 # Significand bits of one operand that a product keeps (the implicit leading bit included): FP32 24;

@@ -15,8 +15,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mage import views as V
-from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption
 from mage.ops import OPS
+
+from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption
 
 PERCENTILES = {"p50": "p50", "p90": "p90", "p99": "p99", "p999": "p99.9", "max": "max"}
 PART_COLORS = {"h2d": "#4c78a8", "compute": "#f58518", "d2h": "#54a24b", "other": "#b8b8b8", "queue": "#e45756"}

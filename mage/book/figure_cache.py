@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mage import views as V
+
 from .figure_style import VIEW_LABEL, caption, impl_color, impl_label, impls_in, not_measured, op_short, with_caption
 
 

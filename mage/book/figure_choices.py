@@ -7,9 +7,10 @@ import math
 
 import plotly.graph_objects as go
 
+from mage.ops import PRECISIONS
+
 from .choices import table
 from .figure_style import caption, impl_color, impl_label, not_measured, with_caption
-from mage.ops import PRECISIONS
 
 SYMBOL = {"fp32": "circle", "fp32x3": "diamond", "tf32": "square", "bf16": "triangle-up"}
 

@@ -19,8 +19,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mage import views as V
-from .figure_style import GREY, impl_color, impl_label, not_measured, op_label, with_caption
 from mage.ext.launch_path.breakdown import AFTER_SYNC, OTHER, VIEW, WHOLE
+
+from .figure_style import GREY, impl_color, impl_label, not_measured, op_label, with_caption
 
 # The launch-path target: a custom call's host time at most this multiple of the library's
 # one-launch call (a goal set before measuring, not a measurement).

@@ -13,8 +13,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mage import views as V
-from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption
 from mage.ops import OPS
+
+from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption
 
 BLOCK_ORDER = ["BLOCK_M", "BLOCK_N", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_R", "BLOCK_C", "MAX_BLOCK_C"]
 
@@ -177,7 +178,7 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
 
 
 # ------------------------------------------------------------------------ the explorer without a kernel
-EXPLORER_JS = Path(__file__).resolve().parents[1] / "notes" / "js" / "tile-explorer.js"
+EXPLORER_JS = Path(__file__).resolve().parents[2] / "notes" / "js" / "tile-explorer.js"
 MAX_COMBOS = 20000
 
 

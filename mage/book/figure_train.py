@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mage.book import training as TR
+
 from .figure_blocks import NARROW, _buttoned
 from .figure_style import (
     impl_color,

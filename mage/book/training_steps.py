@@ -8,10 +8,10 @@ import math
 
 import pandas as pd
 
-from mage.book import claims as C
 from mage import views as V
-from mage.ops import OPS
+from mage.book import claims as C
 from mage.errors import MageInputError
+from mage.ops import OPS
 
 
 def role(name: str) -> str:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from mage.ext.amdahl import attribution as amdahl
 from mage import ops, registry
 from mage.check import check
 from mage.data import add_new_run, ensure_same_machine, merge_csv
 from mage.env import environment
+from mage.ext.amdahl import attribution as amdahl
 from mage.profile import profile
 from mage.session import new_run_id, steady_process
 

@@ -1,5 +1,6 @@
 """One implementation's calls at one recorded shape, and nothing else, for a hardware profiler to wrap:
-``ncu --set detailed python -m mage.ext.launch_path.hw_profile neighbor_agg rust --shape-set large --where dist=uniform``.
+``ncu --set detailed python -m mage.ext.launch_path.hw_profile neighbor_agg rust --shape-set large
+--where dist=uniform``.
 
 The harness's views time a call; they cannot say why a kernel stops short of the copy rate (too few
 bytes in flight, or instructions the schedulers cannot issue fast enough). A profiler's counters can

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import time
 
-from mage.ext.service import loops as sv
 from mage.errors import MageInputError
+from mage.ext.service import loops as sv
 from mage.ops import Op, shape_key
 
 # host memory a pool of requests drawn one by one may take (at least two requests are drawn)

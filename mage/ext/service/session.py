@@ -46,8 +46,9 @@ def measure(out_dir, op_names, impl_names=None, dtypes=None, shape_set="field", 
     from mage.data import IDENTITY, add_new_run, ensure_same_machine, merge_csv
     from mage.env import environment
     from mage.ops import OPS
-    from .gpu import check_batching
     from mage.session import new_run_id, steady_process
+
+    from .gpu import check_batching
 
     for name in ("requests", "max_batch", "sweep_limit", "reps"):
         sv.check_positive(name, locals()[name], whole=True)

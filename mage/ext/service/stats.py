@@ -16,6 +16,7 @@ from fractions import Fraction
 import numpy as np
 
 from mage.errors import MageInputError
+
 from .loops import HOST_CALL, PARTS, WHO
 
 STATS = {"p50": 50, "p90": 90, "p99": 99, "p999": 99.9, "max": 100}

@@ -1,6 +1,6 @@
-"""The ``pass`` dimension of a measurement: what one timed call does.
+"""The backward passes of a measurement (``mage.hooks``: the core's one pass is ``forward``, the
+implementation's own call): what one timed call of each does.
 
-- ``forward``: the implementation's own call (every row measured before passes existed is one).
 - ``backward``: the gradients of the output with respect to every floating input, alone. The forward
   runs once per input set outside every timed region, its graph kept, and each timed call is
   ``torch.autograd.grad(out, inputs, grad_out, retain_graph=True)``: the same graph walked again, so the
@@ -8,9 +8,9 @@
 - ``both``: forward and backward in one call, as a training step runs them.
 
 Backward and both run through the implementation's training path (``paths.train_fn``): PyTorch
-columns are their own; any other column must register one with ``paths.differentiable``. Each call
-here is a zero-argument callable, so the harness's one loop (profile, graph replay, the SpanPlan's
-spans) times it exactly as it times a forward call.
+columns are their own; any other column must declare one (``paths``). Each call here is a zero-argument
+callable, so the harness's one loop (profile, graph replay, the SpanPlan's spans) times it exactly as it
+times a forward call; ``TrainingPasses`` is the hook that plugs them into that loop.
 
 Before any of it is timed, ``grad_check`` compares the path's gradients with float64 autograd of the
 spec's reference, as ``mage.check`` does for the output.
@@ -22,9 +22,9 @@ import math
 import torch
 
 from mage import ops
-from mage.ext.training import paths
 from mage.check import CheckResult, rel_error
 from mage.errors import MageInputError
+from mage.ext.training import paths
 from mage.hooks import add_pass
 from mage.timing import graph_span
 
@@ -97,20 +97,6 @@ class PassSet:
             return _grad(self.out, self.wrt, self.g, True)
         with torch.enable_grad():
             return _grad(self.fn(*self.args), self.wrt, self.g, False)
-
-
-def cycling(sets: list) -> "callable":
-    """One zero-argument call walking through the prepared sets (as ``measure._cycling`` does)."""
-    if len(sets) == 1:
-        return sets[0]
-    state = {"i": 0}
-
-    def call():
-        i = state["i"]
-        state["i"] = (i + 1) % len(sets)
-        return sets[i]()
-
-    return call
 
 
 def grad_check(impl, fn, shape: dict, seed: int, device: str = "cuda") -> CheckResult:

@@ -12,8 +12,9 @@ from pathlib import Path
 import torch
 
 from mage import ops, registry
-from mage.ext.training import passes, paths
 from mage.errors import MageInputError
+from mage.ext.training import passes, paths
+
 from .train import LR, PRECISIONS, WEIGHT_DECAY, Step, _sync
 
 FILE = "train.csv"

@@ -24,8 +24,8 @@ import statistics
 
 import torch
 
-from mage.ext.training import passes, paths
 from mage.errors import MageInputError
+from mage.ext.training import passes, paths
 
 PRECISIONS = ("fp32", "bf16")
 LR, WEIGHT_DECAY = 1e-4, 1e-2
