@@ -146,7 +146,7 @@ def wrong_way() -> list[str]:
                 bad.append(f"{name} -> {m}")
             elif to == "tools" and frm != "tools":
                 bad.append(f"{name} -> {m}")
-    return bad
+    return sorted(set(bad))
 
 
 def test_no_import_circles():
