@@ -1,6 +1,7 @@
 """mage: check, time and profile implementations of GPU operations (found under kernels/), and record tidy data.
 
-Measuring imports only torch, numpy and pandas; figures (plotly) live in ``mage.book.figures``, imported lazily.
+This package is the core; the experiments plug into it from ``mage.ext`` and the book's glue and figures
+(plotly) live in ``mage.book``. Measuring imports only torch, numpy and pandas.
 """
 from .errors import MageInputError
 from .ops import OPS, shape_key

@@ -18,11 +18,11 @@ import torch
 from mage import data
 from mage.__main__ import main
 from mage.errors import MageInputError
-from mage.ext.service.loops import (FakeClock, FakeExecutor, MemoryLimit, batch_sizes, batch_sweep, closed_loop,
-                          open_loop, poisson_arrivals)
+from mage.ext.service.loops import MemoryLimit, batch_sizes, batch_sweep, closed_loop, open_loop, poisson_arrivals
 from mage.ext.service.stats import base_row, percentile, peak_requests_per_s, summary, sweep_rows, trace_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from service_fakes import FakeClock, FakeExecutor  # noqa: E402
 from service_tiny import tiny_in_specs  # noqa: E402
 
 tiny_op = pytest.fixture(tiny_in_specs, name="tiny_op")  # the tiny block among the specs, for one test

@@ -3,7 +3,7 @@ loop) or as they arrive (open loop, Poisson arrivals, a dynamic batcher), and it
 batch size. This module is the loops, with no GPU in it: a loop drives an
 *executor* (``run(requests) -> {part: seconds}``, which serves one batch and returns when its outputs are
 in host memory) against a *clock* (``now()``, ``sleep_until(t)``), so a fake clock and a fake executor
-test it on any machine. ``mage.ext.service.gpu`` is the executor on a CUDA device and the session that
+(the tests' ``service_fakes``) test it on any machine. ``mage.ext.service.gpu`` is the executor on a CUDA device and the session that
 records the rows. Nothing here names an operation or an implementation: a block says how its requests
 batch in its spec (``Op.batch``, a ``mage.ops.Batching``).
 
@@ -65,36 +65,6 @@ class WallClock:
                 return
             if left > 2e-3:
                 time.sleep(left - 1e-3)
-
-
-class FakeClock:
-    """A clock that moves only when told to (``advance``) or waited on (``sleep_until``)."""
-
-    def __init__(self, t: float = 0.0):
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep_until(self, t: float) -> None:
-        self.t = max(self.t, t)
-
-    def advance(self, dt: float) -> None:
-        self.t += dt
-
-
-class FakeExecutor:
-    """Serves a batch of b requests in ``cost(b)`` seconds of the fake clock, split into parts by
-    ``shares``; records every batch it was given."""
-
-    def __init__(self, clock: FakeClock, cost: Callable[[int], float], shares=(0.25, 0.5, 0.25)):
-        self.clock, self.cost, self.shares, self.batches = clock, cost, shares, []
-
-    def run(self, requests: list[int]) -> dict:
-        self.batches.append(list(requests))
-        dt = self.cost(len(requests))
-        self.clock.advance(dt)
-        return {p: s * dt for p, s in zip(PARTS, self.shares)}
 
 
 # ---------------------------------------------------------------------------------------------- loops
