@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from . import facets
 from . import views as V
 from .ops import OPS
 
@@ -23,8 +24,7 @@ MICRO = "µs"
 
 # ------------------------------------------------------------------------------------------- names
 def op_name(op: str) -> str:
-    spec = OPS.get(op)
-    return (spec.label or op) if spec else str(op)
+    return (facets.get(op, "label", "") or op) if op in OPS else str(op)
 
 
 def _impl(name: str):
@@ -261,13 +261,13 @@ def tiles(df: pd.DataFrame, op: str, tile_of: str = "field", dtype: str = "fp32"
     h = V.headline(df, op=op, shape_set="tiles", dtype=dtype, view="kernel_time")
     if "tile_of" in h:
         h = h[h["tile_of"].replace("", tile_of) == tile_of]
-    spec = OPS.get(op)
+    reuse = facets.get(op, "reuse", None) if op in OPS else None
     rows = []
     for _, r in h.iterrows():
         if not r["config"]:
             continue
         cfg = json.loads(r["config"])
-        ru = spec.reuse(cfg) if spec is not None and spec.reuse else {}
+        ru = reuse(cfg) if reuse else {}
         rows.append(dict(config=cfg, shape=r["shape"], kernel_us=float(r["value"]),
                          fmas_per_load=ru.get("fmas_per_load", math.nan)))
     return pd.DataFrame(rows, columns=["config", "shape", "kernel_us", "fmas_per_load"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import ops, registry
+from . import facets, ops, registry
 from .cli_common import _command_line, _cuda_or_exit, _known_impls, _positive_int, _same_machine, force
 from .errors import MageInputError
 
@@ -41,7 +41,7 @@ def cmd_launch_path(a):
 
 def cmd_serve(a):
     from . import service as sv
-    served = [n for n, s in ops.OPS.items() if s.batch is not None]
+    served = [n for n in ops.OPS if facets.get(n, "batch", None) is not None]
     names = a.ops or served
     unknown = [n for n in names if n not in ops.OPS]
     if unknown or not names:
@@ -71,10 +71,10 @@ def cmd_serve(a):
 
 
 def cmd_amdahl(a):
-    with_parts = [n for n, s in ops.OPS.items() if s.parts]
+    with_parts = [n for n in ops.OPS if facets.get(n, "parts", ())]
     blocks = a.ops or with_parts
     if not blocks or any(n not in with_parts for n in blocks):
-        raise MageInputError("amdahl", "--ops", f"must name blocks that state their parts (Op.parts); these do: "
+        raise MageInputError("amdahl", "--ops", f"must name blocks that state their parts (a parts facet); these do: "
                                                 f"{with_parts}")
     a.baseline, a.custom = a.baseline or registry.role("baseline"), a.custom or registry.role("custom")
     _known_impls("amdahl", [a.baseline, a.custom])
@@ -123,11 +123,11 @@ def add_serve(sub):
     sp = sub.add_parser("serve", help="latency as a service sees it: closed loop, batch sweep, open loop with a "
                         "dynamic batcher (needs CUDA)")
     sp.add_argument("--out", required=True)
-    sp.add_argument("--ops", nargs="+", default=None, help="blocks to serve (default: every op with Op.batch)")
+    sp.add_argument("--ops", nargs="+", default=None, help="blocks to serve (default: every op with a batch facet)")
     sp.add_argument("--impls", nargs="+", default=None)
     sp.add_argument("--dtypes", nargs="+", default=None, choices=list(ops.PRECISIONS))
     sp.add_argument("--shape-set", dest="shape_set", choices=["field", "large", "sweep"], default="field")
-    sp.add_argument("--items", type=int, default=None, help="items per request (default: the spec's Op.batch.items)")
+    sp.add_argument("--items", type=int, default=None, help="items per request (default: its batch facet's items)")
     sp.add_argument("--host", nargs="+", choices=["pinned", "pageable"], default=["pinned", "pageable"])
     sp.add_argument("--requests", type=int, default=2000, help="requests per loop")
     sp.add_argument("--batch", type=int, default=16, help="the batcher's limit B, requests per batch")
@@ -148,7 +148,7 @@ def add_amdahl(sub):
     sp = sub.add_parser("amdahl", help="each block's kernel time split by operation, the operations alone at the "
                         "block's shapes, and the block speedup Amdahl's law predicts against the measured one (needs CUDA)")
     sp.add_argument("--out", required=True)
-    sp.add_argument("--ops", nargs="+", default=None, help="blocks (default: every op that states Op.parts)")
+    sp.add_argument("--ops", nargs="+", default=None, help="blocks (default: every op that states a parts facet)")
     sp.add_argument("--shapes", nargs="+", default=["field"], choices=["field", "large", "sweep"])
     sp.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=list(ops.PRECISIONS))
     sp.add_argument("--baseline", default=None, help="the column whose time is split (default: the registry's "

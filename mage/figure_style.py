@@ -13,6 +13,7 @@ import textwrap
 
 import plotly.graph_objects as go
 
+from . import facets
 from .ops import OPS
 
 GREY = "#888888"
@@ -117,13 +118,13 @@ def impls_in(values, op: str | None = None) -> list[str]:
 
 
 def op_label(op: str) -> str:
-    spec = OPS.get(op)
-    return (spec.label or op) if spec else str(op)
+    return (facets.get(op, "label", "") or op) if op in OPS else str(op)
 
 
 def op_short(op: str) -> str:
-    spec = OPS.get(op)
-    return (spec.short or spec.label or op) if spec else str(op)
+    if op not in OPS:
+        return str(op)
+    return facets.get(op, "short", "") or facets.get(op, "label", "") or op
 
 
 def fmt(v: float, unit: str) -> str:

@@ -1,5 +1,5 @@
 """The recorded tile sweep: one row per config (``tile_table``) and a slider over the configs
-(``tile_explorer``). The reuse count of a tile comes from the op's spec (``Op.reuse``)."""
+(``tile_explorer``). The reuse count of a tile comes from the op's ``reuse`` facet."""
 from __future__ import annotations
 
 import itertools
@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from . import facets
 from . import views as V
 from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption
 from .ops import OPS
@@ -22,8 +23,8 @@ BLOCK_ORDER = ["BLOCK_M", "BLOCK_N", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_R",
 def reuse(op: str, config: dict) -> dict:
     """Distinct inputs loaded and multiply-adds per step of one program, from the op's spec ({} for an
     operation without reuse to count)."""
-    spec = OPS.get(op)
-    return spec.reuse(config) if spec is not None and spec.reuse else {}
+    reuse = facets.get(op, "reuse", None) if op in OPS else None
+    return reuse(config) if reuse else {}
 
 
 def config_label(config: dict) -> str:

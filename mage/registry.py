@@ -1,8 +1,8 @@
 """Which implementations exist: (operation, implementation, dtype) -> a callable and what it can run on.
 
 Operations are discovered, not listed: every folder under a kernel root (``kernels/`` by default) that
-holds a ``spec.py`` is one operation, and every other module in that folder (not ``test_*``, not
-``_*``) is imported so that it can register its implementations. Tests, the harness and the pages loop
+holds a ``spec.py`` is one operation (its ``facets.py`` beside it: ``mage.facets``), and every other
+module in that folder (not ``test_*``, not ``_*``) is imported so that it can register its implementations. Tests, the harness and the pages loop
 over this registry; adding an operation is adding a folder, adding a kernel is one ``register`` call.
 """
 from __future__ import annotations
@@ -228,7 +228,9 @@ def _import(module: str) -> None:
 
 
 def discover_specs() -> None:
-    """Import every ``<root>/<op>/spec.py``; each defines ``SPEC``, which joins ``mage.ops.OPS``."""
+    """Import every ``<root>/<op>/spec.py``; each defines ``SPEC``, which joins ``mage.ops.OPS``. Then each
+    folder's ``facets.py`` (``mage.facets``), after every spec, so that one may import any spec."""
+    found = []
     for root in ROOTS:
         if str(root.parent) not in sys.path:
             sys.path.insert(0, str(root.parent))
@@ -240,7 +242,13 @@ def discover_specs() -> None:
             spec = importlib.import_module(mod).SPEC
             if not isinstance(spec, Op) or spec.name != folder.name:
                 raise MageInputError("registry", "SPEC", f"{mod} must define SPEC = Op(name={folder.name!r}, ...)")
-            OPS.add(spec)
+            found.append((root, folder, spec))
+    for root, folder, _ in found:
+        if (folder / "facets.py").exists():
+            _loaded.add(f"{root.name}.{folder.name}.facets")
+            importlib.import_module(f"{root.name}.{folder.name}.facets")
+    for _, _, spec in found:
+        OPS.add(spec)
 
 
 def load() -> None:
@@ -250,7 +258,7 @@ def load() -> None:
     for root in ROOTS:
         for folder in _op_folders(root):
             for path in sorted(folder.glob("*.py")):
-                if path.stem in ("spec", "__init__") or path.stem.startswith(("test_", "_")):
+                if path.stem in ("spec", "facets", "__init__") or path.stem.startswith(("test_", "_")):
                     continue
                 mod = f"{root.name}.{folder.name}.{path.stem}"
                 if mod not in _loaded:

@@ -16,6 +16,7 @@ from . import claims as C
 from . import views as V
 from .errors import MageInputError
 from .ops import OPS, parse_shape, peak_tflops
+from .passes import grad_cost
 
 # issue 16's targets: a memory-bound backward kernel at this share of the copy bandwidth at the large
 # shapes (and at least as fast as the compiled backward); the custom training step at least as fast as
@@ -65,7 +66,7 @@ def cost_table(shape_set: str = "field") -> pd.DataFrame:
         if not shapes:
             continue
         f_flops, f_bytes = spec.cost(shapes[0], "fp32")
-        b_flops, b_bytes = spec.grad_cost(shapes[0], "fp32")
+        b_flops, b_bytes = grad_cost(spec, shapes[0], "fp32")
         rows.append(dict(op=op, shape=V.shapes_of(op, shape_set)[0], fwd_flops=f_flops, fwd_bytes=f_bytes,
                          bwd_flops=b_flops, bwd_bytes=b_bytes,
                          flops_ratio=b_flops / f_flops if b_flops is not None and f_flops else math.nan,
@@ -82,7 +83,7 @@ def memory_bound(op: str, shape_set: str, ceil: pd.DataFrame, dtype: str = "fp32
     rates = {n: V.ceiling(ceil, n) for n in ("fp32_tflops", "tf32_tflops", "bf16_tflops")}
     if not shapes or not math.isfinite(copy):
         return None
-    flops, nbytes = spec.grad_cost(shapes[0], dtype)
+    flops, nbytes = grad_cost(spec, shapes[0], dtype)
     try:
         peak = peak_tflops(rates, dtype)
     except KeyError:

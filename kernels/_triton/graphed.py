@@ -14,7 +14,7 @@ into a callable that keeps one CUDA graph per input signature:
 - on every call: the inputs are copied into the static buffers (one device-to-device copy each,
   skipped when the caller passes the static buffer itself), the graph replayed, and the static output
   returned, or copied into ``out``. A block's weights (the arguments a request does not bring:
-  ``Op.batch``) are read in place, as torch.compile's CUDA graphs read parameters: the graph records
+  its ``batch`` facet) are read in place, as torch.compile's CUDA graphs read parameters: the graph records
   the caller's weight tensors themselves, keyed by identity, address, shape and strides (another
   tensor, or one resized, is another signature, validated and captured), so an update in place is
   read by the next replay and a served request copies only its own inputs. As with ``torch.compile``'s CUDA graphs, the returned tensor is
@@ -36,6 +36,7 @@ from typing import Callable, Optional
 
 import torch
 
+from mage import facets
 from mage.errors import MageInputError
 from mage.op_inputs import check_out
 
@@ -137,8 +138,8 @@ def address(t: torch.Tensor) -> tuple:
 
 
 def weights(spec) -> tuple:
-    """A block's arguments that no request brings (``Op.batch``): its weights; () for an operation."""
-    batch = getattr(spec, "batch", None)
+    """A block's arguments that no request brings (its ``batch`` facet): its weights; () for an operation."""
+    batch = facets.get(spec, "batch", None)
     return tuple(a for a in spec.args if a not in batch.axes) if batch is not None else ()
 
 
