@@ -34,7 +34,7 @@ def _impl(name: str):
 
 def impl_name(name: str) -> str:
     i = _impl(name)
-    return (i.label or i.name) if i is not None else str(name)
+    return (facets.column_declared(i.name, "label", "") or i.name) if i is not None else str(name)
 
 
 def family(name: str) -> str:

@@ -1,6 +1,8 @@
 """The facet table: what the book and the experiments know of an operation beyond its mathematics (its
 label, its marker, its speed targets, how its requests batch, a block's parts ...). Each operation
 folder's ``facets.py`` declares its own, and readers ask ``of(op).label`` or ``get(op, key, default)``.
+Implementations have a table of their own, by name across operations (``declare_column``, ``column``):
+how a column is shown (label, colour, position), declared where the kernel packages register them.
 
 The table names no facet and no experiment: whoever reads a key owns its meaning and its default.
 Discovery (``mage.registry.discover_specs``) imports a folder's ``facets.py`` after every ``spec.py``,
@@ -13,6 +15,7 @@ from typing import Any
 from .errors import MageInputError
 
 _TABLE: dict[str, dict[str, Any]] = {}
+_COLUMNS: dict[str, dict[str, Any]] = {}  # implementation name -> its facets
 _REQUIRED = object()
 
 
@@ -73,3 +76,23 @@ def get(op, key: str, default: Any = _REQUIRED) -> Any:
     """``of(op).get(key, default)``: without a default, a facet ``op`` does not declare is refused."""
     return of(op).get(key, default)
 
+
+
+def declare_column(impl: str, **facets) -> None:
+    """Declare facets of the implementation named ``impl`` (every operation's column of that name):
+    ``declare_column("triton", label="Triton", order=10, color="#E69F00")``."""
+    if not isinstance(impl, str) or not impl:
+        raise MageInputError("facets", "impl", f"must be an implementation's name, got {impl!r}")
+    _COLUMNS.setdefault(impl, {}).update(facets)
+
+
+def column(impl: str) -> Facets:
+    """The facets of the implementation named ``impl``; a name no kernel package declared is refused."""
+    if impl not in _COLUMNS:
+        raise MageInputError("facets", "impl", f"must be one of {sorted(_COLUMNS)}, got {impl!r}")
+    return Facets(impl, _COLUMNS[impl])
+
+
+def column_declared(impl: str, key: str, default: Any = None) -> Any:
+    """``declared`` for implementations: no checks, for the registry's column order."""
+    return _COLUMNS.get(impl, {}).get(key, default)

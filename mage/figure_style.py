@@ -37,7 +37,7 @@ def _registered() -> dict:
     found = {}
     for i in registry.impls():
         found.setdefault(i.name, i)
-    ordered = sorted(found.values(), key=lambda i: (i.order, i.name))
+    ordered = sorted(found.values(), key=lambda i: (facets.column_declared(i.name, "order", 50), i.name))
     return {i.name: i for i in ordered}
 
 
@@ -47,12 +47,12 @@ def impl_info(name: str):
 
 def impl_label(name: str) -> str:
     i = impl_info(name)
-    return (i.label or i.name) if i is not None else str(name)
+    return (facets.column_declared(i.name, "label", "") or i.name) if i is not None else str(name)
 
 
 @functools.lru_cache(maxsize=1)
 def _palette() -> dict:
-    return {name: i.color or GREY for name, i in _registered().items()}
+    return {name: facets.column_declared(name, "color", "") or GREY for name in _registered()}
 
 
 def impl_color(name: str) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
+from . import facets
 from .errors import MageInputError
 from .ops import OPS, PRECISIONS, Op
 
@@ -29,9 +30,6 @@ class Impl:
     fn: Optional[Callable]  # fn(*inputs, out=None) -> output tensor; None when it only times itself
     dtype: str = "fp32"
     family: str = ""  # 'pytorch', 'triton' or 'rust': the column group in figures
-    label: str = ""  # how figures and prose name it ('PyTorch eager')
-    color: str = ""  # its colour in every figure
-    order: int = 50  # column position among the op's implementations (lower first)
     needs_cuda: bool = True  # False: also runs on CPU tensors
     interpret: bool = False  # runs on CPU under TRITON_INTERPRET=1
     # prepare(*inputs) -> inputs, done once per input set and never timed (building a sparse matrix,
@@ -277,7 +275,8 @@ def add_root(path) -> None:
 
 def _sort_key(i: Impl):
     dt = DTYPES.index(i.dtype) if i.dtype in DTYPES else len(DTYPES)
-    return (list(OPS).index(i.op) if i.op in OPS else 99, i.order, i.name, dt)
+    # column position: the 'order' facet of the implementation's name (mage.facets.declare_column)
+    return (list(OPS).index(i.op) if i.op in OPS else 99, facets.column_declared(i.name, "order", 50), i.name, dt)
 
 
 def impls(op: Optional[str] = None, names=None, dtype: Optional[str] = None) -> list[Impl]:

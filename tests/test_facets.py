@@ -1,6 +1,7 @@
-"""The facet table and the split it keeps: every operation folder declares, beside its spec, the facets
+"""The facet tables and the split they keep: every operation folder declares, beside its spec, the facets
 the book and the experiments read; a spec is its mathematics and imports no implementation (so no
-spec <-> launcher import circle can come back); the table refuses an unknown operation or facet by name."""
+spec <-> launcher import circle can come back); every column says how it is shown; the tables refuse an
+unknown operation, column or facet by name."""
 import ast
 from pathlib import Path
 
@@ -101,3 +102,15 @@ def test_an_unknown_operation_or_facet_is_refused_by_name():
 
 def test_the_figure_order_is_the_order_facet():
     assert list(ops.OPS) == sorted(ops.OPS, key=lambda n: (facets.get(n, "order"), n))
+
+
+def test_every_registered_column_declares_how_it_is_shown():
+    """Figures name, colour and order the columns from the implementation facets, by name."""
+    from mage import registry
+    registry.load()
+    for name in registry.impl_names():
+        look = facets.column(name)
+        assert look.label and look.color.startswith("#") and isinstance(look.order, int), name
+    with pytest.raises(MageInputError) as e:
+        facets.column("no_such_column")
+    assert "no_such_column" in str(e.value) and e.value.arg == "impl"

@@ -42,10 +42,10 @@ from mage.op_inputs import check_out
 
 # How figures and tables show the column: label, column order (just after 'triton', 10; before Rust,
 # 20) and colour (a darker orange than the Triton column's, the same family read at a glance).
-LOOK = {"triton_graphs": ("Triton block + CUDA graphs", 11, "#A6611A"),
-        # eager PyTorch's block recorded the same way: the library column a serving stack or a training
-        # loop that owns its graphs would run (after compile + graphs, 2; a dark blue of the same family)
-        "pytorch_graphs": ("PyTorch eager + CUDA graphs", 3, "#004C80")}
+facets.declare_column("triton_graphs", label="Triton block + CUDA graphs", order=11, color="#A6611A")
+# eager PyTorch's block recorded the same way: the library column a serving stack or a training loop
+# that owns its graphs would run (after compile + graphs, 2; a dark blue of the same family)
+facets.declare_column("pytorch_graphs", label="PyTorch eager + CUDA graphs", order=3, color="#004C80")
 # Signatures kept per column: a served block pads its batches to powers of two (1, 2, 4, ... up to
 # the largest batch: 11 sizes at 1024), and every size must stay captured or the queue's calls capture.
 MAXSIZE = 16
@@ -292,7 +292,6 @@ def register_graphed(spec, fn: Callable, dtypes=("fp32", "bf16"), prepare: Optio
     path must be registered first). Returns {dtype: the wrapper}."""
     from mage.registry import register, train_as_graph
 
-    label, order, color = LOOK[name]
     made = {}
     for dtype in dtypes:
         w = weights(spec)
@@ -305,8 +304,7 @@ def register_graphed(spec, fn: Callable, dtypes=("fp32", "bf16"), prepare: Optio
             _g(*inputs)
             return inputs
 
-        register(spec.name, name, dtype=dtype, family=family, order=order, label=label, color=color,
-                 needs_cuda=True, interpret=False, prepare=prep,
+        register(spec.name, name, dtype=dtype, family=family, needs_cuda=True, interpret=False, prepare=prep,
                  config=dict(config or {}, graph="one CUDA graph per input signature",
                              signatures=g.maxsize))(g)
     if train:
