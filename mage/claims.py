@@ -5,7 +5,7 @@ card (or data where the order flips) rewrites the sentence. Every comparison goe
 ``mage.views.judge`` with ``views.tie_tolerance`` (the harness's precision, widened to the measured spread
 of the rows compared), so two numbers within it read as a tie. Only like is compared with like: an
 implementation without rows of a view of its own (one that borrows another's kernel time) is left out
-of that view's comparison. Names of operations and implementations come from the specs and the registry.
+of that view's comparison. Names of operations and implementations come from the facets and the registry.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Figures of cost against the card's limits: the roofline, cost against size over the sweeps, and what
-each launch path adds to the kernel time. Data comes from ``mage.views``; names from the specs and the
+each launch path adds to the kernel time. Data comes from ``mage.views``; names from the facets and the
 registry."""
 from __future__ import annotations
 

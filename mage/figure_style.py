@@ -1,4 +1,4 @@
-"""What every figure shares: names, colours and column order (from the specs and the registry, never
+"""What every figure shares: names, colours and column order (from the facets and the registry, never
 from tables keyed by name), captions, and the figure that says a card did not measure something.
 
 Rows whose implementation is not registered here (a toolchain missing on this machine, another card's

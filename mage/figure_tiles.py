@@ -21,7 +21,7 @@ BLOCK_ORDER = ["BLOCK_M", "BLOCK_N", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_R",
 
 
 def reuse(op: str, config: dict) -> dict:
-    """Distinct inputs loaded and multiply-adds per step of one program, from the op's spec ({} for an
+    """Distinct inputs loaded and multiply-adds per step of one program, from the op's reuse facet ({} for an
     operation without reuse to count)."""
     reuse = facets.get(op, "reuse", None) if op in OPS else None
     return reuse(config) if reuse else {}
@@ -190,7 +190,7 @@ def slider_keys(t: pd.DataFrame) -> list[str]:
 
 def explorer_table(t: pd.DataFrame, op: str) -> tuple[list[str], dict, dict]:
     """(keys, options per key, {"v1|v2|...": {reuse, rec}}) over every combination of the recorded values
-    of each parameter: the reuse count from the op's spec, the recorded times where the sweep ran it."""
+    of each parameter: the reuse count from the op's reuse facet, the recorded times where the sweep ran it."""
     keys = slider_keys(t)
     options = {k: sorted({int(v) for v in t[k].dropna()}) for k in keys}
     recorded = {}

@@ -58,7 +58,7 @@ def has_backward(df: pd.DataFrame) -> bool:
 # ------------------------------------------------------------------------------- cost (the specs)
 def cost_table(shape_set: str = "field") -> pd.DataFrame:
     """Per operation at its first listed shape of the set: forward and backward FLOPs and compulsory bytes
-    (FP32), as the specs state them, and backward over forward."""
+    (FP32), as the specs and their facets state them, and backward over forward."""
     rows = []
     for op in operations():
         spec = OPS[op]
