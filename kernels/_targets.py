@@ -1,6 +1,6 @@
 """Speed targets that several operations share, written once (each spec lists its own targets; the
 row-wise, memory-bound operations hold the same ones)."""
-from mage.ops import Target
+from mage.book.target import Target
 
 # At the copy limit at the large shape (Triton 0.97 of the measured copy bandwidth and at least as fast
 # as torch.compile's kernel; Rust 0.95); at the field shape, ahead of eager PyTorch and within 10% of

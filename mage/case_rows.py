@@ -9,7 +9,7 @@ from . import ops
 
 def derived(view, value, flops, nbytes_, dtype, ceil):
     """Floor (the larger of bytes over bandwidth and FLOPs over rate) and the achieved rates; no floor
-    where the cost is not stated (a backward whose spec gives no grad_flops / grad_bytes)."""
+    where the cost is not stated (a backward whose facets give no grad_flops / grad_bytes)."""
     if flops is None or nbytes_ is None:
         return {}
     out = {"flops": flops, "bytes": nbytes_}

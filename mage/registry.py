@@ -1,8 +1,8 @@
 """Which implementations exist: (operation, implementation, dtype) -> a callable and what it can run on.
 
 Operations are discovered, not listed: every folder under a kernel root (``kernels/`` by default) that
-holds a ``spec.py`` is one operation, and every other module in that folder (not ``test_*``, not
-``_*``) is imported so that it can register its implementations. Tests, the harness and the pages loop
+holds a ``spec.py`` is one operation (its ``facets.py`` beside it: ``mage.facets``), and every other
+module in that folder (not ``test_*``, not ``_*``) is imported so that it can register its implementations. Tests, the harness and the pages loop
 over this registry; adding an operation is adding a folder, adding a kernel is one ``register`` call.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
+from . import facets
 from .errors import MageInputError
 from .ops import OPS, PRECISIONS, Op
 
@@ -29,9 +30,6 @@ class Impl:
     fn: Optional[Callable]  # fn(*inputs, out=None) -> output tensor; None when it only times itself
     dtype: str = "fp32"
     family: str = ""  # 'pytorch', 'triton' or 'rust': the column group in figures
-    label: str = ""  # how figures and prose name it ('PyTorch eager')
-    color: str = ""  # its colour in every figure
-    order: int = 50  # column position among the op's implementations (lower first)
     needs_cuda: bool = True  # False: also runs on CPU tensors
     interpret: bool = False  # runs on CPU under TRITON_INTERPRET=1
     # prepare(*inputs) -> inputs, done once per input set and never timed (building a sparse matrix,
@@ -169,7 +167,9 @@ def _import(module: str) -> None:
 
 
 def discover_specs() -> None:
-    """Import every ``<root>/<op>/spec.py``; each defines ``SPEC``, which joins ``mage.ops.OPS``."""
+    """Import every ``<root>/<op>/spec.py``; each defines ``SPEC``, which joins ``mage.ops.OPS``. Then each
+    folder's ``facets.py`` (``mage.facets``), after every spec, so that one may import any spec."""
+    found = []
     for root in ROOTS:
         if str(root.parent) not in sys.path:
             sys.path.insert(0, str(root.parent))
@@ -181,7 +181,13 @@ def discover_specs() -> None:
             spec = importlib.import_module(mod).SPEC
             if not isinstance(spec, Op) or spec.name != folder.name:
                 raise MageInputError("registry", "SPEC", f"{mod} must define SPEC = Op(name={folder.name!r}, ...)")
-            OPS.add(spec)
+            found.append((root, folder, spec))
+    for root, folder, _ in found:
+        if (folder / "facets.py").exists():
+            _loaded.add(f"{root.name}.{folder.name}.facets")
+            importlib.import_module(f"{root.name}.{folder.name}.facets")
+    for _, _, spec in found:
+        OPS.add(spec)
 
 
 OPS.find = discover_specs  # the specs are found on first use of OPS
@@ -194,7 +200,7 @@ def load() -> None:
     for root in ROOTS:
         for folder in _op_folders(root):
             for path in sorted(folder.glob("*.py")):
-                if path.stem in ("spec", "__init__") or path.stem.startswith(("test_", "_")):
+                if path.stem in ("spec", "facets", "__init__") or path.stem.startswith(("test_", "_")):
                     continue
                 mod = f"{root.name}.{folder.name}.{path.stem}"
                 if mod not in _loaded:
@@ -213,7 +219,8 @@ def add_root(path) -> None:
 
 def _sort_key(i: Impl):
     dt = DTYPES.index(i.dtype) if i.dtype in DTYPES else len(DTYPES)
-    return (list(OPS).index(i.op) if i.op in OPS else 99, i.order, i.name, dt)
+    # column position: the 'order' facet of the implementation's name (mage.facets.declare_column)
+    return (list(OPS).index(i.op) if i.op in OPS else 99, facets.column_declared(i.name, "order", 50), i.name, dt)
 
 
 def impls(op: Optional[str] = None, names=None, dtype: Optional[str] = None) -> list[Impl]:

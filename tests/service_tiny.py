@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
-from mage import ops
-from mage.ops import Batching, Op
+from mage import facets, ops
+from mage.ext.service.batching import Batching
+from mage.ops import Op
 
 
 def _validate(x, w):
@@ -15,7 +16,7 @@ def _validate(x, w):
 
 
 TINY = Op(
-    name="tiny_block", label="tiny block", args=("x", "w"), equation=r"y = x W", kind="block", order=199,
+    name="tiny_block", args=("x", "w"), equation=r"y = x W", kind="block",
     make_inputs=lambda s, gen, device, dtype, dist: (
         ops.randn((s["T"], s["d"]), gen, device, dist).to(ops.TORCH_DTYPE[dtype]),
         (ops.randn((s["d"], s["d"]), gen, device, "normal") / math.sqrt(s["d"])).to(ops.TORCH_DTYPE[dtype])),
@@ -24,8 +25,9 @@ TINY = Op(
     flops=lambda s: 2 * s["T"] * s["d"] ** 2, bytes=lambda s, isz=4: isz * (2 * s["T"] * s["d"] + s["d"] ** 2),
     shapes={"field": [dict(T=8, d=16)], "large": [dict(T=64, d=64)], "sweep": [dict(T=8, d=16), dict(T=32, d=16)]},
     awkward=[dict(T=1, d=3)], random_shape=lambda rnd: dict(T=rnd.randint(1, 9), d=rnd.randint(1, 9)),
-    dtypes=("fp32", "bf16"), batch=Batching(size="T", axes={"x": 0}, out_axis=0, items=4),
+    dtypes=("fp32", "bf16"),
 )
+facets.declare(TINY.name, label="tiny block", order=199, batch=Batching(size="T", axes={"x": 0}, out_axis=0, items=4))
 
 
 def tiny_in_specs():

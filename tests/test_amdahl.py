@@ -6,13 +6,14 @@ import pandas as pd
 import pytest
 
 from mage.ext.amdahl import attribution as amdahl, text as amdahl_text
-from mage import ops
+from mage import facets, ops
 from mage.__main__ import main
 from mage.data import merge_csv
-from mage.ops import Part
+from mage.ext.amdahl.parts import Part
 from synthetic import EAGER_MLP  # the shared fake profile (tests/synthetic.py)
 
 MLP, TRIMUL, MP = (ops.OPS[n] for n in ("mlp_block", "trimul_block", "mp_block"))
+MLP_PARTS = facets.get(MLP, "parts")
 
 
 @pytest.mark.parametrize("name, part", [
@@ -34,7 +35,7 @@ MLP, TRIMUL, MP = (ops.OPS[n] for n in ("mlp_block", "trimul_block", "mp_block")
     ("some_unknown_kernel", "other"),
 ])
 def test_mlp_kernel_names_map_to_operations(name, part):
-    assert amdahl.classify(name, MLP.parts) == part
+    assert amdahl.classify(name, MLP_PARTS) == part
 
 
 @pytest.mark.parametrize("spec, name, part", [
@@ -54,12 +55,12 @@ def test_mlp_kernel_names_map_to_operations(name, part):
     (MP, "ampere_sgemm_128x128_tn", "matmul"),
 ])
 def test_block_kernel_names_map_to_operations(spec, name, part):
-    assert amdahl.classify(name, spec.parts) == part
+    assert amdahl.classify(name, facets.get(spec, "parts")) == part
 
 
 def test_every_part_names_an_operation_or_is_unmeasured():
     for spec in (MLP, TRIMUL, MP):
-        for part in spec.parts:
+        for part in facets.get(spec, "parts"):
             if part.shapes is not None:
                 assert part.op in ops.OPS, part.op
                 for s in part.shapes(spec.shapes["field"][0]):
@@ -93,7 +94,7 @@ def _rows(run="r1", custom_scale=1.0):
     custom = {k: v * (0.5 if ("layer_norm" in k or "Gelu" in k) else 1.0) * custom_scale for k, v in EAGER_MLP.items()}
     op_us = {("layernorm", "pytorch"): 8.0, ("layernorm", "triton"): 4.0,
              ("bias_gelu", "pytorch"): 16.0, ("bias_gelu", "triton"): 4.0, ("matmul", "pytorch"): 60.0}
-    return amdahl.rows_for_case("mlp_block", "bf16", "T=2048,d=768,hidden=3072", "field", run, MLP.parts,
+    return amdahl.rows_for_case("mlp_block", "bf16", "T=2048,d=768,hidden=3072", "field", run, MLP_PARTS,
                                 "pytorch", "triton", {"pytorch": EAGER_MLP, "triton": custom}, op_us)
 
 
@@ -121,7 +122,7 @@ def test_a_miss_is_located_in_the_part_whose_speedup_alone_misleads():
     custom = {k: v * (0.5 if ("layer_norm" in k or "Gelu" in k) else 1.0) for k, v in EAGER_MLP.items()}
     op_us = {("layernorm", "pytorch"): 8.0, ("layernorm", "triton"): 4.0,
              ("bias_gelu", "pytorch"): 16.0, ("bias_gelu", "triton"): 1.0, ("matmul", "pytorch"): 60.0}
-    rows = amdahl.rows_for_case("mlp_block", "bf16", "T=2048,d=768,hidden=3072", "field", "r1", MLP.parts,
+    rows = amdahl.rows_for_case("mlp_block", "bf16", "T=2048,d=768,hidden=3072", "field", "r1", MLP_PARTS,
                                 "pytorch", "triton", {"pytorch": EAGER_MLP, "triton": custom}, op_us)
     r = next(amdahl.table(pd.DataFrame(rows)).itertuples())
     assert r.predicted == pytest.approx(1 / (0.70 + 0.10 / 2 + 0.20 / 16)) and not r.within
@@ -148,7 +149,7 @@ def test_rows_load_from_a_data_folder_latest_run_per_case(tmp_path):
 def test_a_missing_custom_column_still_predicts():
     op_us = {("layernorm", "pytorch"): 8.0, ("layernorm", "triton"): 4.0, ("bias_gelu", "pytorch"): 1.0,
              ("bias_gelu", "triton"): 1.0}
-    rows = amdahl.rows_for_case("mlp_block", "bf16", "T=1", "field", "r", MLP.parts, "pytorch", "triton",
+    rows = amdahl.rows_for_case("mlp_block", "bf16", "T=1", "field", "r", MLP_PARTS, "pytorch", "triton",
                                 {"pytorch": EAGER_MLP}, op_us)
     r = amdahl.table(pd.DataFrame(rows)).iloc[0]
     assert math.isnan(r.measured) and r.within is None and r.predicted == pytest.approx(1 / (0.90 + 0.10 / 2))
@@ -156,7 +157,7 @@ def test_a_missing_custom_column_still_predicts():
 
 def test_an_unmeasured_operation_leaves_the_case_unpredicted():
     op_us = {("layernorm", "pytorch"): 8.0, ("layernorm", "triton"): 4.0}  # bias + GELU has no column here
-    rows = amdahl.rows_for_case("mlp_block", "bf16", "T=1", "field", "r", MLP.parts, "pytorch", "triton",
+    rows = amdahl.rows_for_case("mlp_block", "bf16", "T=1", "field", "r", MLP_PARTS, "pytorch", "triton",
                                 {"pytorch": EAGER_MLP, "triton": EAGER_MLP}, op_us)
     r = amdahl.table(pd.DataFrame(rows)).iloc[0]
     assert math.isnan(r.predicted) and r.measured == pytest.approx(1.0) and r.within is None
@@ -227,7 +228,7 @@ def test_the_gather_of_eager_aggregation_is_the_aggregation():
     # the eager message-passing layer's gather kernel, as the H200 profile named it, left unclaimed before
     from mage.ops import OPS
     name = "void at::native::vectorized_gather_kernel<16, int>(char*, char*, int*, int, long, long, long, long, bool)"
-    assert amdahl.classify(name, OPS["mp_block"].parts) == "neighbor_agg"
+    assert amdahl.classify(name, facets.get("mp_block", "parts")) == "neighbor_agg"
 
 
 def test_a_part_names_its_custom_column_per_precision():
@@ -235,7 +236,7 @@ def test_a_part_names_its_custom_column_per_precision():
     update) or the project's (message passing): the matmul part's speedup is measured against the column
     that runs, at its precision, and is one by construction only where the custom block runs the
     library's own kernel."""
-    from mage.ops import Part
+    from mage.ext.amdahl.parts import Part
     p = Part("matmul", (r"gemm",), lambda s: [s], custom={"fp32": "triton@fp32x3", "bf16": "pytorch"})
     assert p.column("fp32", "triton") == ("triton", "fp32x3") and p.column("bf16", "triton") == ("pytorch", "bf16")
     assert Part("layernorm", (r"norm",)).column("bf16", "triton") == ("triton", "bf16")
@@ -258,7 +259,7 @@ def test_the_tiles_a_block_passes_make_a_variant_of_the_column_timed_alone(dtype
     registry.load()
     seen = 0
     for name, spec in ops.OPS.items():
-        for part in spec.parts or ():
+        for part in facets.get(spec, "parts", ()):
             tiles = part.tiles(dtype) if part.tiles else None
             if not tiles:
                 continue
@@ -278,7 +279,7 @@ def test_a_part_fused_away_is_located_with_no_time_inside():
     custom = {k: v for k, v in EAGER_MLP.items() if k != add}
     op_us = {("layernorm", "pytorch"): 8.0, ("layernorm", "triton"): 8.0,
              ("bias_gelu", "pytorch"): 16.0, ("bias_gelu", "triton"): 16.0}
-    rows = amdahl.rows_for_case("mlp_block", "bf16", "T=2048,d=768,hidden=3072", "field", "r1", MLP.parts,
+    rows = amdahl.rows_for_case("mlp_block", "bf16", "T=2048,d=768,hidden=3072", "field", "r1", MLP_PARTS,
                                 "pytorch", "triton", {"pytorch": eager, "triton": custom}, op_us)
     t = amdahl.table(pd.DataFrame(rows))
     r = next(t.itertuples())

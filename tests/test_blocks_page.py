@@ -12,7 +12,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import RUN, make  # noqa: E402
 
-from mage import ops
+from mage import facets, ops  # noqa: E402
+from mage.ext.amdahl import attribution as amdahl  # noqa: E402
 from mage.book import figure_blocks as FB  # noqa: E402
 from mage.data import load, merge_csv, save_csv  # noqa: E402
 from mage.ext.amdahl import attribution as amdahl  # noqa: E402
@@ -31,20 +32,20 @@ def _attribution(out: Path) -> None:
         spec = ops.OPS[name]
         shape = spec.shapes["field"][0]
         for dtype in ("fp32", "bf16"):
-            names = {f"{p.op}_kernel_{i}": 10.0 * (i + 1) for i, p in enumerate(spec.parts)}
+            names = {f"{p.op}_kernel_{i}": 10.0 * (i + 1) for i, p in enumerate(facets.get(name, "parts"))}
             names["unclaimed"] = 3.0
             # kernel names the block's own patterns claim: one per part
             prof = {}
-            for p, (k, us) in zip(spec.parts, names.items()):
-                prof[_claimed(p, spec.parts) or k] = us
+            for p, (k, us) in zip(facets.get(name, "parts"), names.items()):
+                prof[_claimed(p, facets.get(name, "parts")) or k] = us
             custom = {k: 0.8 * v for k, v in prof.items()}
             op_us = {}
-            for p in spec.parts:
+            for p in facets.get(name, "parts"):
                 if p.shapes is not None and dtype == "fp32":
                     op_us[(p.op, "pytorch")] = 10.0
                     mine = p.column(dtype, "triton")[0]
                     op_us[(p.op, mine)] = 10.0 if mine == "pytorch" else 7.0
-            rows += amdahl.rows_for_case(name, dtype, ops.shape_key(shape), "field", RUN, spec.parts, "pytorch",
+            rows += amdahl.rows_for_case(name, dtype, ops.shape_key(shape), "field", RUN, facets.get(name, "parts"), "pytorch",
                                          "triton", {"pytorch": prof, "triton": custom}, op_us)
     merge_csv(pd.DataFrame(rows, columns=amdahl.COLUMNS), out / amdahl.FILE, amdahl.KEY)
 

@@ -6,6 +6,7 @@ import math
 import pandas as pd
 import pytest
 
+from mage import facets
 from mage import views as V
 from mage.book import claims as C
 from mage.ops import OPS
@@ -132,14 +133,14 @@ def test_smallest_sweep_against_empty_kernel():
 
 
 def test_reuse_against_time_flips():
-    op = next((o for o, s in OPS.items() if s.reuse), None)
+    op = next((o for o in OPS if facets.get(o, "reuse", None)), None)
     if op is None:
         pytest.skip("no operation counts reuse")
-    spec = OPS[op]
+    reuse = facets.get(op, "reuse")
     cfgs = [c for c in getattr(__import__("mage.registry", fromlist=["x"]), "impls")() if c.op == op and c.sweep]
     sweep = list(cfgs[0].sweep) if cfgs else []
-    ranked = sorted(sweep, key=lambda c: spec.reuse(c).get("fmas_per_load", 0))
-    if len(ranked) < 2 or spec.reuse(ranked[0])["fmas_per_load"] == spec.reuse(ranked[-1])["fmas_per_load"]:
+    ranked = sorted(sweep, key=lambda c: reuse(c).get("fmas_per_load", 0))
+    if len(ranked) < 2 or reuse(ranked[0])["fmas_per_load"] == reuse(ranked[-1])["fmas_per_load"]:
         pytest.skip("the sweep has one reuse level")
     lo, hi = ranked[0], ranked[-1]
 

@@ -8,9 +8,10 @@ import pytest
 
 from mage.book import figure_train as FT
 from mage.book import claims as C
-from mage import ops, registry
+from mage import facets, ops, registry
 from mage.book import training as TR
 from mage.data import REQUIRED
+from mage.passes import grad_cost
 
 RUN = "20990101T000000Z-x"
 
@@ -19,8 +20,8 @@ def _op():
     """A memory-bound operation with a stated backward cost (found by kind and cost, not by name)."""
     for name in TR.operations():
         spec = ops.OPS[name]
-        if spec.grad_bytes is not None and spec.shapes.get("large"):
-            f, b = spec.grad_cost(spec.shapes["large"][0])
+        if facets.get(name, "grad_bytes", None) is not None and spec.shapes.get("large"):
+            f, b = grad_cost(spec, spec.shapes["large"][0])
             if b / 3000e3 > f / 50e6:
                 return name
     pytest.skip("no memory-bound operation with a backward cost")
@@ -38,7 +39,7 @@ def _pass_rows(op, times, which=0):
     rows = []
     for impl, per in times.items():
         for p, us in per.items():
-            flops, nbytes = spec.cost(shape) if p == "forward" else spec.grad_cost(shape)
+            flops, nbytes = spec.cost(shape) if p == "forward" else grad_cost(spec, shape)
             rows.append(dict(op=op, impl=impl, family=registry.get(op, impl).family, dtype="fp32", shape=key,
                              shape_set="large", cache="warm", run=RUN, source="measured", config="", view="kernel_time",
                              round=0, stat="mean", value=us, unit="us", flops=flops, bytes=nbytes, **{"pass": p}))
@@ -99,7 +100,7 @@ def test_passes_figure_and_ratios():
 def test_copy_share_against_the_target(bwd_us, met):
     op = _op()
     spec = ops.OPS[op]
-    _, nbytes = spec.grad_cost(spec.shapes["large"][0])
+    _, nbytes = grad_cost(spec, spec.shapes["large"][0])
     at_target = nbytes / (3000.0 * 1e3) / TR.COPY_TARGET  # microseconds at exactly the target share
     us = at_target * 0.99 if bwd_us is None else bwd_us
     custom, base = registry.role("custom"), registry.role("baseline")
@@ -114,7 +115,7 @@ def test_every_recorded_large_shape_has_its_row():
     """An operation with two large shapes (the neighbour aggregation's two graphs) gets a row for each
     recorded backward, named apart in the findings; the second graph was left out before."""
     op = next((o for o in TR.operations() if len(ops.OPS[o].shapes.get("large", [])) > 1
-               and ops.OPS[o].grad_bytes is not None), None)
+               and facets.get(o, "grad_bytes", None) is not None), None)
     if op is None:
         pytest.skip("no operation with two large shapes and a backward cost")
     custom, base = registry.role("custom"), registry.role("baseline")
@@ -147,7 +148,7 @@ def test_cost_table_comes_from_the_specs():
     t = TR.cost_table("large")
     assert set(t["op"]) <= set(TR.operations()) and len(t)
     for r in t.itertuples():
-        f, b = ops.OPS[r.op].grad_cost(ops.OPS[r.op].shapes["large"][0])
+        f, b = grad_cost(ops.OPS[r.op], ops.OPS[r.op].shapes["large"][0])
         assert (r.bwd_flops, r.bwd_bytes) == (f, b)
 
 

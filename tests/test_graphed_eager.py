@@ -8,7 +8,7 @@ import torch
 
 from kernels._triton.graphed import CallAgain, Graphed
 from kernels.neighbor_agg.graph import CSRGraph
-from mage import ops, registry
+from mage import facets, ops, registry
 
 SMALL = {"mlp_block": dict(T=9, d=16, hidden=24), "trimul_block": dict(N=6, C=8, H=8),
          "mp_block": dict(n=300, F=16, H=24, deg=8)}
@@ -28,13 +28,13 @@ def test_the_graphed_eager_block_answers_as_eager(name):
     eager = registry.get(name, "pytorch", "fp32").fn
     first = spec.inputs(SMALL[name], seed=1, device="cpu")
     # a second request with the same weights: its own inputs copied in, the weights read in place
-    second = tuple(b if a_name in spec.batch.axes else a for a_name, a, b in
+    second = tuple(b if a_name in facets.get(spec, "batch").axes else a for a_name, a, b in
                    zip(spec.args, first, spec.inputs(SMALL[name], seed=2, device="cpu")))
     for args in (first, second):
         assert torch.equal(g(*args).clone(), eager(*args))
     assert cap.captures == (2 if name == "mp_block" else 1)  # a new graph structure is a new signature
     # the weights are read where they are: an update in place shows in the next replay, not captured again
-    w = next(a for a_name, a in zip(spec.args, second) if a_name not in spec.batch.axes and a.dim() == 2)
+    w = next(a for a_name, a in zip(spec.args, second) if a_name not in facets.get(spec, "batch").axes and a.dim() == 2)
     w.mul_(0.5)
     assert torch.equal(g(*second).clone(), eager(*second))
     assert cap.captures == (2 if name == "mp_block" else 1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mage import ops, registry
+from mage import facets, ops, registry
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,13 +24,20 @@ def validate(x):
 
 
 SPEC = Op(
-    name="double_it", label="doubling", short="x2", order=60, args=("x",), equation=r"y_i = 2 x_i",
+    name="double_it", args=("x",), equation=r"y_i = 2 x_i",
     make_inputs=lambda s, gen, device, dtype, dist: (torch.randn(s["n"], generator=gen, device=device),),
     reference=lambda x: 2 * x.double(), validate=validate, out_spec=lambda x: (tuple(x.shape), x.dtype),
     flops=lambda s: s["n"], bytes=lambda s, isz=4: 2 * isz * s["n"],
     shapes={"field": [dict(n=1000)], "large": [dict(n=1 << 20)], "sweep": [dict(n=10), dict(n=100)]},
     awkward=[dict(n=1), dict(n=0), dict(n=37)], random_shape=lambda rnd: dict(n=rnd.randint(1, 500)),
 )
+'''
+
+SIXTH_FACETS = '''
+"""How the book names it."""
+from mage import facets
+
+facets.declare("double_it", label="doubling", short="x2", order=60)
 '''
 
 SIXTH_IMPL = '''
@@ -43,7 +50,7 @@ register_expression("double_it", lambda x: 2 * x)
 SCRIPT = '''
 import sys
 import pandas as pd
-from mage import ops, registry
+from mage import facets, ops, registry
 from mage.check import check_all
 registry.add_root(sys.argv[1])
 assert "double_it" in ops.OPS, list(ops.OPS)
@@ -68,10 +75,10 @@ print("sixth op ok")
 def test_operations_are_discovered_in_figure_order():
     assert [n for n, s in ops.OPS.items() if s.kind == "operation"] == ["matmul", "bias_gelu", "layernorm",
                                                                         "triangle", "neighbor_agg"]
-    assert all(s.order >= 100 for s in ops.OPS.values() if s.kind == "block")  # the blocks come after
+    assert all(facets.of(n).order >= 100 for n, s in ops.OPS.items() if s.kind == "block")  # the blocks come after
     assert not registry.LOAD_ERRORS, registry.LOAD_ERRORS
     for name, spec in ops.OPS.items():
-        assert (ROOT / "kernels" / name / "spec.py").exists() and spec.label and spec.random_shape
+        assert (ROOT / "kernels" / name / "spec.py").exists() and facets.of(name).label and spec.random_shape
 
 
 def test_a_sixth_operation_needs_only_its_folder(tmp_path):
@@ -81,6 +88,7 @@ def test_a_sixth_operation_needs_only_its_folder(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "double_it" / "__init__.py").write_text("")
     (pkg / "double_it" / "spec.py").write_text(textwrap.dedent(SIXTH_SPEC))
+    (pkg / "double_it" / "facets.py").write_text(textwrap.dedent(SIXTH_FACETS))
     (pkg / "double_it" / "pytorch_impl.py").write_text(textwrap.dedent(SIXTH_IMPL))
     # in a fresh interpreter, so the added operation does not leak into the other tests
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(pkg)], cwd=ROOT, capture_output=True, text=True,

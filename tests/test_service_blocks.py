@@ -1,5 +1,5 @@
-"""The blocks' batching rules for the service (mage.ops.Batching): the triangle update stacks complexes
-on a new leading axis, the message-passing layer joins graphs into their disjoint union. A batch of B
+"""The blocks' batching rules for the service (each block's ``batch`` facet): the triangle update stacks
+complexes on a new leading axis, the message-passing layer joins graphs into their disjoint union. A batch of B
 requests gives each request the output of its own call, against the float64 reference; the executor
 moves every request into its slot and back (on the CPU, host-clock events); bad requests are refused
 naming the block and the argument. Triton blocks under the interpreter at tiny shapes only."""
@@ -12,7 +12,7 @@ import torch
 
 from kernels.mp_block._union import GraphUnion
 from kernels.neighbor_agg.graph import CSRGraph
-from mage import registry
+from mage import facets, registry
 from mage.errors import MageInputError
 from mage.ext.service.gpu import CudaExecutor, check_batching
 from mage.ops import OPS
@@ -148,8 +148,9 @@ def _served_right(ex, spec, requests):
     ex.run(requests)
     for j, r in enumerate(requests):
         req = ex.pool[r % len(ex.pool)]
-        if spec.batch.mode == "join":
-            one = spec.batch.join.batch([req], 1, "cpu")
+        batching = facets.get(spec, "batch")
+        if batching.mode == "join":
+            one = batching.join.batch([req], 1, "cpu")
             inputs = [one.get(i, t) for i, t in enumerate(ex.dev)]
         else:
             inputs = [req.get(i, t) for i, t in enumerate(ex.dev)]
@@ -169,7 +170,8 @@ def test_the_executor_serves_stacked_and_joined_requests(spec, shape, items):
     assert ex.verify(spec) <= spec.tol("fp32")
     for requests in ([0], [2, 1, 0], [0, 1, 2, 0], [4, 3]):  # 3 requests padded to 4; 4 is 1 again
         _served_right(ex, spec, requests)
-    assert spec.batch.items_in(dict(shape, **{spec.batch.size: items})) == (items ** 2 if spec is TRI else items)
+    batching = facets.get(spec, "batch")
+    assert batching.items_in(dict(shape, **{batching.size: items})) == (items ** 2 if spec is TRI else items)
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the Triton blocks need TRITON_INTERPRET=1 here")

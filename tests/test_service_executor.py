@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from mage import data
+from mage import data, facets
 from mage.errors import MageInputError
+from mage.ext.service.batching import Batching
 from mage.ext.service.loops import closed_loop, open_loop, poisson_arrivals
-from mage.ops import Batching
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from service_tiny import TINY, tiny_in_specs  # noqa: E402
@@ -33,8 +33,8 @@ TINY_T = dataclasses.replace(
     make_inputs=lambda s, gen, device, dtype, dist: tuple(
         t.T.contiguous() if i == 0 else t for i, t in enumerate(TINY.make_inputs(s, gen, device, dtype, dist))),
     reference=lambda x, w: w.double().T @ x.double(), validate=lambda x, w: None,
-    out_spec=lambda x, w: ((w.shape[1], x.shape[1]), x.dtype),
-    batch=Batching(size="T", axes={"x": 1}, out_axis=1, items=3))
+    out_spec=lambda x, w: ((w.shape[1], x.shape[1]), x.dtype))
+facets.declare(TINY_T.name, batch=Batching(size="T", axes={"x": 1}, out_axis=1, items=3))
 
 
 @pytest.mark.parametrize("spec,fn", [(TINY, lambda x, w, out=None: x @ w),
@@ -46,7 +46,8 @@ def test_the_executor_moves_each_request_on_the_host(spec, fn):
     from mage.ext.service.loops import WallClock
     from mage.registry import Impl
     impl = Impl(op=spec.name, name="mm", fn=fn, dtype="fp32", needs_cuda=False)
-    items, ax = spec.batch.items, spec.batch.out_axis
+    batching = facets.get(spec, "batch")
+    items, ax = batching.items, batching.out_axis
     ex = CudaExecutor(spec, impl, dict(T=1, d=7), items, batch=5, host_mem="pageable", pool=4, device="cpu")
     assert ex.sizes == [1, 2, 4, 5]
     ex.warm(calls=1)
@@ -71,8 +72,8 @@ TINY_R = dataclasses.replace(
         x, 1.0 + torch.arange(sh["T"], device=device, dtype=x.dtype) / 8, w))(*TINY.make_inputs(sh, gen, device,
                                                                                               dtype, dist)),
     reference=lambda x, s, w: (s.double()[:, None] * x.double()) @ w.double(), validate=lambda *a: None,
-    out_spec=lambda x, s, w: ((x.shape[0], w.shape[1]), x.dtype),
-    batch=Batching(size="T", axes={"x": 0}, items=2, resident=("s",)))
+    out_spec=lambda x, s, w: ((x.shape[0], w.shape[1]), x.dtype))
+facets.declare(TINY_R.name, batch=Batching(size="T", axes={"x": 0}, items=2, resident=("s",)))
 
 
 def test_resident_arguments_are_built_per_batch_size_and_never_sent():
@@ -94,7 +95,9 @@ def test_resident_arguments_are_built_per_batch_size_and_never_sent():
 def test_a_spec_whose_batching_does_not_fit_its_inputs_is_refused():
     from mage.ext.service.gpu import CudaExecutor
     from mage.registry import Impl
-    bad = dataclasses.replace(TINY, name="tiny_bad", batch=Batching(size="d", axes={"x": 0}))
+    from mage.ext.service.gpu import CudaExecutor
+    bad = dataclasses.replace(TINY, name="tiny_bad")
+    facets.declare(bad.name, batch=Batching(size="d", axes={"x": 0}))
     with pytest.raises(MageInputError) as e:
         CudaExecutor(bad, Impl(op="tiny_bad", name="mm", fn=None), dict(T=3, d=2), 1, batch=2, device="cpu",
                      host_mem="pageable")

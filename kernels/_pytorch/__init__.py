@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import torch
 
+from mage import facets
 from mage.registry import register, set_role
 
 set_role("baseline", "pytorch")  # eager PyTorch: the column the others are compared with
 set_role("library_family", "pytorch")  # its columns are differentiable (and follow autocast) as they are
 set_role("compiled", "torch_compile")  # the compiler's column: what the memory-bound kernels race (issues 14, 16)
 
-LABEL = {"pytorch": "PyTorch eager", "torch_compile": "torch.compile",
-         "torch_compile_graphs": "torch.compile + CUDA graphs"}
-# Column order and colour (Okabe-Ito, blues; grey for the graph-replayed compile): library columns first.
-ORDER = {"pytorch": 0, "torch_compile": 1, "torch_compile_graphs": 2, "cusparse": 2}
-COLOR = {"pytorch": "#0072B2", "torch_compile": "#56B4E9", "torch_compile_graphs": "#999999", "cusparse": "#009E73"}
+# How figures and prose name the columns, their order and colour (Okabe-Ito, blues; grey for the
+# graph-replayed compile): library columns first.
+facets.declare_column("pytorch", label="PyTorch eager", order=0, color="#0072B2")
+facets.declare_column("torch_compile", label="torch.compile", order=1, color="#56B4E9")
+facets.declare_column("torch_compile_graphs", label="torch.compile + CUDA graphs", order=2, color="#999999")
 
 
 def into(out, y):
@@ -82,17 +83,13 @@ def register_expression(op: str, expr, dtypes=("fp32",), uses_matmul=False, grap
     optimizer's update), both CUDA only. ``graph_kw``: the graph wrapper's options (``Graphed``: the
     arguments it holds in place, its signature limit)."""
     for dtype in dtypes:
-        register(op, "pytorch", dtype=dtype, family="pytorch", order=ORDER["pytorch"], label=LABEL["pytorch"],
-                 color=COLOR["pytorch"], needs_cuda=False)(eager(op, expr, dtype, uses_matmul))
+        register(op, "pytorch", dtype=dtype, family="pytorch", needs_cuda=False)(eager(op, expr, dtype, uses_matmul))
         c = Compiled(op, expr, dtype)
-        register(op, "torch_compile", dtype=dtype, family="pytorch", order=ORDER["torch_compile"],
-                 label=LABEL["torch_compile"], color=COLOR["torch_compile"], prepare=c.prepare, size_sweep=False,
+        register(op, "torch_compile", dtype=dtype, family="pytorch", prepare=c.prepare, size_sweep=False,
                  config={"mode": "default", "dynamic": False})(c)
         if graphs:
             g = Compiled(op, expr, dtype, mode="reduce-overhead")
-            register(op, "torch_compile_graphs", dtype=dtype, family="pytorch", order=ORDER["torch_compile_graphs"],
-                     label=LABEL["torch_compile_graphs"], color=COLOR["torch_compile_graphs"], prepare=g.prepare,
-                     size_sweep=False, needs_cuda=True, config={"mode": "reduce-overhead", "dynamic": False})(g)
+            register(op, "torch_compile_graphs", dtype=dtype, family="pytorch", prepare=g.prepare, size_sweep=False, needs_cuda=True, config={"mode": "reduce-overhead", "dynamic": False})(g)
             _graphed_eager(op, eager(op, expr, dtype, uses_matmul), dtype, graph_kw or {})
 
 

@@ -10,17 +10,19 @@ from typing import Callable, Optional
 
 import torch
 
+from mage import facets
 from mage.errors import MageInputError
 from mage.registry import Impl, add
 
 from . import RustKernelError, _call, _f32_bits, available, launch, library, native, pymodule
 from .native import block_name, dtype_of
 
-# How figures and prose name each implementation, its colour and its column within the Rust family.
-# label, column order (after PyTorch and Triton), colour (Okabe-Ito: vermillion, purple, black, yellow)
-LOOK = {"rust": ("Rust", 20, "#D55E00"), "rust_scalar": ("Rust (scalar)", 21, "#CC79A7"),
-        "rust_ptx_py": ("Rust PTX from Python", 22, "#000000"),
-        "rust_native": ("Rust PTX from a Rust binary", 23, "#F0E442")}
+# How figures and prose name each implementation, its column within the Rust family (after PyTorch
+# and Triton) and its colour (Okabe-Ito: vermillion, purple, black, yellow)
+facets.declare_column("rust", label="Rust", order=20, color="#D55E00")
+facets.declare_column("rust_scalar", label="Rust (scalar)", order=21, color="#CC79A7")
+facets.declare_column("rust_ptx_py", label="Rust PTX from Python", order=22, color="#000000")
+facets.declare_column("rust_native", label="Rust PTX from a Rust binary", order=23, color="#F0E442")
 _OPS: dict = {}  # op -> what register_op was given, for ``variant``
 
 
@@ -40,8 +42,7 @@ def _c_abi(kernel, dev, values):
 
 
 def _impl(op, name, fn, **kw) -> Impl:
-    label, order, color = LOOK[name]
-    return Impl(op=op, name=name, fn=fn, family="rust", label=label, order=order, color=color, needs_cuda=True, **kw)
+    return Impl(op=op, name=name, fn=fn, family="rust", needs_cuda=True, **kw)
 
 
 def register_op(op: str, kernel: str, args: Callable, prologue: Callable, config: dict,

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import functools
 
+from mage import facets
 from mage.registry import Impl, declare, register, set_role
 
 from . import common, stages
 
-LABEL, ORDER, COLOR = "Triton", 10, "#E69F00"  # after the library columns; Okabe-Ito orange
+facets.declare_column("triton", label="Triton", order=10, color="#E69F00")  # after the library columns; Okabe-Ito orange
 set_role("custom", "triton")  # the project's own kernels: what a block's Amdahl prediction is about
 
 
@@ -26,8 +27,7 @@ def register_kernel(op: str, launcher, defaults: dict, sweep, precision: str = "
         return launcher(*inputs, out=out, **fixed)
 
     fn.__name__ = f"{op}_triton_{precision}"
-    register(op, "triton", dtype=precision, family="triton", order=ORDER, label=LABEL, color=COLOR,
-             interpret=interpret, needs_cuda=True, prepare=prepare,
+    register(op, "triton", dtype=precision, family="triton", interpret=interpret, needs_cuda=True, prepare=prepare,
              config_for=lambda shape: common.choose(op, defaults, shape, {}),
              sweep=tuple(dict(c) for c in sweep),
              variant=functools.partial(_variant, op, launcher, defaults, precision, prepare, interpret, fixed))(fn)
@@ -41,8 +41,7 @@ def _variant(op, launcher, defaults, precision, prepare, interpret, fixed, **con
     full = common.choose(op, {"sweep": defaults["sweep"]}, {}, config)
     fn = functools.partial(launcher, **fixed, **full)
     prep = functools.partial(prepare, **full) if prepare else None
-    return Impl(op=op, name="triton", fn=fn, dtype=precision, family="triton", order=ORDER, label=LABEL, color=COLOR,
-                needs_cuda=True, interpret=interpret, prepare=prep, config=dict(full))
+    return Impl(op=op, name="triton", fn=fn, dtype=precision, family="triton", needs_cuda=True, interpret=interpret, prepare=prep, config=dict(full))
 
 
 __all__ = ["register_kernel", "common"]

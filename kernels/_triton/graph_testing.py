@@ -15,7 +15,7 @@ import torch
 
 from kernels._triton.graphed import CallAgain, Graphed
 from kernels._triton.testing import cpu_only, gpu, gpu_failures
-from mage import ops, registry
+from mage import facets, ops, registry
 from mage.errors import MageInputError
 
 
@@ -42,8 +42,9 @@ def check_registration(op: str) -> None:
     for dtype in ("fp32", "bf16"):
         i = registry.get(op, "triton_graphs", dtype)
         plain = registry.get(op, "triton", dtype)
-        assert (i.family, i.label, i.order) == (plain.family, "Triton block + CUDA graphs", plain.order + 1)
-        assert i.color and i.color != plain.color and i.needs_cuda and not i.interpret
+        look, plain_look = facets.column(i.name), facets.column(plain.name)
+        assert (i.family, look.label, look.order) == (plain.family, "Triton block + CUDA graphs", plain_look.order + 1)
+        assert look.color and look.color != plain_look.color and i.needs_cuda and not i.interpret
         assert i.runs_on("cpu") and i.prepare is not None and i.fn is registered(op, dtype)
     assert registry.role("custom") == "triton"
 

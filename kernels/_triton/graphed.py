@@ -14,7 +14,7 @@ into a callable that keeps one CUDA graph per input signature:
 - on every call: the inputs are copied into the static buffers (one device-to-device copy each,
   skipped when the caller passes the static buffer itself), the graph replayed, and the static output
   returned, or copied into ``out``. A block's weights (the arguments a request does not bring:
-  ``Op.batch``) are read in place, as torch.compile's CUDA graphs read parameters: the graph records
+  its ``batch`` facet) are read in place, as torch.compile's CUDA graphs read parameters: the graph records
   the caller's weight tensors themselves, keyed by identity, address, shape and strides (another
   tensor, or one resized, is another signature, validated and captured), so an update in place is
   read by the next replay and a served request copies only its own inputs. As with ``torch.compile``'s CUDA graphs, the returned tensor is
@@ -36,15 +36,16 @@ from typing import Callable, Optional
 
 import torch
 
+from mage import facets
 from mage.errors import MageInputError
 from mage.op_inputs import check_out
 
 # How figures and tables show the column: label, column order (just after 'triton', 10; before Rust,
 # 20) and colour (a darker orange than the Triton column's, the same family read at a glance).
-LOOK = {"triton_graphs": ("Triton block + CUDA graphs", 11, "#A6611A"),
-        # eager PyTorch's block recorded the same way: the library column a serving stack or a training
-        # loop that owns its graphs would run (after compile + graphs, 2; a dark blue of the same family)
-        "pytorch_graphs": ("PyTorch eager + CUDA graphs", 3, "#004C80")}
+facets.declare_column("triton_graphs", label="Triton block + CUDA graphs", order=11, color="#A6611A")
+# eager PyTorch's block recorded the same way: the library column a serving stack or a training loop
+# that owns its graphs would run (after compile + graphs, 2; a dark blue of the same family)
+facets.declare_column("pytorch_graphs", label="PyTorch eager + CUDA graphs", order=3, color="#004C80")
 # Signatures kept per column: a served block pads its batches to powers of two (1, 2, 4, ... up to
 # the largest batch: 11 sizes at 1024), and every size must stay captured or the queue's calls capture.
 MAXSIZE = 16
@@ -137,8 +138,8 @@ def address(t: torch.Tensor) -> tuple:
 
 
 def weights(spec) -> tuple:
-    """A block's arguments that no request brings (``Op.batch``): its weights; () for an operation."""
-    batch = getattr(spec, "batch", None)
+    """A block's arguments that no request brings (its ``batch`` facet): its weights; () for an operation."""
+    batch = facets.get(spec, "batch", None)
     return tuple(a for a in spec.args if a not in batch.axes) if batch is not None else ()
 
 
@@ -291,7 +292,6 @@ def register_graphed(spec, fn: Callable, dtypes=("fp32", "bf16"), prepare: Optio
     path must be registered first). Returns {dtype: the wrapper}."""
     from mage.registry import declare, register
 
-    label, order, color = LOOK[name]
     made = {}
     for dtype in dtypes:
         w = weights(spec)
@@ -304,8 +304,7 @@ def register_graphed(spec, fn: Callable, dtypes=("fp32", "bf16"), prepare: Optio
             _g(*inputs)
             return inputs
 
-        register(spec.name, name, dtype=dtype, family=family, order=order, label=label, color=color,
-                 needs_cuda=True, interpret=False, prepare=prep,
+        register(spec.name, name, dtype=dtype, family=family, needs_cuda=True, interpret=False, prepare=prep,
                  config=dict(config or {}, graph="one CUDA graph per input signature",
                              signatures=g.maxsize))(g)
     if train:  # trains as the plain column with the whole step one graph; no training path at other dtypes

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kernels._triton.testing import check_bf16_columns, check_mixed_precisions_refused, spec
+from mage.ext.training.passes import grad_cost
 
 OP = "bias_gelu"
 # tiles that cover neither the rows nor the columns (the masked road), and an edge of a 1024 tile
@@ -17,7 +18,7 @@ def test_bf16_inputs_output_and_bytes():
     x, b = spec(OP).inputs(dict(R=3, C=5), dtype="bf16")
     assert x.dtype == b.dtype == spec(OP).empty_out(x, b).dtype == torch.bfloat16
     assert spec(OP).cost(dict(R=10, C=8), "bf16")[1] == 2 * (80 + 8 + 80)  # x, y, b: 2 bytes each
-    assert spec(OP).grad_cost(dict(R=10, C=8), "bf16")[1] == 2 * (240 + 16)
+    assert grad_cost(spec(OP), dict(R=10, C=8), "bf16")[1] == 2 * (240 + 16)
 
 
 @pytest.mark.parametrize("dist", ["normal", "heavy"])

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kernels._triton.testing import check_bf16_columns, check_mixed_precisions_refused, spec
+from mage.ext.training.passes import grad_cost
 
 OP = "layernorm"
 # a row of more than one chunk (C > the sweep default's 1024: read twice), a masked one-chunk row
@@ -17,7 +18,7 @@ def test_bf16_inputs_output_and_bytes():
     assert x.dtype == g.dtype == b.dtype == torch.bfloat16
     assert spec(OP).empty_out(x, g, b).dtype == torch.bfloat16
     assert spec(OP).cost(dict(R=10, C=8), "bf16")[1] == 2 * (80 + 16 + 80)  # x, y, gamma, beta: 2 bytes each
-    assert spec(OP).grad_cost(dict(R=10, C=8), "bf16")[1] == 2 * (240 + 24) + 4 * 20  # statistics stay FP32
+    assert grad_cost(spec(OP), dict(R=10, C=8), "bf16")[1] == 2 * (240 + 24) + 4 * 20  # statistics stay FP32
 
 
 @pytest.mark.parametrize("dist", ["normal", "heavy"])

@@ -9,7 +9,6 @@ import dataclasses
 import functools
 
 from kernels import _rust
-from kernels._rust.register import LOOK
 from mage.registry import Impl, add, get
 
 # The kernels by version number (``_rust.variant("matmul", v)``): scalar, tiled, tiled for 2 blocks/SM,
@@ -73,11 +72,10 @@ def _with_sweep(impl: Impl) -> Impl:
                                variant=lambda **cfg: _variant(impl, **cfg))
 
 
-_label, _order, _color = LOOK["rust"]
 # The tensor-core column. Its first version missed the FP32 tolerance on the H200 (the tensor cores'
 # truncating accumulate fed the running sum over all of K back into every mma); the kernel now adds each
 # K stage's products into a zeroed accumulator and rounds once per stage (kernels/NOTES.md, issue 14).
 FP32X3_IMPL = _with_sweep(Impl(op="matmul", name="rust", fn=_launcher(VERSIONS[FP32X3]), dtype="fp32x3",
-                               family="rust", label=_label, order=_order, color=_color, needs_cuda=True,
+                               family="rust", needs_cuda=True,
                                available=_rust.available, config=dict(CONFIGS[VERSIONS[FP32X3]], launch="C ABI")))
 add(FP32X3_IMPL)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import mage
-from mage import ops
+from mage import facets, ops
 from mage.errors import MageInputError
 
 SPEC = ops.get("matmul")
@@ -26,7 +26,7 @@ def test_cost_by_hand():
 
 def test_reuse_by_hand():
     # a 16 x 16 tile, 16 deep: 512 distinct values serve 4096 multiply-adds
-    assert SPEC.reuse(dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)) == dict(loads=512, fmas=4096, fmas_per_load=8.0)
+    assert facets.of("matmul").reuse(dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)) == dict(loads=512, fmas=4096, fmas_per_load=8.0)
 
 
 @pytest.mark.parametrize("make,match", [

@@ -11,6 +11,7 @@ import torch
 from kernels._triton import common
 from kernels._triton.testing import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, gpu,
                                      impl, module, rel_err, spec, variant)
+from mage import facets
 from mage.check import check
 
 OP = "matmul"
@@ -132,9 +133,9 @@ def test_tensor_core_configs_fit_in_shared_memory():
 
 
 def test_reuse_counts():
-    r = spec(OP).reuse(dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16))
+    r = facets.of(OP).reuse(dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16))
     assert (r["loads"], r["fmas"], r["fmas_per_load"]) == (512, 4096, 8.0)
-    assert spec(OP).reuse(dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32))["fmas_per_load"] == 64.0
+    assert facets.of(OP).reuse(dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32))["fmas_per_load"] == 64.0
 
 
 @cpu_only

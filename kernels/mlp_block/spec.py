@@ -16,7 +16,7 @@ import torch
 
 from kernels.layernorm.spec import EPS
 from mage.errors import MageInputError
-from mage.ops import FLOAT, Batching, Op, Part, dim, randn, same_device, tensor, torch_dtype
+from mage.ops import FLOAT, Op, dim, randn, same_device, tensor, torch_dtype
 
 NAME = "mlp_block"
 ARGS = ("x", "gamma", "beta", "W1", "b1", "W2", "b2")
@@ -89,43 +89,9 @@ def random_shape(rnd):
     return dict(T=rnd.randint(1, 3000), d=rnd.randint(1, 1500), hidden=rnd.randint(1, 5000))
 
 
-# Kernel names of each operation, in every column (the other blocks use them too). A kernel goes to the
-# first part that finds it, so GELU's kernels are claimed before the elementwise catch-all sees them.
-# Library GEMMs: cuBLAS's and cuBLASLt's kernels (sm90_xmma_gemm_..., ampere_sgemm_..., nvjet_...,
-# cutlass_..., gemv2T_kernel..., gemmk1_kernel, splitKreduce_kernel) and the project's fused GEMM.
-GEMM = (r"gemm", r"gemv", r"xmma", r"nvjet", r"cutlass", r"splitkreduce", r"cublas")
-# PyTorch's vectorized_layer_norm_kernel (or RowwiseMoments + LayerNormForward), the project's
-# _layernorm_kernel, torch.compile's triton_per_fused_native_layer_norm_...
-LAYERNORM = (r"layer_?norm", r"rowwisemoments")
-GELU = (r"gelu",)  # PyTorch's GeluCUDAKernelImpl, the project's _bias_gelu_kernel, triton_poi_fused_..._gelu_...
-# what is left: PyTorch's elementwise kernels (bias, residual), torch.compile's pointwise kernels
-ELEMENTWISE = (r"elementwise", r"functor", r"triton_poi", r"triton_per", r"triton_red")
-
-
-# The operations the block calls, with their shapes at the block's shape: the custom column runs
-# LayerNorm and bias + GELU as the project's Triton kernels; its GEMMs are its default road's: at FP32
-# the project's tf32x3 GEMM (the matmul's 'triton' column at 'fp32x3' is that operation alone), at bf16
-# cuBLAS's (the speedup one by construction).
-def _gemm_tiles(dtype):
-    """The GEMM tiles the custom block's default road passes at ``dtype`` (None on the cuBLAS road)."""
-    from kernels.matmul.triton_epilogue import as_matmul_config
-    from .triton_block import DEFAULTS  # here, not at the top: the launcher imports this spec
-    c = DEFAULTS[dtype]
-    return as_matmul_config(c) if c["GEMM"] == "fused" else None
-
-
-PARTS = (Part("layernorm", LAYERNORM, lambda s: [dict(R=s["T"], C=s["d"])]),
-         Part("bias_gelu", GELU, lambda s: [dict(R=s["T"], C=s["hidden"])]),
-         Part("matmul", GEMM, lambda s: [dict(M=s["T"], K=s["d"], N=s["hidden"]),
-                                         dict(M=s["T"], K=s["hidden"], N=s["d"])],
-              custom={"fp32": "triton@fp32x3", "bf16": "pytorch"}, tiles=lambda dt: _gemm_tiles(dt)),
-         Part("elementwise", ELEMENTWISE))  # the residual and the second bias: no operation of their own
-
-
 GPT2 = dict(d=768, hidden=3072)  # GPT-2 small
 SPEC = Op(
-    name=NAME, label="Transformer MLP block", short="MLP block", order=100, marker="star", work="flops",
-    kind="block", args=ARGS,
+    name=NAME, kind="block", args=ARGS,
     equation=r"y = x + W_2\,\mathrm{gelu}\!\left(W_1\,\mathrm{LN}(x) + b_1\right) + b_2",
     make_inputs=make_inputs, reference=reference, validate=validate,
     out_spec=lambda x, *w: (tuple(x.shape), x.dtype),
@@ -145,7 +111,4 @@ SPEC = Op(
     # output, each GEMM's output, the residual sum), a few 2^-9 relative errors that add: a few 1e-3
     # in norm, so 2e-2 leaves room for that and still fails a wrong index or a dropped term.
     tolerance={"fp32": 5e-5, "bf16": 2e-2},
-    # served as requests of one 128-token sequence each; LayerNorm's and both layers' weights are shared
-    batch=Batching(size="T", axes={"x": 0}, items=128),
-    parts=PARTS,
 )

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernels._triton.testing import INTERPRET, assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
-from mage import ops, registry, run
+from mage import facets, ops, registry, run
 from mage.check import check
 from mage.errors import MageInputError
 
@@ -59,7 +59,7 @@ def test_inputs_keep_activations_of_order_one():
 
 
 def test_the_spec_is_a_block():
-    assert SPEC.kind == "block" and SPEC.order >= 100 and set(SPEC.dtypes) == {"fp32", "bf16"}
+    assert SPEC.kind == "block" and facets.of(OP).order >= 100 and set(SPEC.dtypes) == {"fp32", "bf16"}
     s = SPEC.shapes["field"][0]
     assert SPEC.flops(s) >= 4 * s["T"] * s["d"] * s["hidden"]
     assert SPEC.cost(s, "bf16")[1] * 2 == SPEC.cost(s, "fp32")[1]

@@ -32,7 +32,7 @@ import functools
 
 import torch
 
-from kernels._triton import COLOR, LABEL, ORDER, common
+from kernels._triton import common
 from kernels.bias_gelu.triton_kernel import bias_gelu
 from kernels.layernorm.triton_kernel import layernorm
 from mage import ops
@@ -109,12 +109,11 @@ def _variant(dtype, **config) -> Impl:
     """An unregistered Impl at ``dtype`` running with ``config`` (the tile sweep's entries)."""
     full = _config(config, dtype)
     return Impl(op=NAME, name="triton", fn=functools.partial(mlp_block, **full), dtype=dtype, family="triton",
-                order=ORDER, label=LABEL, color=COLOR, needs_cuda=True, interpret=True, config=dict(full))
+                needs_cuda=True, interpret=True, config=dict(full))
 
 
 for _dtype in ("fp32", "bf16"):  # one launcher: the inputs' dtype picks the precision
-    register(NAME, "triton", dtype=_dtype, family="triton", order=ORDER, label=LABEL, color=COLOR,
-             interpret=True, needs_cuda=True, config_for=lambda shape, _d=_dtype: dict(DEFAULTS[_d]),
+    register(NAME, "triton", dtype=_dtype, family="triton", interpret=True, needs_cuda=True, config_for=lambda shape, _d=_dtype: dict(DEFAULTS[_d]),
              sweep=tuple(dict(c) for c in SWEEPS[_dtype]), variant=functools.partial(_variant, _dtype))(mlp_block)
 
 

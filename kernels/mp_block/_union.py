@@ -4,7 +4,7 @@ features h), and a batch is the disjoint union of its requests' graphs, as graph
 row pointer by their edges). The union is one graph of B n nodes, so every implementation of the layer
 serves a batch unchanged.
 
-This is ``Batching.join`` (``mage.ops``). Two steps:
+This is ``Batching.join`` (``mage.ext.service.batching``), the block's batch facet. Two steps:
 
 - ``GraphUnion(pool, pinned)``, once per pool of requests, on the host: each request's graph is checked
   (a built ``CSRGraph`` mapping its own nodes onto themselves, h [n, F], one n, F and dtype for all), then

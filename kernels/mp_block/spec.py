@@ -19,13 +19,11 @@ import math
 
 import torch
 
-from kernels.mlp_block.spec import ELEMENTWISE, GELU, GEMM, LAYERNORM
 from kernels.neighbor_agg.graph import CSRGraph
 from mage.errors import MageInputError
-from mage.ops import FLOAT, Batching, Op, Part, dim, randn, same_device, tensor, torch_dtype
+from mage.ops import FLOAT, Op, dim, randn, same_device, tensor, torch_dtype
 
 from . import _radius
-from ._union import GraphUnion
 
 OP = "mp_block"
 EPS = 1e-5  # LayerNorm's epsilon, as torch.nn.LayerNorm's default
@@ -41,7 +39,7 @@ def build_graph(n: int, deg: float, gen: torch.Generator, device) -> CSRGraph:
     return CSRGraph.build(rowptr.to(device), col.to(device), w.to(device), n, op=OP)
 
 
-def _layers(F, H, gen, device, dt):
+def layer_inputs(F, H, gen, device, dt):
     """gamma, beta, W1, b1, W2, b2 scaled like a real init (weights with variance 1 / fan-in), so that
     LN(m) and the hidden activations are O(1) and the update is O(1) beside h."""
     gamma = 1.0 + 0.1 * randn((F,), gen, device, "normal")
@@ -57,18 +55,7 @@ def make_inputs(s, gen, device, dtype, dist):
     dt = torch_dtype(OP, dtype)
     graph = build_graph(s["n"], s["deg"], gen, device)
     h = randn((s["n"], s["F"]), gen, device, dist).to(dt)  # 'heavy': features with a heavy tail
-    return (graph, h) + _layers(s["F"], s["H"], gen, device, dt)
-
-
-def other_set(shape, probe, seed, dtype):
-    """Cold-cache rotation: the probe's graph structure in memory of its own (so every size a compiled
-    graph specialises on, the edge count among them, stays the same), fresh features and weights."""
-    g, h = probe[0], probe[1]
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    graph = CSRGraph.build(g.rowptr.clone(), g.col.clone(), g.w.clone(), g.n_src, op=OP)
-    dt = h.dtype
-    fresh = randn(tuple(h.shape), gen, "cuda", "normal").to(dt)
-    return (graph, fresh) + _layers(shape["F"], shape["H"], gen, "cuda", dt)
+    return (graph, h) + layer_inputs(s["F"], s["H"], gen, device, dt)
 
 
 # ---------------------------------------------------------------------------------------- reference
@@ -153,12 +140,6 @@ def nbytes(s, isz=4):
     return int(4 * (n + 1) + 8 * n * deg + isz * (2 * n * F + 2 * F * H + 3 * F + H))
 
 
-def actual_shape(shape, inputs):
-    """The cost model at the generated graph's actual mean degree, not the nominal one."""
-    g = inputs[0]
-    return dict(shape, deg=g.nnz / max(g.n, 1))
-
-
 def random_shape(rnd):
     return dict(n=rnd.randint(1, 6000), F=rnd.randint(1, 200), H=rnd.randint(1, 300), deg=rnd.randint(0, 40))
 
@@ -167,48 +148,12 @@ def _at(n):
     return dict(n=n, F=128, H=128, deg=24)
 
 
-# The operations the layer calls, at its shape. The aggregation's PyTorch kernels are a gather
-# (indexSelect..., or vectorized_gather_kernel, which the first H200 profile left unclaimed as 'other'
-# before this pattern), the weighting (the layer's only MulFunctor), the zeroed sum (FillFunctor) and the
-# scatter-add (indexFunc...); the custom column's is the project's _neighbor_agg_kernel. Its operation
-# is measured on the aggregation's own uniform random graph at the layer's size and mean degree, not on
-# the radius graph (the same rows and degrees; neighbours less local in memory).
-# The LayerNorm's tiles in the Triton block, for rows of F = 128 (a prediction, not swept): the
-# operation's own defaults give a program one row of 1024 or more columns; a row of 128 is one value a
-# thread at 4 warps, so a program takes 8 rows. No eviction hints: the GEMM reads LN's output next, from
-# L2 at the field size. Here, so that the Amdahl attribution times the operation alone with them too.
-LN_TILES = dict(BLOCK_R=8, MAX_BLOCK_C=1024, num_warps=4, EVICT=0)
-
-
-def _gemm_tiles(dtype):
-    """The GEMM tiles the custom block's default road passes at ``dtype`` (None on the cuBLAS road)."""
-    from kernels.matmul.triton_epilogue import as_matmul_config
-    from .triton_block import DEFAULTS, DEFAULTS_BF16  # here: the launcher imports this spec
-    c = (DEFAULTS if dtype == "fp32" else DEFAULTS_BF16)["field"]
-    return as_matmul_config(c) if c["GEMM"] == "fused" else None
-
-
-PARTS = (Part("neighbor_agg", (r"index_?add", r"indexfunc", r"gather", r"index_?select", r"indexselect",
-                               r"scatter", r"mulfunctor", r"fillfunctor", r"neighbor_agg", r"spmm", r"csr"),
-              lambda s: [dict(n=s["n"], F=s["F"], deg=int(round(s["deg"])), dist="uniform")]),
-         Part("layernorm", LAYERNORM, lambda s: [dict(R=s["n"], C=s["F"])], tiles=lambda dt: LN_TILES),
-         Part("bias_gelu", GELU, lambda s: [dict(R=s["n"], C=s["H"])]),
-         # the block's default road at both precisions: the epilogue GEMM (tf32x3 at FP32)
-         Part("matmul", GEMM, lambda s: [dict(M=s["n"], K=s["F"], N=s["H"]), dict(M=s["n"], K=s["H"], N=s["F"])],
-              custom={"fp32": "triton@fp32x3", "bf16": "triton"}, tiles=lambda dt: _gemm_tiles(dt)),
-         Part("elementwise", ELEMENTWISE))  # the residual
-
-
 SPEC = Op(
-    name=OP, label="message-passing layer", short="message passing", order=120, marker="x", work="flops",
-    kind="block", args=("graph", "h", "gamma", "beta", "W1", "b1", "W2", "b2"),
+    name=OP, kind="block", args=("graph", "h", "gamma", "beta", "W1", "b1", "W2", "b2"),
     equation=r"h'_i = h_i + W_2\,\mathrm{gelu}\big(W_1\,\mathrm{LN}\big(\textstyle\sum_{j \in N(i)} w_{ij} h_j\big)"
              r" + b_1\big) + b_2",
     make_inputs=make_inputs, reference=reference, validate=validate,
     out_spec=lambda g, h, *layer: ((g.n, h.shape[1]), h.dtype),
-    # a request is one graph (its structure and features) of the field size; a batch is the disjoint
-    # union of its requests' graphs (``_union``); throughput counts nodes
-    batch=Batching(size="n", axes={"graph": 0, "h": 0}, items=16384, join=GraphUnion()),
     flops=flops, bytes=nbytes,
     shapes={"field": [_at(16384)], "large": [_at(1 << 20)],
             "sweep": [_at(n) for n in (4096, 16384, 65536, 262144, 1 << 20)]},
@@ -216,7 +161,7 @@ SPEC = Op(
     # channel counts; every node isolated; a box narrower than two cutoffs; no nodes
     awkward=[dict(n=1, F=1, H=1, deg=24), dict(n=40, F=3, H=5, deg=2), dict(n=37, F=33, H=17, deg=24),
              dict(n=9, F=7, H=2, deg=0), dict(n=12, F=130, H=9, deg=30), dict(n=0, F=8, H=8, deg=24)],
-    random_shape=random_shape, other_set=other_set, actual_shape=actual_shape,
+    random_shape=random_shape,
     dtypes=("fp32", "bf16"),
     # fp32: the project's FP32 tolerance. The block composes a handful of FP32 operations on O(1)
     # values, each with rounding near FP32's epsilon, so it needs no more; a GEMM slipping to TF32
@@ -224,5 +169,4 @@ SPEC = Op(
     # bits of mantissa, so the output's own rounding is already ~1e-3 of it; 2e-2 is the project's
     # bf16 tolerance, the operations' own.
     tolerance={"fp32": 5e-5, "bf16": 2e-2},
-    parts=PARTS,
 )

@@ -13,7 +13,7 @@ import torch
 from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
 from kernels.mp_block import _radius
 from kernels.neighbor_agg.graph import CSRGraph
-from mage import ops, registry, run
+from mage import facets, ops, registry, run
 from mage.check import check
 
 OP = "mp_block"
@@ -68,7 +68,7 @@ def test_inputs_keep_activations_of_order_one():
 
 
 def test_the_spec_is_a_block():
-    assert SPEC.kind == "block" and SPEC.order >= 100 and set(SPEC.dtypes) == {"fp32", "bf16"}
+    assert SPEC.kind == "block" and facets.of(OP).order >= 100 and set(SPEC.dtypes) == {"fp32", "bf16"}
     s = SPEC.shapes["field"][0]
     assert s == dict(n=16384, F=128, H=128, deg=24) and SPEC.shapes["large"][0]["n"] == 1 << 20
     assert [x["n"] for x in SPEC.shapes["sweep"]] == [4 ** k for k in range(6, 11)]
@@ -80,7 +80,7 @@ def test_the_spec_is_a_block():
 
 def test_cost_model_sees_the_actual_degree():
     inputs = SPEC.inputs(CELLS, seed=0)
-    assert SPEC.actual_shape(CELLS, inputs)["deg"] == inputs[0].nnz / CELLS["n"]
+    assert facets.of(OP).actual_shape(CELLS, inputs)["deg"] == inputs[0].nnz / CELLS["n"]
 
 
 # ---- the radius graph ------------------------------------------------------------------------------

@@ -37,7 +37,14 @@ from kernels.neighbor_agg.graph import CSRGraph
 from mage import ops
 from mage.errors import MageInputError
 
-from .spec import LN_TILES, OP, SPEC, check_layers
+from .spec import OP, SPEC, check_layers
+
+# The LayerNorm's tiles in this block, for rows of F = 128 (a prediction, not swept): the operation's
+# own defaults give a program one row of 1024 or more columns; a row of 128 is one value a thread at 4
+# warps, so a program takes 8 rows. No eviction hints: the GEMM reads LN's output next, from L2 at the
+# field size. The block's parts (facets.py) pass them on, so the Amdahl attribution times the operation
+# alone with them too.
+LN_TILES = dict(BLOCK_R=8, MAX_BLOCK_C=1024, num_warps=4, EVICT=0)
 
 # per call: aggregation, LayerNorm, GEMM, bias + GELU, GEMM with bias, residual; or aggregation,
 # LayerNorm and the two fused GEMMs
@@ -71,7 +78,7 @@ def _forward(rowptr, col, w, max_degree, h, gamma, beta, W1, b1, W2, b2, out, co
     if cfg["GEMM"] not in LAUNCHES:  # refused before any launch, not run on the other road
         raise MageInputError(OP, "config", f"GEMM must be one of {sorted(LAUNCHES)}, got {cfg['GEMM']!r}")
     m = agg._launch(rowptr, col, w, h, torch.empty((n, F), dtype=h.dtype, device=h.device), max_degree, {})
-    a = layernorm(m, gamma, beta, **LN_TILES)  # rows of F = 128, several a program (why: the spec)
+    a = layernorm(m, gamma, beta, **LN_TILES)  # rows of F = 128, several a program (why: LN_TILES)
     if cfg.pop("GEMM") == "fused":
         g = gemm_epilogue(a, W1, b1, torch.empty((n, W1.shape[0]), dtype=h.dtype, device=h.device), gelu=True, **cfg)
         return gemm_epilogue(g, W2, b2, out, residual=h, **cfg)

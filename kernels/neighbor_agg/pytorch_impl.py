@@ -8,7 +8,8 @@ bf16 tensor would round after every edge, an error that grows with the degree. T
 block's eager column aggregates through this expression."""
 import torch
 
-from kernels._pytorch import COLOR, ORDER, into, register_expression
+from kernels._pytorch import into, register_expression
+from mage import facets
 from mage.errors import MageInputError
 from mage.registry import register
 
@@ -41,8 +42,10 @@ def _csr_prepare(graph, x):
     return S, x
 
 
-@register("neighbor_agg", "cusparse", family="pytorch", order=ORDER["cusparse"], label="cuSPARSE (torch.sparse)",
-          color=COLOR["cusparse"],
+facets.declare_column("cusparse", label="cuSPARSE (torch.sparse)", order=2, color="#009E73")  # a library column
+
+
+@register("neighbor_agg", "cusparse", family="pytorch",
           prepare=_csr_prepare, config={"call": "torch.sparse.mm", "matrix": "CSR, built in prepare"})
 def cusparse(S, x, out=None):
     return into(out, torch.sparse.mm(S, x))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from mage.errors import MageInputError
-from mage.ops import FLOAT, Op, Target, dim, randn, same_device, same_dtype, tensor, torch_dtype
+from mage.ops import FLOAT, Op, dim, randn, same_device, same_dtype, tensor, torch_dtype
 
 
 def make_inputs(s, gen, device, dtype, dist):
@@ -30,39 +30,21 @@ def validate(A, B):
         raise MageInputError("triangle", "B", f"must have A's shape {tuple(A.shape)}, got {tuple(B.shape)}")
 
 
-def reuse(config: dict) -> dict:
-    """Per k step of one program (BLOCK_I x BLOCK_J outputs in BLOCK_C channels): distinct inputs
-    loaded, multiply-adds, and their ratio."""
-    bi, bj, bk, bc = config["BLOCK_I"], config["BLOCK_J"], config["BLOCK_K"], config["BLOCK_C"]
-    loads, fmas = bc * (bi * bk + bk * bj), bc * bi * bj * bk
-    return dict(loads=loads, fmas=fmas, fmas_per_load=fmas / loads)
-
-
 def random_shape(rnd):
     return dict(N=rnd.randint(1, 200), C=rnd.randint(1, 150))
 
 
 SPEC = Op(
-    name="triangle", label="triangle contraction", short="triangle", order=40, marker="triangle-up",
-    work="flops", args=("A", "B"), equation=r"O_{ijc} = \sum_k A_{ikc} B_{jkc}",
+    name="triangle", args=("A", "B"), equation=r"O_{ijc} = \sum_k A_{ikc} B_{jkc}",
     make_inputs=make_inputs, reference=reference, validate=validate,
     out_spec=lambda A, B: (tuple(A.shape), A.dtype),
     flops=lambda s: 2 * s["N"] ** 3 * s["C"],
     bytes=lambda s, isz=4: isz * 3 * s["N"] * s["N"] * s["C"],  # A, B, O: all of A's dtype
-    # backward: two more triangle contractions (dA from dO and B, dB from dO and A); read A, B, dO, write dA, dB
-    grad_flops=lambda s: 4 * s["N"] ** 3 * s["C"],
-    grad_bytes=lambda s, isz=4: isz * 5 * s["N"] * s["N"] * s["C"],
     shapes={"field": [dict(N=128, C=64)], "large": [dict(N=384, C=128)],
             "sweep": [dict(N=n, C=128) for n in (16, 32, 64, 96, 128, 192, 256, 384)]},
     awkward=[dict(N=1, C=1), dict(N=5, C=3), dict(N=17, C=33), dict(N=33, C=65), dict(N=0, C=4)],
-    random_shape=random_shape, reuse=reuse,
+    random_shape=random_shape,
     # fp32x3: FP32 storage and tolerance, each product as three TF32 tensor-core products. bf16: storage;
     # the products (exact in FP32) and the sum over k FP32 in every column, the output rounded once
     dtypes=("fp32", "fp32x3", "bf16"),
-    # At FP32 accuracy (issue 14): the FMA-only kernel at least as fast as the einsum (permute copies
-    # and cuBLAS's batched SGEMM), fp32x3 at least 1.5x it.
-    targets=(Target("triton", "speedup", 1.0, baseline="pytorch"),
-             Target("triton", "speedup", 1.5, baseline="pytorch", dtype="fp32x3", baseline_dtype="fp32"),
-             Target("triton", "share_of_rate", 0.85),
-             Target("rust", "share_of_rate", 0.60)),
 )

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import mage
-from mage import ops
+from mage import facets, ops
 from mage.errors import MageInputError
 
 SPEC = ops.get("triangle")
@@ -22,7 +22,7 @@ def test_reference_against_loops():
 
 def test_cost_and_reuse_by_hand():
     assert SPEC.cost(dict(N=5, C=3)) == (2 * 125 * 3, 4 * 3 * 25 * 3)
-    assert SPEC.reuse(dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=8))["fmas_per_load"] == 32.0
+    assert facets.of("triangle").reuse(dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=8))["fmas_per_load"] == 32.0
 
 
 @pytest.mark.parametrize("make,match", [

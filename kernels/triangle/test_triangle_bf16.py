@@ -12,6 +12,7 @@ from kernels._triton import common
 from kernels._triton.testing import (assert_refuses, check_bf16_columns, check_mixed_precisions_refused, gpu,
                                      gpu_failures, module, rel_err, spec, variant)
 from mage import registry
+from mage.passes import grad_cost
 
 OP = "triangle"
 # the sweep default's 128 x 128 tiles over a few rows and channels (masked everywhere), and a k loop of
@@ -28,7 +29,7 @@ def test_bf16_inputs_output_and_bytes():
     assert spec(OP).inputs(dict(N=3, C=2), dtype="fp32x3")[0].dtype == torch.float32  # FP32 storage
     assert spec(OP).cost(dict(N=5, C=3), "bf16") == (2 * 125 * 3, 2 * 3 * 25 * 3)  # A, B, O: 2 bytes each
     assert spec(OP).cost(dict(N=5, C=3), "fp32x3")[1] == 4 * 3 * 25 * 3
-    assert spec(OP).grad_cost(dict(N=5, C=3), "bf16")[1] == 2 * 5 * 25 * 3
+    assert grad_cost(spec(OP), dict(N=5, C=3), "bf16")[1] == 2 * 5 * 25 * 3
 
 
 @pytest.mark.parametrize("dist", ["normal", "heavy"])

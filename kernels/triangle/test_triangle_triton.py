@@ -12,6 +12,7 @@ import torch
 from kernels._triton import common
 from kernels._triton.testing import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, gpu,
                                      module, rel_err, spec)
+from mage import facets
 from mage.check import check
 
 OP = "triangle"
@@ -175,7 +176,7 @@ def test_bad_configs_are_refused(config, words, monkeypatch):
 
 
 def test_reuse_counts():
-    assert spec(OP).reuse(dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=8))["fmas_per_load"] == 32.0
+    assert facets.of(OP).reuse(dict(BLOCK_I=64, BLOCK_J=64, BLOCK_K=16, BLOCK_C=8))["fmas_per_load"] == 32.0
 
 
 def test_every_config_names_its_road():

@@ -20,7 +20,7 @@ update with bias-free linear layers (b_in = b_out = 0 here).
 Batches. z may also be [B, N, N, C] with a mask [B, N, N]: B complexes of one size (a server crops or
 pads every complex to one N, as AlphaFold 3 and Boltz do), each updated on its own (the contraction
 never mixes complexes). B = 1 is the unbatched update. This is how the block is served
-(``Batching(stack=True)``: a request is one complex's z and pair mask).
+(its ``batch`` facet stacks them: a request is one complex's z and pair mask).
 
 The five input projections are held as one matrix whose columns are, in order: the left gate, the
 left value, the right gate, the right value, the output gate. A model that fuses its input
@@ -32,9 +32,8 @@ from __future__ import annotations
 import torch
 
 from kernels.layernorm.spec import EPS
-from kernels.mlp_block.spec import ELEMENTWISE, GEMM, LAYERNORM
 from mage.errors import MageInputError
-from mage.ops import FLOAT, Batching, Op, Part, dim, randn, same_device, tensor, torch_dtype
+from mage.ops import FLOAT, Op, dim, randn, same_device, tensor, torch_dtype
 
 NAME = "trimul_block"
 ARGS = ("z", "mask", "gamma_in", "beta_in", "w_in", "b_in", "gamma_out", "beta_out", "w_out", "b_out")
@@ -143,55 +142,12 @@ def random_shape(rnd):
     return dict(N=rnd.randint(1, 200), C=rnd.randint(1, 160), H=rnd.randint(1, 160))
 
 
-# The operations the update calls, at its shape. The custom column runs both LayerNorms, the gates and
-# the contraction as the project's Triton kernels and keeps the projections on cuBLAS. The PyTorch
-# columns run the einsum as layout copies and a cuBLAS batched GEMM, whose kernel names are the
-# projections' own: that GEMM time is shared between the two by their own times at these shapes.
-def _block_config(dtype) -> dict:
-    from .triton_block import DEFAULTS, DEFAULTS_BF16  # here, not at the top: the launcher imports this spec
-    return (DEFAULTS if dtype == "fp32" else DEFAULTS_BF16)["field"]
-
-
-def _ln_tiles(dtype) -> dict:
-    """The LayerNorm tiles the custom block passes (its rows of C or H = 128 channels, several a program)."""
-    c = _block_config(dtype)
-    return dict(BLOCK_R=c["LN_BLOCK_R"], num_warps=c["LN_WARPS"], EVICT=c["LN_EVICT"])
-
-
-def _gemm_tiles(dtype):
-    """The projections' tiles on the custom block's default road (None on the cuBLAS road)."""
-    from kernels.matmul.triton_epilogue import as_matmul_config
-    c = _block_config(dtype)
-    if c["GEMM"] != "fused":
-        return None
-    return as_matmul_config(dict(BLOCK_M=c["GEMM_M"], BLOCK_N=c["GEMM_N"], BLOCK_K=c["GEMM_K"],
-                                 num_warps=c["GEMM_WARPS"], num_stages=c["GEMM_STAGES"]))
-
-
-PARTS = (Part("layernorm", LAYERNORM, lambda s: [dict(R=s["N"] ** 2, C=s["C"]), dict(R=s["N"] ** 2, C=s["H"])],
-              tiles=_ln_tiles),
-         # the sigmoid gates and the mask: PyTorch's sigmoid and MulFunctor kernels, the block's own
-         # _gate_kernel and _out_gate_kernel (no operation of their own: their speedup is not measured)
-         Part("gate", (r"sigmoid", r"_gate_kernel", r"mulfunctor")),
-         Part("triangle", (r"_batched_gemm", r"_transpose", r"_triangle", r"copy", r"clone"),
-              lambda s: [dict(N=s["N"], C=s["H"])], split_from="matmul"),
-         Part("matmul", GEMM, lambda s: [dict(M=s["N"] ** 2, K=s["C"], N=4 * s["H"] + s["C"]),
-                                         dict(M=s["N"] ** 2, K=s["H"], N=s["C"])],
-              # the block's default road: the tf32x3 epilogue GEMM at FP32, cuBLAS at bf16
-              custom={"fp32": "triton@fp32x3", "bf16": "pytorch"}, tiles=_gemm_tiles),
-         Part("elementwise", ELEMENTWISE))  # the biases
-
-
 SPEC = Op(
-    name=NAME, label="triangle multiplicative update", short="triangle update", order=110,
-    marker="triangle-down", work="flops", kind="block", args=ARGS,
+    name=NAME, kind="block", args=ARGS,
     equation=(r"\mathrm{out}_{ij} = \sigma(g_{ij}) \odot \left(\mathrm{LN}\Big(\sum_k a_{ik} \odot b_{jk}\Big)"
               r" W_o + b_o\right),\ a_{ik} = m_{ik}\,\sigma(\cdot) \odot (\cdot)\ \text{from}\ \mathrm{LN}(z_{ik})"),
     make_inputs=make_inputs, reference=reference, validate=validate,
     out_spec=lambda z, *rest: (tuple(z.shape), z.dtype),
-    # a request is one complex (z and its pair mask) at N = 384, AlphaFold 3's and Boltz's crop; a batch
-    # stacks complexes on a new leading axis; throughput counts pairs (B N^2)
-    batch=Batching(size="N", axes={"z": 0, "mask": 0}, stack=True, items=384, count=lambda s: s["N"] ** 2),
     flops=flops, bytes=nbytes,
     # pair channels 128, hidden 128 (AlphaFold 3, Boltz); N = 384 is their training crop
     shapes={"field": [dict(N=128, C=128, H=128)], "large": [dict(N=384, C=128, H=128)],
@@ -212,5 +168,4 @@ SPEC = Op(
     # CPU): a property of bf16 storage at those sizes, not of an implementation. The seeded checks of
     # the awkward shapes pass.
     tolerance={"fp32": 5e-5, "bf16": 2e-2},
-    parts=PARTS,
 )

@@ -166,7 +166,7 @@ def tile_widget(book: Book, op: str, tile_of: str = "field"):
     """Sliders over the recorded sweep's values of each tile parameter, and what the chosen tile means.
     In a running kernel on a GPU (ipywidgets) each change builds the swept implementation's variant
     (``Impl.variant``), checks it and times it. Anywhere else, the published page included, the
-    sliders run in the page: each move shows the tile's reuse count (from the op's spec) and the
+    sliders run in the page: each move shows the tile's reuse count (from the op's reuse facet) and the
     recorded measurement for it, and says that no kernel ran."""
     from IPython.display import HTML, Markdown, display
     from .figure_tiles import tile_explorer_html, tile_table

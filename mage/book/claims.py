@@ -5,7 +5,7 @@ card (or data where the order flips) rewrites the sentence. Every comparison goe
 ``mage.views.judge`` with ``views.tie_tolerance`` (the harness's precision, widened to the measured spread
 of the rows compared), so two numbers within it read as a tie. Only like is compared with like: an
 implementation without rows of a view of its own (one that borrows another's kernel time) is left out
-of that view's comparison. Names of operations and implementations come from the specs and the registry.
+of that view's comparison. Names of operations and implementations come from the facets and the registry.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from mage import facets
 from mage import views as V
 from mage.ops import OPS
 
@@ -23,8 +24,7 @@ MICRO = "µs"
 
 # ------------------------------------------------------------------------------------------- names
 def op_name(op: str) -> str:
-    spec = OPS.get(op)
-    return (spec.label or op) if spec else str(op)
+    return (facets.get(op, "label", "") or op) if op in OPS else str(op)
 
 
 def _impl(name: str):
@@ -34,7 +34,7 @@ def _impl(name: str):
 
 def impl_name(name: str) -> str:
     i = _impl(name)
-    return (i.label or i.name) if i is not None else str(name)
+    return (facets.column_declared(i.name, "label", "") or i.name) if i is not None else str(name)
 
 
 def family(name: str) -> str:
@@ -261,13 +261,13 @@ def tiles(df: pd.DataFrame, op: str, tile_of: str = "field", dtype: str = "fp32"
     h = V.headline(df, op=op, shape_set="tiles", dtype=dtype, view="kernel_time")
     if "tile_of" in h:
         h = h[h["tile_of"].replace("", tile_of) == tile_of]
-    spec = OPS.get(op)
+    reuse = facets.get(op, "reuse", None) if op in OPS else None
     rows = []
     for _, r in h.iterrows():
         if not r["config"]:
             continue
         cfg = json.loads(r["config"])
-        ru = spec.reuse(cfg) if spec is not None and spec.reuse else {}
+        ru = reuse(cfg) if reuse else {}
         rows.append(dict(config=cfg, shape=r["shape"], kernel_us=float(r["value"]),
                          fmas_per_load=ru.get("fmas_per_load", math.nan)))
     return pd.DataFrame(rows, columns=["config", "shape", "kernel_us", "fmas_per_load"])

@@ -1,5 +1,5 @@
 """Figures of cost against the card's limits: the roofline, cost against size over the sweeps, and what
-each launch path adds to the kernel time. Data comes from ``mage.views``; names from the specs and the
+each launch path adds to the kernel time. Data comes from ``mage.views``; names from the facets and the
 registry."""
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mage import facets
 from mage import views as V
 from .figure_style import (VIEW_LABEL, caption, impl_color, impl_info, impl_label, impls_in, not_measured,
                            op_label, with_caption)
@@ -40,7 +41,7 @@ def roofline(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, shape_sets=
     fig.add_trace(go.Scatter(x=x, y=np.minimum(bw * x, peak), mode="lines", line=dict(color="#444", width=2),
                              name=f"roof: {bw:.0f} GB/s copy, {peak / 1e3:.1f} TFLOP/s FP32", meta={"table": False},
                              hovertemplate="AI %{x:.3g} FLOP/B<br>roof %{y:.4g} GFLOP/s<extra></extra>"))
-    marker = {o: spec.marker for o, spec in OPS.items()}
+    marker = {o: facets.get(o, "marker", "circle") for o in OPS}
     for impl in impls_in(d["impl"]):
         g = V.select(d, impl=impl)
         fig.add_trace(go.Scatter(
@@ -87,7 +88,7 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
     for n, op in enumerate(op_list):
         rc = dict(row=n // ncols + 1, col=n % ncols + 1)
         g = V.select(d, op=op)
-        xcol = "flops" if getattr(OPS.get(op), "work", "bytes") == "flops" else "bytes"
+        xcol = "flops" if op in OPS and facets.get(op, "work", "bytes") == "flops" else "bytes"
         for v in views:
             for impl in impls_in(g["impl"], op):
                 s = V.select(g, impl=impl, view=v).sort_values(xcol)

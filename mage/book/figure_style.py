@@ -1,4 +1,4 @@
-"""What every figure shares: names, colours and column order (from the specs and the registry, never
+"""What every figure shares: names, colours and column order (from the facets and the registry, never
 from tables keyed by name), captions, and the figure that says a card did not measure something.
 
 Rows whose implementation is not registered here (a toolchain missing on this machine, another card's
@@ -13,6 +13,7 @@ import textwrap
 
 import plotly.graph_objects as go
 
+from mage import facets
 from mage.ops import OPS
 
 GREY = "#888888"
@@ -36,7 +37,7 @@ def _registered() -> dict:
     found = {}
     for i in registry.impls():
         found.setdefault(i.name, i)
-    ordered = sorted(found.values(), key=lambda i: (i.order, i.name))
+    ordered = sorted(found.values(), key=lambda i: (facets.column_declared(i.name, "order", 50), i.name))
     return {i.name: i for i in ordered}
 
 
@@ -46,12 +47,12 @@ def impl_info(name: str):
 
 def impl_label(name: str) -> str:
     i = impl_info(name)
-    return (i.label or i.name) if i is not None else str(name)
+    return (facets.column_declared(i.name, "label", "") or i.name) if i is not None else str(name)
 
 
 @functools.lru_cache(maxsize=1)
 def _palette() -> dict:
-    return {name: i.color or GREY for name, i in _registered().items()}
+    return {name: facets.column_declared(name, "color", "") or GREY for name in _registered()}
 
 
 def impl_color(name: str) -> str:
@@ -117,13 +118,13 @@ def impls_in(values, op: str | None = None) -> list[str]:
 
 
 def op_label(op: str) -> str:
-    spec = OPS.get(op)
-    return (spec.label or op) if spec else str(op)
+    return (facets.get(op, "label", "") or op) if op in OPS else str(op)
 
 
 def op_short(op: str) -> str:
-    spec = OPS.get(op)
-    return (spec.short or spec.label or op) if spec else str(op)
+    if op not in OPS:
+        return str(op)
+    return facets.get(op, "short", "") or facets.get(op, "label", "") or op
 
 
 def fmt(v: float, unit: str) -> str:

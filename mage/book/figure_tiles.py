@@ -1,5 +1,5 @@
 """The recorded tile sweep: one row per config (``tile_table``) and a slider over the configs
-(``tile_explorer``). The reuse count of a tile comes from the op's spec (``Op.reuse``)."""
+(``tile_explorer``). The reuse count of a tile comes from the op's ``reuse`` facet."""
 from __future__ import annotations
 
 import itertools
@@ -12,19 +12,18 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mage import facets
 from mage import views as V
-from mage.ops import OPS
-
 from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption
 
 BLOCK_ORDER = ["BLOCK_M", "BLOCK_N", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_R", "BLOCK_C", "MAX_BLOCK_C"]
 
 
 def reuse(op: str, config: dict) -> dict:
-    """Distinct inputs loaded and multiply-adds per step of one program, from the op's spec ({} for an
+    """Distinct inputs loaded and multiply-adds per step of one program, from the op's reuse facet ({} for an
     operation without reuse to count)."""
-    spec = OPS.get(op)
-    return spec.reuse(config) if spec is not None and spec.reuse else {}
+    reuse = facets.get(op, "reuse", None) if op in OPS else None
+    return reuse(config) if reuse else {}
 
 
 def config_label(config: dict) -> str:
@@ -190,7 +189,7 @@ def slider_keys(t: pd.DataFrame) -> list[str]:
 
 def explorer_table(t: pd.DataFrame, op: str) -> tuple[list[str], dict, dict]:
     """(keys, options per key, {"v1|v2|...": {reuse, rec}}) over every combination of the recorded values
-    of each parameter: the reuse count from the op's spec, the recorded times where the sweep ran it."""
+    of each parameter: the reuse count from the op's reuse facet, the recorded times where the sweep ran it."""
     keys = slider_keys(t)
     options = {k: sorted({int(v) for v in t[k].dropna()}) for k in keys}
     recorded = {}

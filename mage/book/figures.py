@@ -2,7 +2,7 @@
 plotly Figure, so a page cell is one call and the same figures can be made outside the book.
 
 Figures only draw: what they show is selected by ``mage.views`` (one statistic per case), and names,
-colours and order come from the specs and the registry (``mage.book.figure_style``). A figure whose data the
+colours and order come from the facets and the registry (``mage.book.figure_style``). A figure whose data the
 card did not record says so instead of failing. The figure modules (``figures``, ``figure_*``) are the
 only ones that import plotly; the measuring code never does.
 

@@ -1,5 +1,5 @@
-"""The speed targets the specs state (``Op.targets``), evaluated against a data directory, and the
-harness's own precision.
+"""The speed targets the operations state (their ``targets`` facets), evaluated against a data
+directory, and the harness's own precision.
 
 Every number comes from the recorded rows (by default kernel time, warm; at the large shapes one input
 set already overflows L2, so warm is cold there) at the target's own shape set, and from the ceilings
@@ -12,9 +12,11 @@ import math
 
 import pandas as pd
 
+from mage import facets
 from mage import views as V
+from mage.book.target import Target
 from mage.data import load, load_ceilings
-from mage.ops import OPS, PRECISIONS, Target, shape_key
+from mage.ops import OPS, PRECISIONS, shape_key
 
 WHAT = {"kernel_time": "kernel time", "event_span": "event span", "graph_span": "graph-replay span"}
 
@@ -64,7 +66,7 @@ def targets(path, df: pd.DataFrame | None = None, ceilings: pd.DataFrame | None 
     """Every target of every spec, evaluated against the data in ``path`` (or the frames given)."""
     df = load(path) if df is None else df
     ceil = load_ceilings(path) if ceilings is None else ceilings
-    rows = [r for op, spec in OPS.items() for t in spec.targets for r in evaluate(df, ceil, op, t)]
+    rows = [r for op in OPS for t in facets.get(op, "targets", ()) for r in evaluate(df, ceil, op, t)]
     cols = ["target", "op", "impl", "dtype", "shape_set", "shape", "measured", "unit", "wanted", "met"]
     out = pd.DataFrame(rows, columns=cols)
     out["met"] = out["met"].astype(bool)

@@ -14,6 +14,8 @@ import pandas as pd
 
 from mage.book import claims as C
 from mage import views as V
+from mage.errors import MageInputError
+from mage.ext.training.passes import grad_cost
 from mage.ops import OPS, parse_shape, peak_tflops
 
 # the training steps' tables and sentences, and what the two share, in this chapter's one namespace
@@ -47,7 +49,7 @@ def has_backward(df: pd.DataFrame) -> bool:
 # ------------------------------------------------------------------------------- cost (the specs)
 def cost_table(shape_set: str = "field") -> pd.DataFrame:
     """Per operation at its first listed shape of the set: forward and backward FLOPs and compulsory bytes
-    (FP32), as the specs state them, and backward over forward."""
+    (FP32), as the specs and their facets state them, and backward over forward."""
     rows = []
     for op in operations():
         spec = OPS[op]
@@ -55,7 +57,7 @@ def cost_table(shape_set: str = "field") -> pd.DataFrame:
         if not shapes:
             continue
         f_flops, f_bytes = spec.cost(shapes[0], "fp32")
-        b_flops, b_bytes = spec.grad_cost(shapes[0], "fp32")
+        b_flops, b_bytes = grad_cost(spec, shapes[0], "fp32")
         rows.append(dict(op=op, shape=V.shapes_of(op, shape_set)[0], fwd_flops=f_flops, fwd_bytes=f_bytes,
                          bwd_flops=b_flops, bwd_bytes=b_bytes,
                          flops_ratio=b_flops / f_flops if b_flops is not None and f_flops else math.nan,
@@ -72,7 +74,7 @@ def memory_bound(op: str, shape_set: str, ceil: pd.DataFrame, dtype: str = "fp32
     rates = {n: V.ceiling(ceil, n) for n in ("fp32_tflops", "tf32_tflops", "bf16_tflops")}
     if not shapes or not math.isfinite(copy):
         return None
-    flops, nbytes = spec.grad_cost(shapes[0], dtype)
+    flops, nbytes = grad_cost(spec, shapes[0], dtype)
     try:
         peak = peak_tflops(rates, dtype)
     except KeyError:

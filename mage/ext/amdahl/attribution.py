@@ -1,9 +1,9 @@
 """Amdahl attribution: does an operation's speedup survive inside a block?
 
 A block's baseline column (PyTorch eager by default) is profiled, and its kernel time split by
-operation: every kernel name goes to the first of the block's ``Op.parts`` with a pattern that finds it
-('other' if none does), so p_i is the share of the block's kernel time spent in operation i. Each
-operation is then measured on its own, at the shapes the block calls it at, by the same harness (its
+operation: every kernel name goes to the first of the block's parts (its ``parts`` facet) with a
+pattern that finds it ('other' if none does), so p_i is the share of the block's kernel time spent in
+operation i. Each operation is then measured on its own, at the shapes the block calls it at, by the same harness (its
 spec's inputs, its check, its profile): s_i is the baseline implementation's kernel time over the
 implementation the custom block runs for it (one by construction where the custom block keeps the
 library). The prediction is Amdahl's law,

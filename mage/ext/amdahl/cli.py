@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mage import ops, registry
+from mage import facets, ops, registry
 from mage.cli_common import (
     _command_line,
     _cuda_or_exit,
@@ -18,10 +18,10 @@ from mage.errors import MageInputError
 
 
 def cmd_amdahl(a):
-    with_parts = [n for n, s in ops.OPS.items() if s.parts]
+    with_parts = [n for n in ops.OPS if facets.get(n, "parts", ())]
     blocks = a.ops or with_parts
     if not blocks or any(n not in with_parts for n in blocks):
-        raise MageInputError("amdahl", "--ops", f"must name blocks that state their parts (Op.parts); these do: "
+        raise MageInputError("amdahl", "--ops", f"must name blocks that state their parts (a parts facet); these do: "
                                                 f"{with_parts}")
     a.baseline, a.custom = a.baseline or registry.role("baseline"), a.custom or registry.role("custom")
     _known_impls("amdahl", [a.baseline, a.custom])
@@ -45,7 +45,7 @@ def add_amdahl(sub):
     sp = sub.add_parser("amdahl", help="each block's kernel time split by operation, the operations alone at the "
                         "block's shapes, and the block speedup Amdahl's law predicts against the measured one (needs CUDA)")
     sp.add_argument("--out", required=True)
-    sp.add_argument("--ops", nargs="+", default=None, help="blocks (default: every op that states Op.parts)")
+    sp.add_argument("--ops", nargs="+", default=None, help="blocks (default: every op that states a parts facet)")
     sp.add_argument("--shapes", nargs="+", default=["field"], choices=["field", "large", "sweep"])
     sp.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=list(ops.PRECISIONS))
     sp.add_argument("--baseline", default=None, help="the column whose time is split (default: the registry's "

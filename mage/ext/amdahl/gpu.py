@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from mage import ops, registry
+from mage import facets, ops, registry
 from mage.check import check
 from mage.data import add_new_run, ensure_same_machine, merge_csv
 from mage.env import environment
@@ -52,9 +52,10 @@ def measure_case(spec, shape: dict, shape_set: str, dtype: str, run: str, baseli
         got = profile_at(_impl(spec.name, name, dtype), shape, iters, log)
         if got is not None:
             profiles[name] = got
-    parts = {p.op: p for p in spec.parts}
+    block_parts = facets.get(spec, "parts")
+    parts = {p.op: p for p in block_parts}
     op_us = {}
-    for part in spec.parts:
+    for part in block_parts:
         if part.shapes is None or part.op not in ops.OPS:
             continue
         mine = part.column(dtype, custom)
@@ -76,7 +77,7 @@ def measure_case(spec, shape: dict, shape_set: str, dtype: str, run: str, baseli
             op_us[(part.op, name)] = total
             if part.split_from and total == total:
                 op_us[(part.op, name, "library")] = library
-    return amdahl.rows_for_case(spec.name, dtype, ops.shape_key(shape), shape_set, run, spec.parts, baseline, custom,
+    return amdahl.rows_for_case(spec.name, dtype, ops.shape_key(shape), shape_set, run, block_parts, baseline, custom,
                                 profiles, op_us)
 
 

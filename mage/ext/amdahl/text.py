@@ -6,6 +6,8 @@ import math
 
 import pandas as pd
 
+from mage import facets
+
 from .attribution import OTHER, TARGET, predict
 
 
@@ -43,8 +45,8 @@ def located(t: pd.DataFrame) -> str:
         k, gap = hit
         v = r.parts[k]
         alone = f"{v['s']:.2f}x alone" if v["s"] == v["s"] else "taken as 1x (no operation of its own)"
-        name = OPS[r.block].label if r.block in OPS else r.block
-        part = OPS[k].label if k in OPS else f"the {k} part"
+        name = facets.get(r.block, "label") if r.block in OPS else r.block
+        part = facets.get(k, "label") if k in OPS else f"the {k} part"
         inside = ("has no kernel of its own inside the block (fused into another part's)" if v["inside"] == math.inf
                   else f"{v['inside']:.2f}x inside the block")
         out.append(f"The {name} at {r.dtype}: {part} is {alone} but {inside}; with that one part's in-block speedup the "
@@ -77,7 +79,7 @@ def findings(t: pd.DataFrame, dtype: str = "fp32") -> str:
         return f"No block has been attributed at {dtype} on this card yet."
     out = []
     for r in d.itertuples():
-        name = OPS[r.block].label if r.block in OPS else r.block
+        name = facets.get(r.block, "label") if r.block in OPS else r.block
         verdict = judge(r.custom_us, r.baseline_us)
         if verdict.verdict == "not measured":
             head = f"The {name} ({r.shape}): the custom column was not measured"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mage import ops
+from mage import facets, ops
 from mage.cli_common import (
     _command_line,
     _cuda_or_exit,
@@ -17,7 +17,7 @@ from mage.errors import MageInputError
 
 def cmd_serve(a):
     from mage.ext.service import loops as sv
-    served = [n for n, s in ops.OPS.items() if s.batch is not None]
+    served = [n for n in ops.OPS if facets.get(n, "batch", None) is not None]
     names = a.ops or served
     unknown = [n for n in names if n not in ops.OPS]
     if unknown or not names:
@@ -51,11 +51,11 @@ def add_serve(sub):
     sp = sub.add_parser("serve", help="latency as a service sees it: closed loop, batch sweep, open loop with a "
                         "dynamic batcher (needs CUDA)")
     sp.add_argument("--out", required=True)
-    sp.add_argument("--ops", nargs="+", default=None, help="blocks to serve (default: every op with Op.batch)")
+    sp.add_argument("--ops", nargs="+", default=None, help="blocks to serve (default: every op with a batch facet)")
     sp.add_argument("--impls", nargs="+", default=None)
     sp.add_argument("--dtypes", nargs="+", default=None, choices=list(ops.PRECISIONS))
     sp.add_argument("--shape-set", dest="shape_set", choices=["field", "large", "sweep"], default="field")
-    sp.add_argument("--items", type=int, default=None, help="items per request (default: the spec's Op.batch.items)")
+    sp.add_argument("--items", type=int, default=None, help="items per request (default: its batch facet's items)")
     sp.add_argument("--host", nargs="+", choices=["pinned", "pageable"], default=["pinned", "pageable"])
     sp.add_argument("--requests", type=int, default=2000, help="requests per loop")
     sp.add_argument("--batch", type=int, default=16, help="the batcher's limit B, requests per batch")

@@ -4,7 +4,7 @@ runs the loops of ``mage.ext.service.loops`` over the selected blocks and writes
 ``mage.ext.service.session``.
 
 A request's inputs live in host memory, pinned or pageable (``host_mem``), one value per per-request
-argument (``Op.batch.axes``); the shared weights are on the device before the first request. Serving a
+argument (the ``batch`` facet's ``axes``); the shared weights are on the device before the first request. Serving a
 batch copies each request's inputs into its slice of a device buffer (H2D: along an axis the requests
 share, on a new leading axis with ``Batching.stack``, or as the spec's ``Batching.join`` lays them out,
 which may also shift indices on the device), calls the implementation on the batch, copies the batch's output back into one host buffer (D2H: each request's output is its slice
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 
+from mage import facets
 from mage.errors import MageInputError
 from mage.ext.service import loops as sv
 from mage.ops import Op, shape_key
@@ -34,9 +35,9 @@ _DRAWS: dict = {}  # the last pool drawn one by one, on the host, unpinned
 
 def check_batching(spec: Op) -> None:
     """A served op says how its requests batch, naming its own arguments."""
-    b = spec.batch
+    b = facets.get(spec, "batch", None)
     if b is None:
-        raise MageInputError("serve", "--ops", f"{spec.name} does not say how its requests batch (Op.batch)")
+        raise MageInputError("serve", "--ops", f"{spec.name} does not say how its requests batch (its batch facet)")
     unknown = [a for a in (*b.axes, *b.resident) if a not in spec.args]
     if unknown or not b.axes or set(b.axes) & set(b.resident):
         raise MageInputError(spec.name, "batch",
@@ -75,7 +76,7 @@ class CudaExecutor:
                  pool=64, seed: int = 0, pad: bool = True, device: str = "cuda"):
         import torch
         self.torch, self.impl, self.batch, self.pad = torch, impl, batch, pad
-        b = spec.batch
+        b = facets.get(spec, "batch")
         self.mode, self.join = b.mode, b.join
         self.pinned = host_mem == "pinned"
         grow = lambda n: dict(shape, **{b.size: n * items})  # noqa: E731 - the shape of n requests (concat)

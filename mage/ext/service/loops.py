@@ -5,7 +5,7 @@ batch size. This module is the loops, with no GPU in it: a loop drives an
 in host memory) against a *clock* (``now()``, ``sleep_until(t)``), so a fake clock and a fake executor
 (the tests' ``service_fakes``) test it on any machine. ``mage.ext.service.gpu`` is the executor on a CUDA device and the session that
 records the rows. Nothing here names an operation or an implementation: a block says how its requests
-batch in its spec (``Op.batch``, a ``mage.ops.Batching``).
+batch in its ``batch`` facet (a ``mage.ext.service.batching.Batching``).
 
 Arrivals are simulated against the clock rather than produced by a second thread: the arrival times are
 drawn before the loop starts, and a request counts as arrived once the clock has passed its time. The one

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from mage import facets
 from mage.ext.service import loops as sv
 from mage.ext.service import stats as st
 from mage.ops import shape_key
@@ -69,12 +70,13 @@ def measure(out_dir, op_names, impl_names=None, dtypes=None, shape_set="field", 
     run = add_new_run(out_dir, new_run_id, env)
     clock, all_rows = sv.WallClock(), []
     for spec in specs:
-        n_items = items or spec.batch.items
+        batching = facets.get(spec, "batch")
+        n_items = items or batching.items
         requests_at = {}  # one request shape once (a size sweep differs only in the size a request fixes)
         for shape in spec.shapes[shape_set]:
-            requests_at.setdefault(shape_key(dict(shape, **{spec.batch.size: n_items})), shape)
+            requests_at.setdefault(shape_key(dict(shape, **{batching.size: n_items})), shape)
         for key, shape in requests_at.items():
-            request = dict(shape, **{spec.batch.size: n_items})
+            request = dict(shape, **{batching.size: n_items})
             for im in registry.impls(spec.name, impl_names):
                 if not im.callable or im.runs_on(device) or (dtypes and im.dtype not in dtypes):
                     continue
@@ -100,7 +102,8 @@ def _case(spec, im, shape, items, host_mem, base, clock, requests, max_batch, wa
     step = lambda what: log(f"    {im.name}/{im.dtype} {host_mem}: {what} at {time.perf_counter() - t0:.0f} s")  # noqa: E731
     make = executor_factory(spec, im, shape, items, host_mem, seed=seed, pad=pad, device=device)
     size = items
-    items = spec.batch.items_in(dict(shape, **{spec.batch.size: size}))  # what throughput counts, per request
+    batching = facets.get(spec, "batch")
+    items = batching.items_in(dict(shape, **{batching.size: size}))  # what throughput counts, per request
     one = make(1)
     one.verify(spec)
     step("ready and verified")  # progress lines: a run cut by its time limit shows which phase held it

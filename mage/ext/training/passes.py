@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from mage import ops
+from mage import facets, ops
 from mage.check import CheckResult, rel_error
 from mage.errors import MageInputError
 from mage.ext.training import paths
@@ -138,12 +138,24 @@ def grad_check(impl, fn, shape: dict, seed: int, device: str = "cuda") -> CheckR
     return res
 
 
+def grad_cost(spec, shape: dict, dtype: str = "fp32", inputs=None) -> tuple:
+    """(FLOPs, compulsory bytes) of the backward at ``shape`` (given ``inputs``, at their actual sizes), from
+    the operation's ``grad_flops`` and ``grad_bytes`` facets; (None, None) where it states none. grad_flops(shape)
+    counts the gradients of every floating input; grad_bytes(shape, itemsize) what backward must read (the
+    saved tensors and the output's gradient) and write (the inputs' gradients)."""
+    grad_flops, grad_bytes = facets.get(spec, "grad_flops", None), facets.get(spec, "grad_bytes", None)
+    if grad_flops is None or grad_bytes is None:
+        return None, None
+    shape = spec.cost_shape(shape, inputs)
+    return grad_flops(shape), grad_bytes(shape, ops.itemsize(dtype))
+
+
 def pass_cost(spec, shape, dtype, probe, pass_):
-    """(FLOPs, bytes) of one call of ``pass_``: forward's, backward's (the spec's grad cost), or both summed."""
+    """(FLOPs, bytes) of one call of ``pass_``: forward's, backward's (``grad_cost``), or both summed."""
     fwd = spec.cost(shape, dtype, inputs=probe)
     if pass_ == "forward":
         return fwd
-    bwd = spec.grad_cost(shape, dtype, inputs=probe)
+    bwd = grad_cost(spec, shape, dtype, inputs=probe)
     if pass_ == "backward" or bwd[0] is None:
         return bwd
     return fwd[0] + bwd[0], fwd[1] + bwd[1]
