@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from kernels._triton import common, stages
+from kernels._triton import TileTable, common, stages
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, module
 from mage import data, launch_path, ops, registry
 from mage.errors import MageInputError
@@ -70,21 +70,19 @@ def test_summary_reads_the_ratio():
     assert "1.20" in launch_path.summary(rows)
 
 
-def test_choose_split_is_choose_then_split():
-    d = module("layernorm").DEFAULTS
+def test_a_chosen_config_is_the_callers_copy():
+    tiles = module("layernorm").TILES
     for shape in (dict(R=1024, C=1024), dict(R=7, C=9)):
-        for cfg in ({}, dict(num_warps=8)):
-            assert common.choose_split("layernorm", d, shape, cfg) == common.split(common.choose("layernorm", d, shape, cfg))
-    a, _ = common.choose_split("layernorm", d, dict(R=7, C=9), {})
+        assert tiles.choose(shape, dict(num_warps=8)) == dict(tiles.choose(shape), num_warps=8)
+    a = tiles.choose(dict(R=7, C=9))
     a["BLOCK_R"] = -1  # the caller's copy: the memo keeps its own
-    assert common.choose_split("layernorm", d, dict(R=7, C=9), {})[0]["BLOCK_R"] != -1
+    assert tiles.choose(dict(R=7, C=9))["BLOCK_R"] != -1
 
 
 @pytest.mark.parametrize("op", ["layernorm", "bias_gelu"])
 def test_unknown_config_still_refused_every_call(op):
-    d = module(op).DEFAULTS
     for _ in range(2):  # a refused config is never memoised
-        assert_refuses(common.choose_split, op, "config", op, d, dict(R=4, C=4), dict(NOT_A_KEY=1))
+        assert_refuses(module(op).TILES.choose, op, "config", dict(R=4, C=4), dict(NOT_A_KEY=1))
 
 
 @cpu_only
@@ -95,8 +93,10 @@ def test_memoised_path_is_bit_identical(op):
     for shape in _small(op):
         inputs = ops.OPS[op].inputs(shape, seed=1, dist="heavy")
         inputs = im.prepare(*inputs) if im.prepare else inputs
-        common._CHOSEN.clear()
-        common._SPLIT.clear()
+        tiles = module(op).TILES
+        for table in tiles.values() if isinstance(tiles, dict) else [tiles]:  # the tile tables' memos
+            if isinstance(table, TileTable):
+                table._memo.clear()
         if isinstance(getattr(module(op), "_PLANS", None), dict):  # the launchers' plan memos
             module(op)._PLANS.clear()
         plain = im.fn(*inputs)
@@ -107,10 +107,10 @@ def test_memoised_path_is_bit_identical(op):
 
 @cpu_only
 def test_watching_a_call_restores_the_launch_path():
-    before = (common.choose, common.choose_split)
+    before = (TileTable.choose, common.plan, common.launch)
     im = registry.get("bias_gelu", "triton")
     parts = stages.hook("bias_gelu", {}, im, ops.OPS["bias_gelu"].inputs(dict(R=2, C=3)))
-    assert (common.choose, common.choose_split) == before
+    assert (TileTable.choose, common.plan, common.launch) == before
     names = [s for s, _ in parts["stages"]]
     assert names[:3] == [stages.CHECKS, stages.CHOICE, stages.ALLOC]
 

@@ -109,8 +109,8 @@ ELEMENTWISE = (r"elementwise", r"functor", r"triton_poi", r"triton_per", r"trito
 def _gemm_tiles(dtype):
     """The GEMM tiles the custom block's default road passes at ``dtype`` (None on the cuBLAS road)."""
     from kernels.matmul.triton_epilogue import as_matmul_config
-    from .triton_block import DEFAULTS  # here, not at the top: the launcher imports this spec
-    c = DEFAULTS[dtype]
+    from .triton_block import default_config  # here, not at the top: the launcher imports this spec
+    c = default_config(dtype)
     return as_matmul_config(c) if c["GEMM"] == "fused" else None
 
 

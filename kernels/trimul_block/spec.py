@@ -148,8 +148,8 @@ def random_shape(rnd):
 # columns run the einsum as layout copies and a cuBLAS batched GEMM, whose kernel names are the
 # projections' own: that GEMM time is shared between the two by their own times at these shapes.
 def _block_config(dtype) -> dict:
-    from .triton_block import DEFAULTS, DEFAULTS_BF16  # here, not at the top: the launcher imports this spec
-    return (DEFAULTS if dtype == "fp32" else DEFAULTS_BF16)["field"]
+    from .triton_block import TILES  # here, not at the top: the launcher imports this spec
+    return TILES[dtype].base_config()
 
 
 def _ln_tiles(dtype) -> dict:
