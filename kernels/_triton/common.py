@@ -1,6 +1,6 @@
-"""What the Triton launchers share: splitting a config into kernel constants and launch options, the
-memo of a launcher's plan, and the checks and offsets every launcher needs. (A launcher's tiles and
-their choice: ``tile_table``.)
+"""What the Triton launchers share: splitting a config into kernel constants and launch options, and
+the checks and offsets every launcher needs. (A launcher's tiles, their choice and its plan memo:
+``tile_table``.)
 """
 from __future__ import annotations
 
@@ -30,33 +30,6 @@ def interpreting() -> bool:
 
 def pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
-
-
-_PLAN_LIMIT = 1024  # plans kept per launcher (a tile sweep or a shape fuzz makes a few hundred at most)
-
-
-def plan(plans: dict, make, *key):
-    """``make(*key)``, memoised in ``plans`` (one dict per launcher) on ``key``: a launcher's plan (its
-    config choice, grid and kernel keywords) from everything it depends on (sizes, strides, precision,
-    config overrides), so a repeated call pays one tuple and one look-up. ``make`` sees only the key, so
-    the key is complete by construction; a plan it refuses (a bad config) raises and is never stored.
-    Callers must not change what it returns. An unhashable key (a list among the config values) is
-    planned afresh on every call."""
-    try:
-        hit = plans.get(key)
-    except TypeError:
-        return make(*key)
-    if hit is None:
-        hit = make(*key)
-        if len(plans) >= _PLAN_LIMIT:
-            plans.clear()
-        plans[key] = hit
-    return hit
-
-
-def frozen(config: dict) -> tuple:
-    """A config's overrides as a key part (insertion order: the same call spelt the same way hits)."""
-    return tuple(config.items()) if config else ()
 
 
 def cdiv(a: int, b: int) -> int:

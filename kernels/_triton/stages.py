@@ -43,10 +43,10 @@ def _tensors(inputs) -> dict:
 
 @contextlib.contextmanager
 def _watch(seen: dict):
-    """Record the launcher's config choices (its memoised plan ``common.plan``, or a tile table's
-    ``choose``; outermost calls only) and its launches of compiled Triton kernels while the block runs."""
+    """Record the launcher's config choices (its tile table's memoised ``plan`` or its ``choose``;
+    outermost calls only) and its launches of compiled Triton kernels while the block runs."""
     from triton.runtime.jit import JITFunction
-    choose, plan, go = TileTable.choose, common.plan, common.launch
+    choose, plan, go = TileTable.choose, TileTable.plan, common.launch
     depth = [0]
 
     def spying(fn):
@@ -65,11 +65,11 @@ def _watch(seen: dict):
             seen["launch"].append((kernel, grid, args, dict(kw)))
         return go(kernel, grid, *args, **kw)
 
-    TileTable.choose, common.plan, common.launch = spying(choose), spying(plan), spy_launch
+    TileTable.choose, TileTable.plan, common.launch = spying(choose), spying(plan), spy_launch
     try:
         yield
     finally:
-        TileTable.choose, common.plan, common.launch = choose, plan, go
+        TileTable.choose, TileTable.plan, common.launch = choose, plan, go
 
 
 def _module(op: str):

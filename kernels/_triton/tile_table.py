@@ -1,6 +1,6 @@
-"""A launcher's tiles as a table of named configs, the order a tile sweep tries them in, and the rule
-that picks one from a call's sizes. Defaults are names, so adding a config changes no choice; a rule
-reads sizes only, never which benchmark shape set the sizes come from.
+"""A launcher's tiles as a table of named configs, the order a tile sweep tries them in, the rule that
+picks one from a call's sizes, and the memo of the launcher's plan. Defaults are names, so adding a
+config changes no choice; a rule reads sizes only, never which benchmark shape set they come from.
 """
 from __future__ import annotations
 
@@ -8,17 +8,20 @@ from typing import Callable
 
 from mage.errors import MageInputError
 
-_MEMO_LIMIT = 4096  # choices kept per table (a tile sweep or a shape fuzz makes a few hundred at most)
+from .common import split
+
+_MEMO_LIMIT = 1024  # choices and plans kept per table (a tile sweep or a shape fuzz makes a few hundred)
 
 
 class TileTable:
     """``configs``: name -> config (every key the launcher reads). ``rule``: (name, test) pairs; the
     first whose ``test(sizes)`` holds names the config a call runs, else ``base``, the config tuned
     over the widest range of sizes (also the one a partial override completes). ``sweep``: the names a
-    tile sweep tries, the plain one first (default: the whole table, in its order)."""
+    tile sweep tries, the plain one first (default: the whole table, in its order). ``sizes``: the
+    names of the sizes a launcher's ``plan`` passes, in its order."""
 
-    def __init__(self, op: str, configs: dict, base: str, rule: tuple = (), sweep=None):
-        self.op, self.base = op, base
+    def __init__(self, op: str, configs: dict, base: str, rule: tuple = (), sweep=None, sizes: tuple = ()):
+        self.op, self.base, self.sizes = op, base, tuple(sizes)
         self.configs = {name: dict(c) for name, c in configs.items()}
         self.rule: tuple[tuple[str, Callable[[dict], bool]], ...] = tuple(rule)
         self.sweep = tuple(self.configs if sweep is None else sweep)
@@ -26,6 +29,7 @@ class TileTable:
         if missing:  # a default is a name, checked when the launcher is imported
             raise KeyError(f"{op}: tile names not in its table: {missing}")
         self._memo: dict = {}
+        self.plans: dict = {}
 
     def __getitem__(self, name: str) -> dict:
         return dict(self.configs[name])
@@ -71,3 +75,23 @@ class TileTable:
         if unknown:
             raise MageInputError(self.op, "config", f"has unknown keys {sorted(unknown)}; known: {sorted(base)}")
         return {**base, **config} if config else dict(base)
+
+    def plan(self, make, sizes: tuple, config: dict, *extra):
+        """``make(consts, launch, *sizes, *extra)``: a launcher's plan (grid, kernel keywords) from the
+        config chosen at ``sizes`` (named by ``self.sizes``) with ``config``'s overrides, its kernel
+        constants and launch options apart. Memoised on everything it depends on (``extra``: strides, a
+        precision road), so a repeated call pays one tuple and one look-up; callers must not change what
+        it returns. A refused config raises and is never stored; an unhashable override is planned afresh."""
+        try:
+            key = (sizes, extra, tuple(config.items()) if config else ())
+            hit = self.plans.get(key)
+        except TypeError:
+            key = hit = None
+        if hit is None:
+            consts, launch = split(self.choose(dict(zip(self.sizes, sizes)), config))
+            hit = make(consts, launch, *sizes, *extra)
+            if key is not None:
+                if len(self.plans) >= _MEMO_LIMIT:
+                    self.plans.clear()
+                self.plans[key] = hit
+        return hit

@@ -102,7 +102,7 @@ TILES = TileTable("bias_gelu", {
     # they are not measured yet, so the rule picks none of them.
     ("r1_c512_w4", lambda s: 256 < s["C"] <= 512 and 1024 <= s["R"] <= 4096),
     ("r1_c1024_w4", lambda s: s["C"] >= 8192 and s["R"] >= 8192),
-))
+), sizes=("R", "C"))
 FIRST = TILES["r1_c1024_w4"]
 
 
@@ -125,12 +125,8 @@ def _checked(x, b) -> None:
         common.on_device("bias_gelu", {"x": x, "b": b})
 
 
-_PLANS: dict = {}
-
-
-def _plan(table, R, C, config):
-    """(grid, kernel keywords) of a call: a function of its tile table, sizes and config overrides only."""
-    consts, launch = common.split(table.choose(dict(R=R, C=C), dict(config)))
+def _plan(consts, launch, R, C):
+    """(grid, kernel keywords) of a call from its tiles and sizes (memoised by ``TILES.plan``)."""
     tiles = (common.cdiv(R, consts["BLOCK_R"]), common.cdiv(C, consts["BLOCK_C"]))
     grid = (tiles[0] * tiles[1],) if consts["LINEAR"] else tiles
     even = R % consts["BLOCK_R"] == 0 and C % consts["BLOCK_C"] == 0
@@ -152,7 +148,7 @@ def bias_gelu(x, b, out=None, **config):
         x = x.contiguous()  # costs one extra read and write of x
     if b.stride(0) != 1:
         b = b.contiguous()  # the kernel reads b's C values as one run
-    grid, kw = common.plan(_PLANS, _plan, TILES, R, C, common.frozen(config))
+    grid, kw = TILES.plan(_plan, (R, C), config)
     common.launch(_bias_gelu_kernel, grid, x, b, out, R, C, x.stride(0), out.stride(0), **kw)
     return out
 

@@ -181,7 +181,7 @@ TILES = TileTable("layernorm", {
     # and the hints (both within half a percent of the same tiles without them). Elsewhere: the plain one.
     ("r1_c8192_w16_evict", lambda s: s["C"] >= 4096 and s["R"] >= 16384),
     ("r1_c1024_w4_evict", lambda s: s["C"] == 1024 and 512 <= s["R"] < 4096),
-))
+), sizes=("R", "C"))
 FIRST = TILES["r1_c1024_w4"]
 
 
@@ -207,12 +207,8 @@ def _checked(x, gamma, beta) -> None:
         common.on_device("layernorm", {"x": x, "gamma": gamma, "beta": beta})
 
 
-_PLANS: dict = {}
-
-
-def _plan(table, R, C, config):
-    """(grid, kernel keywords) of a call: a function of its tile table, sizes and config overrides only."""
-    consts, launch = common.split(table.choose(dict(R=R, C=C), dict(config)))
+def _plan(consts, launch, R, C):
+    """(grid, kernel keywords) of a call from its tiles and sizes (memoised by ``TILES.plan``)."""
     block_c = min(common.pow2(C), consts.pop("MAX_BLOCK_C"))
     grid = (common.cdiv(R, consts["BLOCK_R"]),)
     return grid, dict(BLOCK_C=block_c, ONE_BLOCK=block_c >= C, EVEN=block_c == C and R % consts["BLOCK_R"] == 0,
@@ -244,7 +240,7 @@ def layernorm(x, gamma, beta, out=None, stats=None, **config):
         gamma = gamma.contiguous()  # the kernel reads gamma and beta as runs of C values
     if beta.stride(0) != 1:
         beta = beta.contiguous()
-    grid, kw = common.plan(_PLANS, _plan, TILES, R, C, common.frozen(config))
+    grid, kw = TILES.plan(_plan, (R, C), config)
     if stats is not None:
         kw = dict(kw, Mean=stats[0], Rstd=stats[1], STATS=True)
     common.launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), EPS, **kw)

@@ -155,20 +155,21 @@ def _cube_from(lo, hi):
 # N-major; for M and N in [1024, 2048) (not swept) 128x64 tiles, 128 programs for 132 SMs at 1024^2
 # where 128x256 tiles made 32.
 _FEW_TILES = lambda s: 1024 <= s["M"] < 2048 and 1024 <= s["N"] < 2048  # noqa: E731
+_SIZES = ("M", "K", "N")
 TILES = {
     "fp32": TileTable("matmul", _FP32, base="m128_n64_k16_w4_s3",
-                      rule=(("m128_n128_k32_w8_s3", _cube_from(4096, 8192)),)),
+                      rule=(("m128_n128_k32_w8_s3", _cube_from(4096, 8192)),), sizes=_SIZES),
     "fp32x3": TileTable("matmul", _FP32X3, base="m128_n128_k64_w8_s3_g16",
-                        rule=(("m128_n64_k32_w4_s4", _FEW_TILES),)),
-    "tf32": TileTable("matmul", _TF32, base="m128_n256_k32_w8_s3_g16", rule=(("m128_n64_k32_w4_s4", _FEW_TILES),)),
-    "bf16": TileTable("matmul", _BF16, base="m128_n256_k64_w8_s3_bn"),
+                        rule=(("m128_n64_k32_w4_s4", _FEW_TILES),), sizes=_SIZES),
+    "tf32": TileTable("matmul", _TF32, base="m128_n256_k32_w8_s3_g16", rule=(("m128_n64_k32_w4_s4", _FEW_TILES),),
+                      sizes=_SIZES),
+    "bf16": TileTable("matmul", _BF16, base="m128_n256_k64_w8_s3_bn", sizes=_SIZES),
 }
 FIRST = TILES["fp32"]["m32_n32_k32_w4_s2_g1"]
 PRECISION = {"fp32": "ieee", "fp32x3": "tf32x3", "tf32": "tf32", "bf16": "ieee"}
 
 
 _FLOAT = frozenset(ops.FLOAT)
-_PLANS: dict = {}
 
 
 def _good(A, B) -> bool:
@@ -186,11 +187,9 @@ def _checked(A, B) -> None:
         common.on_device("matmul", {"A": A, "B": B})
 
 
-def _plan(table, precision, M, K, N, a_strides, b_strides, config):
-    """(B_KMAJOR, grid, kernel keywords) of a call: a function of its tile table, the dot's precision
-    road (a name: ``PRECISION[dtype]``, looked up on every call), sizes, strides and config overrides
-    only (memoised by ``common.plan``)."""
-    consts, launch = common.split(table.choose(dict(M=M, K=K, N=N), dict(config)))
+def _plan(consts, launch, M, K, N, precision, a_strides, b_strides):
+    """(B_KMAJOR, grid, kernel keywords) of a call from its tiles, sizes, the dot's precision road (a
+    name, ``PRECISION[dtype]``, looked up on every call) and strides (memoised by ``TileTable.plan``)."""
     kmajor = consts.pop("B_KMAJOR", 0)  # a launcher choice, not a constant of the kernel
     if kmajor not in (0, 1):
         raise MageInputError("matmul", "config", f"B_KMAJOR must be 0 or 1, got {kmajor!r}")
@@ -221,8 +220,7 @@ def matmul(A, B, out=None, dtype=None, **config):
         return out.zero_()
     # the precision road is part of the key, not resolved inside the memoised plan: a plan made before
     # PRECISION changed (a test's slip, say) must not keep the road it had
-    kmajor, grid, kw = common.plan(_PLANS, _plan, TILES[dtype], PRECISION[dtype], M, K, N, A.stride(), B.stride(),
-                                   common.frozen(config))
+    kmajor, grid, kw = TILES[dtype].plan(_plan, (M, K, N), config, PRECISION[dtype], A.stride(), B.stride())
     # K-major: the same kernel reads a [N, K] copy through swapped strides. The copy is a launch of
     # its own, timed with the call (K * N * 4 bytes read and written, plus an allocation of K * N * 4);
     # a B that is already K-major (a transposed view) is not copied.

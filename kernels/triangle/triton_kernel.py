@@ -203,11 +203,11 @@ def _few_programs(s) -> bool:
 # 128 programs of 128 x 64 for 132 SMs.
 TILES = {
     "fp32": TileTable("triangle", _FP32, base="permute_128x64x16_c1_w4_s3_ij",
-                      rule=(("in_place_32x32x16_c8_w4_s3", _few_programs),)),
+                      rule=(("in_place_32x32x16_c8_w4_s3", _few_programs),), sizes=("N", "C")),
     "fp32x3": TileTable("triangle", _FP32X3, base="permute_128x64x32_c1_w4_s4",
-                        rule=(("in_place_64x64x16_c2_w4_s3_per_channel", _few_programs),)),
+                        rule=(("in_place_64x64x16_c2_w4_s3_per_channel", _few_programs),), sizes=("N", "C")),
     "bf16": TileTable("triangle", _BF16, base="permute_128x128x64_c1_w8_s3",
-                      rule=(("permute_128x64x64_c1_w4_s4", _few_programs),)),
+                      rule=(("permute_128x64x64_c1_w4_s4", _few_programs),), sizes=("N", "C")),
 }
 FIRST = TILES["fp32"]["in_place_32x32x32_c1_w4_s2_g1"]
 INPUT_PRECISION = {"fp32": "ieee", "fp32x3": "tf32x3", "bf16": "ieee"}  # bf16 products: nothing to choose
@@ -247,13 +247,9 @@ def _checked(A, B) -> None:
         common.on_device("triangle", {"A": A, "B": B})
 
 
-_PLANS: dict = {}
-
-
-def _plan(dtype, table, N, C, a_strides, b_strides, config):
-    """The road of a call and what it launches with: a function of its precision, tile table, sizes,
-    strides and config overrides only (memoised by ``common.plan``). The output is contiguous [N, N, C]."""
-    consts, launch = common.split(table.choose(dict(N=N, C=C), dict(config)))
+def _plan(consts, launch, N, C, dtype, a_strides, b_strides):
+    """The road of a call and what it launches with, from its tiles, sizes, precision and strides
+    (memoised by ``TileTable.plan``). The output is contiguous [N, N, C]."""
     _refuse_bad_config(consts)
     precision = INPUT_PRECISION[dtype]
     shape = (N, N, C)
@@ -290,7 +286,7 @@ def triangle(A, B, out=None, dtype=None, **config):
         # product of two bf16 values is exact, so FP32 copies give the FP32 sums the tensor cores form;
         # the kernels still store into the bf16 output (the interpreter rounds toward zero there)
         A, B = A.float(), B.float()
-    road_name, how = common.plan(_PLANS, _plan, dtype, TILES[dtype], N, C, A.stride(), B.stride(), common.frozen(config))
+    road_name, how = TILES[dtype].plan(_plan, (N, C), config, dtype, A.stride(), B.stride())
     if road_name == "channel_major":
         consts, launch, precision, offs_64 = how
         return road.channel_major(A, B, out, dict(consts), dict(launch), precision, offs_64)
