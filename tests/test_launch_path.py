@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from kernels._triton import common, stages
+from kernels._triton import TileTable, common, stages
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, module
 from mage import data, ops, registry
 from mage.errors import MageInputError
@@ -21,6 +21,12 @@ def _small(op: str, n: int = 2) -> list[dict]:
     """The op's ``n`` smallest awkward shapes that are not empty (the interpreter is slow)."""
     shapes = [s for s in ops.OPS[op].awkward if all(v != 0 for v in s.values() if isinstance(v, int))]
     return sorted(shapes, key=lambda s: math.prod(v for v in s.values() if isinstance(v, int)))[:n]
+
+
+def _tables(op: str) -> list:
+    """The op's tile tables (one per precision, or one for all)."""
+    tiles = getattr(module(op), "TILES", {})
+    return [t for t in (tiles.values() if isinstance(tiles, dict) else [tiles]) if isinstance(t, TileTable)]
 
 
 @pytest.fixture(scope="module")
@@ -71,21 +77,19 @@ def test_summary_reads_the_ratio():
     assert "1.20" in launch_path.summary(rows)
 
 
-def test_choose_split_is_choose_then_split():
-    d = module("layernorm").DEFAULTS
+def test_a_chosen_config_is_the_callers_copy():
+    tiles = module("layernorm").TILES
     for shape in (dict(R=1024, C=1024), dict(R=7, C=9)):
-        for cfg in ({}, dict(num_warps=8)):
-            assert common.choose_split("layernorm", d, shape, cfg) == common.split(common.choose("layernorm", d, shape, cfg))
-    a, _ = common.choose_split("layernorm", d, dict(R=7, C=9), {})
+        assert tiles.choose(shape, dict(num_warps=8)) == dict(tiles.choose(shape), num_warps=8)
+    a = tiles.choose(dict(R=7, C=9))
     a["BLOCK_R"] = -1  # the caller's copy: the memo keeps its own
-    assert common.choose_split("layernorm", d, dict(R=7, C=9), {})[0]["BLOCK_R"] != -1
+    assert tiles.choose(dict(R=7, C=9))["BLOCK_R"] != -1
 
 
 @pytest.mark.parametrize("op", ["layernorm", "bias_gelu"])
 def test_unknown_config_still_refused_every_call(op):
-    d = module(op).DEFAULTS
     for _ in range(2):  # a refused config is never memoised
-        assert_refuses(common.choose_split, op, "config", op, d, dict(R=4, C=4), dict(NOT_A_KEY=1))
+        assert_refuses(module(op).TILES.choose, op, "config", dict(R=4, C=4), dict(NOT_A_KEY=1))
 
 
 @cpu_only
@@ -96,9 +100,10 @@ def test_memoised_path_is_bit_identical(op):
     for shape in _small(op):
         inputs = ops.OPS[op].inputs(shape, seed=1, dist="heavy")
         inputs = im.prepare(*inputs) if im.prepare else inputs
-        common._CHOSEN.clear()
-        common._SPLIT.clear()
-        if isinstance(getattr(module(op), "_PLANS", None), dict):  # the launchers' plan memos
+        for table in _tables(op):  # the tile tables' memos of choices and plans
+            table._memo.clear()
+            table.plans.clear()
+        if isinstance(getattr(module(op), "_PLANS", None), dict):  # the neighbour launcher's split plans
             module(op)._PLANS.clear()
         plain = im.fn(*inputs)
         fast = [im.fn(*inputs) for _ in range(2)]
@@ -108,10 +113,10 @@ def test_memoised_path_is_bit_identical(op):
 
 @cpu_only
 def test_watching_a_call_restores_the_launch_path():
-    before = (common.choose, common.choose_split)
+    before = (TileTable.choose, TileTable.plan, common.launch)
     im = registry.get("bias_gelu", "triton")
     parts = stages.hook("bias_gelu", {}, im, ops.OPS["bias_gelu"].inputs(dict(R=2, C=3)))
-    assert (common.choose, common.choose_split) == before
+    assert (TileTable.choose, TileTable.plan, common.launch) == before
     names = [s for s, _ in parts["stages"]]
     assert names[:3] == [stages.CHECKS, stages.CHOICE, stages.ALLOC]
 
@@ -204,26 +209,27 @@ def test_plans_refuse_bad_configs_every_call_and_never_store_them():
         assert_refuses(mm.matmul, "matmul", "config", A, B, dtype="tf32", B_KMAJOR=2)
         assert_refuses(mm.matmul, "matmul", "config", A, B, NOT_A_KEY=1)
         assert_refuses(tri.triangle, "triangle", "config", X, Y, LAYOUT="sideways")
-    assert not any(("B_KMAJOR", 2) in k[-1] for k in mm._PLANS)
-    assert not any(("LAYOUT", "sideways") in k[-1] for k in tri._PLANS)
+    assert not any(("B_KMAJOR", 2) in k[-1] for t in _tables("matmul") for k in t.plans)
+    assert not any(("LAYOUT", "sideways") in k[-1] for t in _tables("triangle") for k in t.plans)
 
 
 def test_plan_memo_is_keyed_and_bounded():
-    plans, made = {}, []
+    from kernels._triton import tile_table
+    table, made = TileTable("op", {"a": dict(X=1, num_warps=4)}, base="a", sizes=("n",)), []
 
-    def make(*key):
+    def make(consts, launch, *key):
         made.append(key)
-        return key
-    assert common.plan(plans, make, 1, (2, 1), ()) == (1, (2, 1), ())
-    assert common.plan(plans, make, 1, (2, 1), ()) == (1, (2, 1), ()) and len(made) == 1
-    common.plan(plans, make, 1, (1, 2), ())  # another stride: another plan
+        return consts, launch, key
+    assert table.plan(make, (1,), {}, (2, 1)) == ({"X": 1}, {"num_warps": 4}, (1, (2, 1)))
+    assert table.plan(make, (1,), {}, (2, 1)) == ({"X": 1}, {"num_warps": 4}, (1, (2, 1))) and len(made) == 1
+    table.plan(make, (1,), {}, (1, 2))  # another stride: another plan
     assert len(made) == 2
-    common.plan(plans, make, 1, (2, 1), (("x", [1]),))  # unhashable: planned, not stored
-    common.plan(plans, make, 1, (2, 1), (("x", [1]),))
-    assert len(made) == 4 and len(plans) == 2
-    for i in range(common._PLAN_LIMIT + 5):
-        common.plan(plans, make, i)
-    assert len(plans) <= common._PLAN_LIMIT
+    table.plan(make, (1,), dict(X=[1]), (2, 1))  # unhashable: planned, not stored
+    table.plan(make, (1,), dict(X=[1]), (2, 1))
+    assert len(made) == 4 and len(table.plans) == 2
+    for i in range(tile_table._MEMO_LIMIT + 5):
+        table.plan(make, (i,), {})
+    assert len(table.plans) <= tile_table._MEMO_LIMIT
 
 
 def test_host_arithmetic_matches_triton_and_max_offset():
@@ -246,11 +252,13 @@ def test_plans_hold_across_strides():
     calls = [(mm.matmul, (A, B), {}), (mm.matmul, (A, B.t().contiguous().t()), {}),
              (mm.matmul, (A.t().contiguous().t(), B), dict(dtype="tf32")),
              (bg.bias_gelu, (x, b), {}), (bg.bias_gelu, (torch.cat([x, x], 1)[:, :9], b), {})]
-    for mod in (mm, bg):
-        mod._PLANS.clear()
+    for op in ("matmul", "bias_gelu"):
+        for table in _tables(op):
+            table.plans.clear()
     warm = [fn(*a, **k) for fn, a, k in calls]
     for (fn, a, k), y in zip(calls, warm):
-        module(fn.__module__.split(".")[1])._PLANS.clear()
+        for table in _tables(fn.__module__.split(".")[1]):
+            table.plans.clear()
         assert torch.equal(fn(*a, **k), y)
 
 

@@ -160,12 +160,11 @@ def test_gpu_random_and_large_shapes(impl):
 
 
 def test_the_launcher_and_the_recorded_config_choose_the_same_entry():
-    # The neighbour launcher looks its config up by (n, F); the harness records config_for(whole shape).
-    # With different entries per shape set they chose differently: rows would name tiles that did not run.
-    from kernels._triton import common
-    from mage import ops
-    table = {"field": dict(T=1), "large": dict(T=2), "sweep": dict(T=3)}
-    for shape_set in ("field", "large"):
-        whole = ops.OPS["neighbor_agg"].shapes[shape_set][0]
-        seen = common.choose("neighbor_agg", table, dict(n=whole["n"], F=whole["F"]), {})
-        assert seen == common.choose("neighbor_agg", table, whole, {}) == table[shape_set]
+    # The neighbour launcher chooses its config from (n, F); the harness records config_for(whole shape).
+    # Where they chose differently, rows would name tiles that did not run.
+    from kernels.neighbor_agg.triton_kernel import TILES
+    from mage import ops, registry
+    for dtype, table in TILES.items():
+        impl = registry.get("neighbor_agg", "triton", dtype)
+        for whole in [s for shapes in ops.OPS["neighbor_agg"].shapes.values() for s in shapes]:
+            assert table.choose(dict(n=whole["n"], F=whole["F"])) == impl.config_at(whole), (dtype, whole)

@@ -1,5 +1,6 @@
 """What the Triton launchers share: splitting a config into kernel constants and launch options, and
-choosing the config a call runs with.
+the checks and offsets every launcher needs. (A launcher's tiles, their choice and its plan memo:
+``tile_table``.)
 """
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import weakref
 
 import triton
 
-from mage import ops
 from mage.errors import MageInputError
 
 # Keys of a config dict that are launch options, not constants of the kernel.
@@ -30,84 +30,6 @@ def interpreting() -> bool:
 
 def pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
-
-
-_CHOSEN: dict = {}
-
-
-def choose(op: str, defaults: dict, shape: dict, config: dict) -> dict:
-    """The config a call runs with: the chosen default for its shape set, overridden by ``config``.
-
-    ``defaults`` maps a shape key ('M=4096,K=4096,N=4096') or a shape set ('field', 'large', 'sweep')
-    to a config; a shape in no set gets the 'sweep' entry, tuned over the widest range of sizes.
-    Memoised: it runs on every launch, and the host path is most of a small call's time.
-    """
-    # the memo key is built from the shape's items, not its text (shape_key formats every call)
-    memo = (op, id(defaults), tuple(shape.items()), tuple(sorted(config.items())) if config else ())
-    hit = _CHOSEN.get(memo)
-    if hit is not None:
-        return dict(hit)
-    key = ops.shape_key(shape)
-    if key in defaults:
-        base = defaults[key]
-    else:
-        base = defaults["sweep"]
-        # A launcher may know only some of the spec's shape keys (the neighbour launcher sees n and F,
-        # not the graph's degree or distribution): a set's shape matches when those keys agree, so the
-        # launcher and ``Impl.config_for`` (which sees the whole shape) choose the same entry.
-        for shape_set in ("field", "large"):
-            if shape and shape_set in defaults and any(all(s.get(k) == v for k, v in shape.items())
-                                                       for s in ops.OPS[op].shapes[shape_set]):
-                base = defaults[shape_set]
-    unknown = set(config) - set(base)
-    if unknown:
-        raise MageInputError(op, "config", f"has unknown keys {sorted(unknown)}; known: {sorted(base)}")
-    if len(_CHOSEN) > 4096:
-        _CHOSEN.clear()
-    _CHOSEN[memo] = {**base, **config}
-    return dict(_CHOSEN[memo])
-
-
-_SPLIT: dict = {}
-
-
-def choose_split(op: str, defaults: dict, shape: dict, config: dict) -> tuple[dict, dict]:
-    """``split(choose(...))``, memoised on the same key: (kernel constants, launch options), fresh dicts
-    the caller may change."""
-    memo = (op, id(defaults), tuple(shape.items()), tuple(sorted(config.items())) if config else ())
-    hit = _SPLIT.get(memo)
-    if hit is None:
-        if len(_SPLIT) > 4096:
-            _SPLIT.clear()
-        hit = _SPLIT[memo] = split(choose(op, defaults, shape, config))
-    return dict(hit[0]), dict(hit[1])
-
-
-_PLAN_LIMIT = 1024  # plans kept per launcher (a tile sweep or a shape fuzz makes a few hundred at most)
-
-
-def plan(plans: dict, make, *key):
-    """``make(*key)``, memoised in ``plans`` (one dict per launcher) on ``key``: a launcher's plan (its
-    config choice, grid and kernel keywords) from everything it depends on (sizes, strides, precision,
-    config overrides), so a repeated call pays one tuple and one look-up. ``make`` sees only the key, so
-    the key is complete by construction; a plan it refuses (a bad config) raises and is never stored.
-    Callers must not change what it returns. An unhashable key (a list among the config values) is
-    planned afresh on every call."""
-    try:
-        hit = plans.get(key)
-    except TypeError:
-        return make(*key)
-    if hit is None:
-        hit = make(*key)
-        if len(plans) >= _PLAN_LIMIT:
-            plans.clear()
-        plans[key] = hit
-    return hit
-
-
-def frozen(config: dict) -> tuple:
-    """A config's overrides as a key part (insertion order: the same call spelt the same way hits)."""
-    return tuple(config.items()) if config else ()
 
 
 def cdiv(a: int, b: int) -> int:

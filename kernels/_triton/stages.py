@@ -18,6 +18,7 @@ from mage import ops
 
 from . import common
 from . import launch as lean
+from .tile_table import TileTable
 
 CHECKS, CHOICE, ALLOC = "argument checks", "config choice", "allocation"
 LAUNCH, BIND, DRIVER = "Triton launch", "launcher argument binding", "driver launch"
@@ -42,11 +43,10 @@ def _tensors(inputs) -> dict:
 
 @contextlib.contextmanager
 def _watch(seen: dict):
-    """Record the launcher's config choices (its memoised plan ``common.plan``, or ``common.choose``/
-    ``choose_split``; outermost calls only) and its launches of compiled Triton kernels while the block
-    runs."""
+    """Record the launcher's config choices (its tile table's memoised ``plan`` or its ``choose``;
+    outermost calls only) and its launches of compiled Triton kernels while the block runs."""
     from triton.runtime.jit import JITFunction
-    choose, choose_split, plan, go = common.choose, common.choose_split, common.plan, common.launch
+    choose, plan, go = TileTable.choose, TileTable.plan, common.launch
     depth = [0]
 
     def spying(fn):
@@ -65,12 +65,11 @@ def _watch(seen: dict):
             seen["launch"].append((kernel, grid, args, dict(kw)))
         return go(kernel, grid, *args, **kw)
 
-    common.choose, common.choose_split, common.plan = spying(choose), spying(choose_split), spying(plan)
-    common.launch = spy_launch
+    TileTable.choose, TileTable.plan, common.launch = spying(choose), spying(plan), spy_launch
     try:
         yield
     finally:
-        common.choose, common.choose_split, common.plan, common.launch = choose, choose_split, plan, go
+        TileTable.choose, TileTable.plan, common.launch = choose, plan, go
 
 
 def _module(op: str):

@@ -24,8 +24,8 @@ def gpu(fn):
 
 
 def module(op: str):
-    """The op's Triton module: an operation's ``triton_kernel`` (its kernel, FIRST, SWEEP, DEFAULTS and
-    launcher), or a model block's ``triton_block``."""
+    """The op's Triton module: an operation's ``triton_kernel`` (its kernel, TILES and launcher), or a
+    model block's ``triton_block``."""
     for name in ("triton_kernel", "triton_block"):
         try:
             return importlib.import_module(f"kernels.{op}.{name}")

@@ -9,7 +9,7 @@ import triton.language as tl
 
 from mage import ops
 
-from kernels._triton import common, register_kernel
+from kernels._triton import TileTable, common, register_kernel
 
 from .spec import SPEC
 
@@ -59,44 +59,51 @@ def _bias_gelu_kernel(
 # </kernel>
 
 
-FIRST = dict(BLOCK_R=1, BLOCK_C=1024, num_warps=4, EVICT=0, LINEAR=0)
+def _tile(rows, cols, warps, evict=0, linear=0):
+    return dict(BLOCK_R=rows, BLOCK_C=cols, num_warps=warps, EVICT=evict, LINEAR=linear)
+
+
 # Memory-bound: what matters is bytes in flight per SM (tile size x resident programs) and few
-# programs' worth of tail; the candidates trade tile size against warps.
-SWEEP = [FIRST] + [dict(c, EVICT=0, LINEAR=0) for c in (
-    dict(BLOCK_R=4, BLOCK_C=1024, num_warps=4),
-    dict(BLOCK_R=8, BLOCK_C=512, num_warps=4),
-    dict(BLOCK_R=8, BLOCK_C=1024, num_warps=8),
-    dict(BLOCK_R=16, BLOCK_C=512, num_warps=8),
-    dict(BLOCK_R=16, BLOCK_C=1024, num_warps=8),
-    dict(BLOCK_R=32, BLOCK_C=256, num_warps=8),
-    dict(BLOCK_R=2, BLOCK_C=4096, num_warps=8),
-    # Small programs for the field shape (C = 512, a 1 x 1024 tile is half masked): at 8 MB the
-    # kernel is latency-bound, and more programs with fewer elements each keep more loads in flight.
-    dict(BLOCK_R=1, BLOCK_C=512, num_warps=4),
-    dict(BLOCK_R=2, BLOCK_C=512, num_warps=4),
-    dict(BLOCK_R=1, BLOCK_C=512, num_warps=2),
-    dict(BLOCK_R=4, BLOCK_C=512, num_warps=8),
-)] + [dict(c, LINEAR=0) for c in (
+# programs' worth of tail; the candidates trade tile size against warps. The sweep tries them in this
+# order, the plain one first.
+TILES = TileTable("bias_gelu", {
+    "r1_c1024_w4": _tile(1, 1024, 4),
+    "r4_c1024_w4": _tile(4, 1024, 4),
+    "r8_c512_w4": _tile(8, 512, 4),
+    "r8_c1024_w8": _tile(8, 1024, 8),
+    "r16_c512_w8": _tile(16, 512, 8),
+    "r16_c1024_w8": _tile(16, 1024, 8),
+    "r32_c256_w8": _tile(32, 256, 8),
+    "r2_c4096_w8": _tile(2, 4096, 8),
+    # Small programs for short rows (C = 512, a 1 x 1024 tile is half masked): at 8 MB the kernel is
+    # latency-bound, and more programs with fewer elements each keep more loads in flight.
+    "r1_c512_w4": _tile(1, 512, 4),
+    "r2_c512_w4": _tile(2, 512, 4),
+    "r1_c512_w2": _tile(1, 512, 2),
+    "r4_c512_w8": _tile(4, 512, 8),
     # Cache hints, and more bytes per thread (16 or 32 values: four or eight 16-byte loads in flight)
-    dict(BLOCK_R=1, BLOCK_C=1024, num_warps=4, EVICT=1),
-    dict(BLOCK_R=1, BLOCK_C=2048, num_warps=4, EVICT=1),
-    dict(BLOCK_R=2, BLOCK_C=2048, num_warps=8, EVICT=1),
-    dict(BLOCK_R=1, BLOCK_C=4096, num_warps=8, EVICT=1),
-    dict(BLOCK_R=1, BLOCK_C=2048, num_warps=4, EVICT=0),
-    dict(BLOCK_R=1, BLOCK_C=512, num_warps=4, EVICT=1),
-)] + [
+    "r1_c1024_w4_evict": _tile(1, 1024, 4, evict=1),
+    "r1_c2048_w4_evict": _tile(1, 2048, 4, evict=1),
+    "r2_c2048_w8_evict": _tile(2, 2048, 8, evict=1),
+    "r1_c4096_w8_evict": _tile(1, 4096, 8, evict=1),
+    "r1_c2048_w4": _tile(1, 2048, 4),
+    "r1_c512_w4_evict": _tile(1, 512, 4, evict=1),
     # Programs in memory order (the 2-d grid sends consecutive programs down a column of tiles, rows
-    # 32 KB apart at the large shape; a streaming kernel wants its reads in address order)
-    dict(BLOCK_R=1, BLOCK_C=1024, num_warps=4, EVICT=0, LINEAR=1),
-    dict(BLOCK_R=1, BLOCK_C=2048, num_warps=4, EVICT=0, LINEAR=1),
-    dict(BLOCK_R=1, BLOCK_C=1024, num_warps=4, EVICT=1, LINEAR=1),
-    dict(BLOCK_R=1, BLOCK_C=512, num_warps=4, EVICT=0, LINEAR=1),
-]
-# The best kernel times of the H200 tile sweeps (data/h200/tiles.csv and data/h200-issue14-dev; times
-# in kernels/NOTES.md): field, one row of 512 columns with 4 warps; large, the plain first config, 5%
-# behind torch.compile's kernel. The memory-order (LINEAR) entries are the prediction that closes that
-# gap; they are not measured yet, so no default uses them.
-DEFAULTS = {"field": SWEEP[8], "large": SWEEP[0], "sweep": SWEEP[2]}
+    # 32 KB apart at 8192 columns; a streaming kernel wants its reads in address order)
+    "r1_c1024_w4_linear": _tile(1, 1024, 4, linear=1),
+    "r1_c2048_w4_linear": _tile(1, 2048, 4, linear=1),
+    "r1_c1024_w4_evict_linear": _tile(1, 1024, 4, evict=1, linear=1),
+    "r1_c512_w4_linear": _tile(1, 512, 4, linear=1),
+}, base="r8_c512_w4", rule=(
+    # The best kernel times of the H200 tile sweeps (data/h200/tiles.csv and data/h200-issue14-dev; times
+    # in kernels/NOTES.md), each where it was measured: a few thousand rows of 512 columns or fewer, one
+    # row of 512 a program with 4 warps; 8192-column rows by the ten thousand, the plain config, 5% behind
+    # torch.compile's kernel. The memory-order (linear) entries are the prediction that closes that gap;
+    # they are not measured yet, so the rule picks none of them.
+    ("r1_c512_w4", lambda s: 256 < s["C"] <= 512 and 1024 <= s["R"] <= 4096),
+    ("r1_c1024_w4", lambda s: s["C"] >= 8192 and s["R"] >= 8192),
+), sizes=("R", "C"))
+FIRST = TILES["r1_c1024_w4"]
 
 
 _FLOAT = frozenset(ops.FLOAT)
@@ -118,13 +125,8 @@ def _checked(x, b) -> None:
         common.on_device("bias_gelu", {"x": x, "b": b})
 
 
-_PLANS: dict = {}
-
-
-def _plan(table_id, R, C, config):
-    """(grid, kernel keywords) of a call: a function of its sizes and config overrides only
-    (``table_id``: the defaults table's identity, so a replaced table misses)."""
-    consts, launch = common.choose_split("bias_gelu", DEFAULTS, dict(R=R, C=C), dict(config))
+def _plan(consts, launch, R, C):
+    """(grid, kernel keywords) of a call from its tiles and sizes (memoised by ``TILES.plan``)."""
     tiles = (common.cdiv(R, consts["BLOCK_R"]), common.cdiv(C, consts["BLOCK_C"]))
     grid = (tiles[0] * tiles[1],) if consts["LINEAR"] else tiles
     even = R % consts["BLOCK_R"] == 0 and C % consts["BLOCK_C"] == 0
@@ -146,14 +148,14 @@ def bias_gelu(x, b, out=None, **config):
         x = x.contiguous()  # costs one extra read and write of x
     if b.stride(0) != 1:
         b = b.contiguous()  # the kernel reads b's C values as one run
-    grid, kw = common.plan(_PLANS, _plan, id(DEFAULTS), R, C, common.frozen(config))
+    grid, kw = TILES.plan(_plan, (R, C), config)
     common.launch(_bias_gelu_kernel, grid, x, b, out, R, C, x.stride(0), out.stride(0), **kw)
     return out
 
 
 # bf16 storage runs the FP32 tiles (the tile sweeps were FP32's): the math in FP32, one rounding at the store
 for _dtype in SPEC.dtypes:
-    register_kernel("bias_gelu", bias_gelu, DEFAULTS, SWEEP, precision=_dtype)
+    register_kernel("bias_gelu", bias_gelu, TILES, precision=_dtype)
 
 
 @torch.library.custom_op("mage::triton_bias_gelu", mutates_args=())

@@ -10,7 +10,7 @@ import triton.language as tl
 from mage import ops
 from mage.errors import MageInputError
 
-from kernels._triton import common, register_kernel
+from kernels._triton import TileTable, common, register_kernel
 
 from .spec import EPS, SPEC
 
@@ -153,27 +153,36 @@ def _layernorm_kernel(
 # </kernel>
 
 
-# MAX_BLOCK_C caps the chunk: BLOCK_C = min(next power of two >= C, MAX_BLOCK_C).
-FIRST = dict(BLOCK_R=1, MAX_BLOCK_C=1024, num_warps=4, EVICT=0)
-SWEEP = [FIRST] + [dict(c, EVICT=0) for c in (
-    dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=4),
-    dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=8),
-    dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=16),
-    dict(BLOCK_R=2, MAX_BLOCK_C=8192, num_warps=8),
-    dict(BLOCK_R=4, MAX_BLOCK_C=8192, num_warps=8),
-    dict(BLOCK_R=4, MAX_BLOCK_C=4096, num_warps=16),
-    dict(BLOCK_R=8, MAX_BLOCK_C=2048, num_warps=8),
-)] + [  # cache hints (see the kernel)
-    dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=16, EVICT=1),
-    dict(BLOCK_R=1, MAX_BLOCK_C=8192, num_warps=8, EVICT=1),
-    dict(BLOCK_R=2, MAX_BLOCK_C=8192, num_warps=16, EVICT=1),
-    dict(BLOCK_R=1, MAX_BLOCK_C=1024, num_warps=4, EVICT=1),
-    dict(BLOCK_R=2, MAX_BLOCK_C=1024, num_warps=4, EVICT=1),
-]
-# The best kernel time of the H200 tile sweep (run 20261203T1645*, kernels/NOTES.md): large, one row a
-# program in registers with 16 warps and the cache hints; field (C = 1024), one row of 1024 columns
-# with 4 warps and the hints (both within half a percent of the same tiles without them).
-DEFAULTS = {"field": SWEEP[11], "large": SWEEP[8], "sweep": SWEEP[0]}
+def _tile(rows, max_c, warps, evict=0):
+    """BLOCK_R rows a program; MAX_BLOCK_C caps the chunk: BLOCK_C = min(next power of two >= C, MAX_BLOCK_C)."""
+    return dict(BLOCK_R=rows, MAX_BLOCK_C=max_c, num_warps=warps, EVICT=evict)
+
+
+# The sweep tries them in this order, the plain one (one row of up to 1024 columns a program) first;
+# '_evict' configs carry the cache hints (see the kernel).
+TILES = TileTable("layernorm", {
+    "r1_c1024_w4": _tile(1, 1024, 4),
+    "r1_c8192_w4": _tile(1, 8192, 4),
+    "r1_c8192_w8": _tile(1, 8192, 8),
+    "r1_c8192_w16": _tile(1, 8192, 16),
+    "r2_c8192_w8": _tile(2, 8192, 8),
+    "r4_c8192_w8": _tile(4, 8192, 8),
+    "r4_c4096_w16": _tile(4, 4096, 16),
+    "r8_c2048_w8": _tile(8, 2048, 8),
+    "r1_c8192_w16_evict": _tile(1, 8192, 16, 1),
+    "r1_c8192_w8_evict": _tile(1, 8192, 8, 1),
+    "r2_c8192_w16_evict": _tile(2, 8192, 16, 1),
+    "r1_c1024_w4_evict": _tile(1, 1024, 4, 1),
+    "r2_c1024_w4_evict": _tile(2, 1024, 4, 1),
+}, base="r1_c1024_w4", rule=(
+    # The best kernel times of the H200 tile sweep (run 20261203T1645*, kernels/NOTES.md), each where it
+    # was measured: long rows (4096 columns) by the ten thousand, one row a program in registers with 16
+    # warps and the hints; about a thousand rows of exactly 1024 columns (one unmasked chunk), 4 warps
+    # and the hints (both within half a percent of the same tiles without them). Elsewhere: the plain one.
+    ("r1_c8192_w16_evict", lambda s: s["C"] >= 4096 and s["R"] >= 16384),
+    ("r1_c1024_w4_evict", lambda s: s["C"] == 1024 and 512 <= s["R"] < 4096),
+), sizes=("R", "C"))
+FIRST = TILES["r1_c1024_w4"]
 
 
 _FLOAT = frozenset(ops.FLOAT)
@@ -198,13 +207,8 @@ def _checked(x, gamma, beta) -> None:
         common.on_device("layernorm", {"x": x, "gamma": gamma, "beta": beta})
 
 
-_PLANS: dict = {}
-
-
-def _plan(table_id, R, C, config):
-    """(grid, kernel keywords) of a call: a function of its sizes and config overrides only
-    (``table_id``: the defaults table's identity, so a replaced table misses)."""
-    consts, launch = common.choose_split("layernorm", DEFAULTS, dict(R=R, C=C), dict(config))
+def _plan(consts, launch, R, C):
+    """(grid, kernel keywords) of a call from its tiles and sizes (memoised by ``TILES.plan``)."""
     block_c = min(common.pow2(C), consts.pop("MAX_BLOCK_C"))
     grid = (common.cdiv(R, consts["BLOCK_R"]),)
     return grid, dict(BLOCK_C=block_c, ONE_BLOCK=block_c >= C, EVEN=block_c == C and R % consts["BLOCK_R"] == 0,
@@ -236,7 +240,7 @@ def layernorm(x, gamma, beta, out=None, stats=None, **config):
         gamma = gamma.contiguous()  # the kernel reads gamma and beta as runs of C values
     if beta.stride(0) != 1:
         beta = beta.contiguous()
-    grid, kw = common.plan(_PLANS, _plan, id(DEFAULTS), R, C, common.frozen(config))
+    grid, kw = TILES.plan(_plan, (R, C), config)
     if stats is not None:
         kw = dict(kw, Mean=stats[0], Rstd=stats[1], STATS=True)
     common.launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), EPS, **kw)
@@ -245,7 +249,7 @@ def layernorm(x, gamma, beta, out=None, stats=None, **config):
 
 # bf16 storage runs the FP32 tiles (the tile sweeps were FP32's): statistics in FP32, one rounding at the store
 for _dtype in SPEC.dtypes:
-    register_kernel("layernorm", layernorm, DEFAULTS, SWEEP, precision=_dtype)
+    register_kernel("layernorm", layernorm, TILES, precision=_dtype)
 
 
 @torch.library.custom_op("mage::triton_layernorm", mutates_args=())

@@ -16,6 +16,7 @@ from mage.check import check
 
 OP = "matmul"
 SMALL = dict(M=67, K=45, N=33)
+LARGE = dict(M=4096, K=4096, N=4096)  # sizes whose tiles the GPU tests check (the chosen ones there)
 
 
 @cpu_only
@@ -74,6 +75,25 @@ def _launch_constants(monkeypatch, *tensors, **config):
     return rec.kwargs
 
 
+@cpu_only
+def test_a_precision_swap_reaches_the_kernel_after_the_plan_is_memoised(monkeypatch):
+    # The GPU's slip test swaps PRECISION after a first call has memoised the launcher's plan: the
+    # swap must reach the kernel (a plan that held the resolved road ran tf32x3 again, and the test
+    # saw no slip). The interpreter computes both roads' dots in FP32, so the constant is what it sees.
+    seen = []
+    launch = common.launch
+    monkeypatch.setattr(common, "launch", lambda kernel, grid, *a, **kw: seen.append(kw["PRECISION"])
+                        or launch(kernel, grid, *a, **kw))
+    im = variant(OP, "fp32x3")
+    A, B = spec(OP).inputs(SMALL)
+    for _ in range(2):  # the second call finds the memoised plan
+        im.fn(A, B)
+    monkeypatch.setitem(module(OP).PRECISION, "fp32x3", "tf32")
+    got = im.fn(A, B)
+    assert seen == ["tf32x3", "tf32x3", "tf32"], seen
+    assert rel_err(got, A.double() @ B.double()) < 1e-5
+
+
 def test_offsets_go_64_bit_where_int32_would_wrap(monkeypatch):
     # 46341^2 > 2^31: a 46341 x 46341 FP32 operand (8.6 GB) fits on an H200; no memory is allocated
     big = torch.empty(46341, 46341, device="meta")
@@ -123,13 +143,13 @@ def test_kmajor_launch_passes_a_copy_with_swapped_strides(monkeypatch):
 
 def test_tensor_core_configs_fit_in_shared_memory():
     # cp.async stages of both operand tiles: over 227 KB a block, the launch fails on Hopper
-    for dtype, sweep in (("fp32x3", module(OP).SWEEP_FP32X3), ("tf32", module(OP).SWEEP_TF32),
-                         ("bf16", module(OP).SWEEP_BF16)):
+    for dtype in ("fp32x3", "tf32", "bf16"):
+        table = module(OP).TILES[dtype]
         size = 2 if dtype == "bf16" else 4
-        for c in list(sweep) + list(module(OP).DEFAULTS[dtype].values()):
+        for c in table.configs.values():
             stage = (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * size
             assert stage * c["num_stages"] <= 227 * 1024, (dtype, c)
-            assert set(c) == set(sweep[0]), (dtype, c)
+            assert set(c) == set(table.base_config()), (dtype, c)
 
 
 def test_reuse_counts():
@@ -164,7 +184,7 @@ def test_gpu_fp32_is_not_tf32(cfg):
     tol = spec(OP).tol("fp32")
     tf32 = fp32_error(impl(OP, "tf32"))
     assert tf32 > tol, f"the TF32 build passed the FP32 check ({tf32:.2e}): the test cannot see a slip"
-    im = {"default": impl(OP), "large": variant(OP, **module(OP).DEFAULTS["fp32"]["large"]),
+    im = {"default": impl(OP), "large": variant(OP, **module(OP).TILES["fp32"].choose(LARGE)),
           "first": variant(OP, **module(OP).FIRST)}[cfg]
     err = fp32_error(im)
     assert err < tol, f"FP32 Triton matmul ({cfg}) is off by {err:.2e} (TF32 gives {tf32:.2e})"
@@ -177,7 +197,7 @@ def test_gpu_fp32_is_not_tf32(cfg):
 def test_gpu_fp32x3_is_fp32_accurate(K, dist, kmajor):
     tol = spec(OP).tol("fp32x3")
     configs = {"default": impl(OP, "fp32x3").config_at(dict(M=256, K=K, N=256)),
-               "large": module(OP).DEFAULTS["fp32x3"]["large"], "first": module(OP).SWEEP_FP32X3[0]}
+               "large": module(OP).TILES["fp32x3"].choose(LARGE), "first": module(OP).TILES["fp32x3"].sweep_configs()[0]}
     for cfg, tiles in configs.items():
         err = fp32_error(variant(OP, "fp32x3", **dict(tiles, B_KMAJOR=kmajor)), K=K, dist=dist)
         assert err < tol, f"fp32x3 ({cfg}, B_KMAJOR={kmajor}) K={K} {dist}: off by {err:.2e}, tolerance {tol:.0e}"
@@ -189,7 +209,7 @@ def test_gpu_fp32x3_tf32_slip_fails(monkeypatch, kmajor):
     # The same launcher with tf32x3 swapped for plain tf32, as a one-word slip would do: it must miss
     # the FP32 tolerance that the fp32x3 build meets at K = 4096, or no test would see the slip.
     tol = spec(OP).tol("fp32x3")
-    im = variant(OP, "fp32x3", **dict(module(OP).DEFAULTS["fp32x3"]["large"], B_KMAJOR=kmajor))
+    im = variant(OP, "fp32x3", **dict(module(OP).TILES["fp32x3"].choose(LARGE), B_KMAJOR=kmajor))
     good = fp32_error(im, K=4096)
     monkeypatch.setitem(module(OP).PRECISION, "fp32x3", "tf32")
     slipped = fp32_error(im, K=4096)
@@ -202,7 +222,7 @@ def test_gpu_kmajor_copy_is_one_more_launch():
     # the copy is part of the call and its time counts; a B that is already K-major is not copied
     from mage.profile import profile
     A, B = spec(OP).inputs(dict(M=512, K=384, N=256), device="cuda")
-    cfg = module(OP).DEFAULTS["fp32x3"]["large"]
+    cfg = module(OP).TILES["fp32x3"].choose(LARGE)
     for b, kmajor, want in ((B, 0, 1), (B, 1, 2), (B.t().contiguous().t(), 1, 1)):
         call = functools.partial(variant(OP, "fp32x3", **dict(cfg, B_KMAJOR=kmajor)).fn, A, b)
         assert profile(call, iters=3, warmup=1).launches == want, (kmajor, b.stride())

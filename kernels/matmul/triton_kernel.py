@@ -16,7 +16,7 @@ import triton.language as tl
 from mage import ops
 from mage.errors import MageInputError
 
-from kernels._triton import common, register_kernel
+from kernels._triton import TileTable, common, register_kernel
 from kernels._triton.tiles import grouped_tile
 
 from .spec import SPEC
@@ -65,24 +65,9 @@ def _matmul_kernel(
 # </kernel>
 
 
-FIRST = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=2)
-# What a tuned FP32 kernel needs on Hopper: big output tiles (more multiply-adds per loaded value),
-# enough warps to hold the accumulator, and 3-4 stages of cp.async prefetch to cover memory latency.
-# The FP32 (FMA) dot keeps a whole BLOCK_K slice of both operands in registers, so BLOCK_K = 16 (the
-# smallest Triton allows) leaves room for bigger tiles: compiled for sm_90, 128x128x32 with 4 warps
-# spills, 128x128x16 with 8 warps does not.
-SWEEP = [
-    FIRST,
-    dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=16, GROUP_M=8, num_warps=4, num_stages=3),
-    dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=16, GROUP_M=8, num_warps=4, num_stages=3),
-    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=16, GROUP_M=8, num_warps=4, num_stages=4),
-    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=3),
-    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=4),
-    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=3),
-    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=3),
-    dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=3),
-    dict(BLOCK_M=256, BLOCK_N=64, BLOCK_K=16, GROUP_M=8, num_warps=8, num_stages=4),
-]
+def _fma(bm, bn, bk, warps, stages, group=8):
+    """One FP32 (FMA) config: tiles, GROUP_M, warps and stages."""
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps, num_stages=stages)
 
 
 def _tc(bm, bn, bk, warps, stages, kmajor=1, group=8):
@@ -91,6 +76,26 @@ def _tc(bm, bn, bk, warps, stages, kmajor=1, group=8):
                 B_KMAJOR=kmajor)
 
 
+# Names: tile sizes, warps (w), stages (s); GROUP_M where it is not 8 (g); '_bn' where B is read as it
+# comes (N-major) on the tensor-core rows, which otherwise copy it K-major. Each table lists its configs
+# in the order a tile sweep tries them, the plain one first.
+# FP32: what a tuned kernel needs on Hopper: big output tiles (more multiply-adds per loaded value),
+# enough warps to hold the accumulator, and 3-4 stages of cp.async prefetch to cover memory latency.
+# The FP32 (FMA) dot keeps a whole BLOCK_K slice of both operands in registers, so BLOCK_K = 16 (the
+# smallest Triton allows) leaves room for bigger tiles: compiled for sm_90, 128x128x32 with 4 warps
+# spills, 128x128x16 with 8 warps does not.
+_FP32 = {
+    "m32_n32_k32_w4_s2_g1": _fma(32, 32, 32, 4, 2, group=1),
+    "m64_n64_k16_w4_s3": _fma(64, 64, 16, 4, 3),
+    "m128_n64_k16_w4_s3": _fma(128, 64, 16, 4, 3),
+    "m64_n128_k16_w4_s4": _fma(64, 128, 16, 4, 4),
+    "m128_n128_k16_w8_s3": _fma(128, 128, 16, 8, 3),
+    "m128_n128_k16_w8_s4": _fma(128, 128, 16, 8, 4),
+    "m128_n128_k32_w8_s3": _fma(128, 128, 32, 8, 3),
+    "m128_n256_k16_w8_s3": _fma(128, 256, 16, 8, 3),
+    "m256_n128_k16_w8_s3": _fma(256, 128, 16, 8, 3),
+    "m256_n64_k16_w8_s4": _fma(256, 64, 16, 8, 4),
+}
 # Tensor-core rows. Shared memory holds (BM*BK + BK*BN) * 4 bytes a stage and a block may use 227 KB:
 # 128x128x32 is 32 KB a stage (up to 5 stages), 128x256x32 and 256x128x32 48 KB (up to 4), 128x128x64
 # 64 KB (3). Each row's first config is the plain one with B as it comes (N-major); the K-major rows
@@ -98,62 +103,73 @@ def _tc(bm, bn, bk, warps, stages, kmajor=1, group=8):
 # registers too: 128x128 tiles fit with 8 warps (206-246 registers), 4 warps spill, 128x256 and
 # 256x128 spill even with 8 warps (16 warps cap a thread at 128 registers and spill more); one such
 # row stays so the sweep shows whether the bigger tile's reuse pays for its spills.
-SWEEP_TF32 = [
-    _tc(128, 128, 32, 4, 3, kmajor=0),
-    _tc(128, 256, 32, 8, 3, kmajor=0),  # the TF32 default before B went K-major
-    _tc(128, 128, 32, 4, 4),
-    _tc(128, 128, 32, 8, 4),
-    _tc(128, 128, 32, 8, 5),
-    _tc(128, 128, 64, 8, 3),
-    _tc(128, 256, 32, 8, 3),
-    _tc(128, 256, 32, 8, 4),
-    _tc(128, 256, 32, 8, 3, group=16),
-    _tc(256, 128, 32, 8, 3),
-    _tc(256, 128, 32, 8, 4),
-    _tc(128, 64, 32, 4, 4),  # more programs at 1024^3, where 128x128 tiles leave half the SMs idle
-]
-SWEEP_FP32X3 = [
-    _tc(128, 128, 64, 8, 3, kmajor=0),
-    _tc(128, 128, 64, 8, 3),
-    _tc(128, 128, 64, 8, 3, group=16),
-    _tc(128, 128, 32, 8, 3),
-    _tc(128, 128, 32, 8, 4),
-    _tc(128, 128, 32, 8, 5),
-    _tc(128, 256, 32, 8, 3),  # spills about 1 KB a thread
-    _tc(128, 64, 32, 4, 4),
-    _tc(64, 128, 32, 4, 4),
-]
+_TF32 = {
+    "m128_n128_k32_w4_s3_bn": _tc(128, 128, 32, 4, 3, kmajor=0),
+    "m128_n256_k32_w8_s3_bn": _tc(128, 256, 32, 8, 3, kmajor=0),  # the TF32 default before B went K-major
+    "m128_n128_k32_w4_s4": _tc(128, 128, 32, 4, 4),
+    "m128_n128_k32_w8_s4": _tc(128, 128, 32, 8, 4),
+    "m128_n128_k32_w8_s5": _tc(128, 128, 32, 8, 5),
+    "m128_n128_k64_w8_s3": _tc(128, 128, 64, 8, 3),
+    "m128_n256_k32_w8_s3": _tc(128, 256, 32, 8, 3),
+    "m128_n256_k32_w8_s4": _tc(128, 256, 32, 8, 4),
+    "m128_n256_k32_w8_s3_g16": _tc(128, 256, 32, 8, 3, group=16),
+    "m256_n128_k32_w8_s3": _tc(256, 128, 32, 8, 3),
+    "m256_n128_k32_w8_s4": _tc(256, 128, 32, 8, 4),
+    "m128_n64_k32_w4_s4": _tc(128, 64, 32, 4, 4),  # more programs at 1024^3, where 128x128 tiles leave half the SMs idle
+}
+_FP32X3 = {
+    "m128_n128_k64_w8_s3_bn": _tc(128, 128, 64, 8, 3, kmajor=0),
+    "m128_n128_k64_w8_s3": _tc(128, 128, 64, 8, 3),
+    "m128_n128_k64_w8_s3_g16": _tc(128, 128, 64, 8, 3, group=16),
+    "m128_n128_k32_w8_s3": _tc(128, 128, 32, 8, 3),
+    "m128_n128_k32_w8_s4": _tc(128, 128, 32, 8, 4),
+    "m128_n128_k32_w8_s5": _tc(128, 128, 32, 8, 5),
+    "m128_n256_k32_w8_s3": _tc(128, 256, 32, 8, 3),  # spills about 1 KB a thread
+    "m128_n64_k32_w4_s4": _tc(128, 64, 32, 4, 4),
+    "m64_n128_k32_w4_s4": _tc(64, 128, 32, 4, 4),
+}
 # bf16 wgmma reads a 2-byte B N-major as well as K-major, so a K-major copy should only cost; two
 # K-major rows check that. 64 bf16 values are 128 bytes, one full line per row.
-SWEEP_BF16 = [
-    _tc(128, 128, 32, 4, 4, kmajor=0),
-    _tc(128, 256, 32, 8, 3, kmajor=0),
-    _tc(128, 128, 64, 8, 3, kmajor=0),
-    _tc(128, 256, 64, 8, 3, kmajor=0),
-    _tc(128, 256, 64, 8, 4, kmajor=0),
-    _tc(256, 128, 64, 8, 3, kmajor=0),
-    _tc(128, 256, 64, 8, 3, kmajor=1),
-    _tc(128, 128, 64, 8, 3, kmajor=1),
-]
-# Chosen config per precision and shape set. FP32: from the recorded tile sweep on the H200
-# (kernels/NOTES.md), the best measured at 1024^3 (field) and 4096^3 (large). Tensor-core rows at
-# 4096^3: the best of their tile sweep (run 20261203T1645*, kernels/NOTES.md): fp32x3 128x128x64 with
-# GROUP_M 16, TF32 128x256x32 with GROUP_M 16 (both B K-major), bf16 128x256x64 with B N-major. At
-# 1024^3 (not swept) both take 128x64 tiles, 128 programs for 132 SMs (128x256 tiles made 32).
-_FIELD = SWEEP[2]  # 128x64x16, 4 warps: the best at 1024^3, and close to the best at 4096^3
-_LARGE = SWEEP[6]  # 128x128x32, 8 warps, 3 stages: the best at 4096^3
-DEFAULTS = {
-    "fp32": {"field": _FIELD, "large": _LARGE, "sweep": _FIELD},
-    "fp32x3": {"field": _tc(128, 64, 32, 4, 4), "large": SWEEP_FP32X3[2], "sweep": SWEEP_FP32X3[2]},
-    "tf32": {"field": _tc(128, 64, 32, 4, 4), "large": _tc(128, 256, 32, 8, 3, group=16),
-             "sweep": _tc(128, 256, 32, 8, 3, group=16)},
-    "bf16": {"field": SWEEP_BF16[3], "large": SWEEP_BF16[3], "sweep": SWEEP_BF16[3]},
+_BF16 = {
+    "m128_n128_k32_w4_s4_bn": _tc(128, 128, 32, 4, 4, kmajor=0),
+    "m128_n256_k32_w8_s3_bn": _tc(128, 256, 32, 8, 3, kmajor=0),
+    "m128_n128_k64_w8_s3_bn": _tc(128, 128, 64, 8, 3, kmajor=0),
+    "m128_n256_k64_w8_s3_bn": _tc(128, 256, 64, 8, 3, kmajor=0),
+    "m128_n256_k64_w8_s4_bn": _tc(128, 256, 64, 8, 4, kmajor=0),
+    "m256_n128_k64_w8_s3_bn": _tc(256, 128, 64, 8, 3, kmajor=0),
+    "m128_n256_k64_w8_s3": _tc(128, 256, 64, 8, 3, kmajor=1),
+    "m128_n128_k64_w8_s3": _tc(128, 128, 64, 8, 3, kmajor=1),
 }
+
+
+def _cube_from(lo, hi):
+    """M, N and K all in [lo, hi)."""
+    return lambda s: all(lo <= s[k] < hi for k in ("M", "N", "K"))
+
+
+# The rules. FP32: from the recorded tile sweep on the H200 (kernels/NOTES.md), the base is the best
+# measured at 1024^3 (and close to the best at 4096^3); 128x128x32 with 8 warps and 3 stages was the
+# best at 4096^3 (8192^3, the size sweep's last point, was measured with the base and keeps it).
+# Tensor-core rows: the best of their tile sweep at 4096^3 (run 20261203T1645*, kernels/NOTES.md),
+# fp32x3 128x128x64 and TF32 128x256x32, both with GROUP_M 16 and B K-major, bf16 128x256x64 with B
+# N-major; for M and N in [1024, 2048) (not swept) 128x64 tiles, 128 programs for 132 SMs at 1024^2
+# where 128x256 tiles made 32.
+_FEW_TILES = lambda s: 1024 <= s["M"] < 2048 and 1024 <= s["N"] < 2048  # noqa: E731
+_SIZES = ("M", "K", "N")
+TILES = {
+    "fp32": TileTable("matmul", _FP32, base="m128_n64_k16_w4_s3",
+                      rule=(("m128_n128_k32_w8_s3", _cube_from(4096, 8192)),), sizes=_SIZES),
+    "fp32x3": TileTable("matmul", _FP32X3, base="m128_n128_k64_w8_s3_g16",
+                        rule=(("m128_n64_k32_w4_s4", _FEW_TILES),), sizes=_SIZES),
+    "tf32": TileTable("matmul", _TF32, base="m128_n256_k32_w8_s3_g16", rule=(("m128_n64_k32_w4_s4", _FEW_TILES),),
+                      sizes=_SIZES),
+    "bf16": TileTable("matmul", _BF16, base="m128_n256_k64_w8_s3_bn", sizes=_SIZES),
+}
+FIRST = TILES["fp32"]["m32_n32_k32_w4_s2_g1"]
 PRECISION = {"fp32": "ieee", "fp32x3": "tf32x3", "tf32": "tf32", "bf16": "ieee"}
 
 
 _FLOAT = frozenset(ops.FLOAT)
-_PLANS: dict = {}
 
 
 def _good(A, B) -> bool:
@@ -171,18 +187,16 @@ def _checked(A, B) -> None:
         common.on_device("matmul", {"A": A, "B": B})
 
 
-def _plan(dtype, table_id, M, K, N, a_strides, b_strides, config):
-    """(B_KMAJOR, grid, kernel keywords) of a call: a function of its sizes, strides, precision and
-    config overrides only (memoised by ``common.plan``; ``table_id``, the defaults table's identity, so
-    a replaced table misses)."""
-    consts, launch = common.choose_split("matmul", DEFAULTS[dtype], dict(M=M, K=K, N=N), dict(config))
+def _plan(consts, launch, M, K, N, precision, a_strides, b_strides):
+    """(B_KMAJOR, grid, kernel keywords) of a call from its tiles, sizes, the dot's precision road (a
+    name, ``PRECISION[dtype]``, looked up on every call) and strides (memoised by ``TileTable.plan``)."""
     kmajor = consts.pop("B_KMAJOR", 0)  # a launcher choice, not a constant of the kernel
     if kmajor not in (0, 1):
         raise MageInputError("matmul", "config", f"B_KMAJOR must be 0 or 1, got {kmajor!r}")
     b_reach = (N - 1) * K + (K - 1) if kmajor else common.reach((K, N), b_strides)  # the copy: [N, K]
     offs_64 = max(common.reach((M, K), a_strides), b_reach, M * N - 1) >= common.INT32_LIMIT
     grid = (common.cdiv(M, consts["BLOCK_M"]) * common.cdiv(N, consts["BLOCK_N"]),)
-    return kmajor, grid, dict(PRECISION=PRECISION[dtype], OFFS_64=offs_64, **consts, **launch)
+    return kmajor, grid, dict(PRECISION=precision, OFFS_64=offs_64, **consts, **launch)
 
 
 def matmul(A, B, out=None, dtype=None, **config):
@@ -204,7 +218,9 @@ def matmul(A, B, out=None, dtype=None, **config):
         return out
     if K == 0:
         return out.zero_()
-    kmajor, grid, kw = common.plan(_PLANS, _plan, dtype, id(DEFAULTS[dtype]), M, K, N, A.stride(), B.stride(), common.frozen(config))
+    # the precision road is part of the key, not resolved inside the memoised plan: a plan made before
+    # PRECISION changed (a test's slip, say) must not keep the road it had
+    kmajor, grid, kw = TILES[dtype].plan(_plan, (M, K, N), config, PRECISION[dtype], A.stride(), B.stride())
     # K-major: the same kernel reads a [N, K] copy through swapped strides. The copy is a launch of
     # its own, timed with the call (K * N * 4 bytes read and written, plus an allocation of K * N * 4);
     # a B that is already K-major (a transposed view) is not copied.
@@ -226,9 +242,8 @@ def launches(config: dict) -> int:
 # Triton 3.6's interpreter multiplies bf16 dot operands wrongly (results off by ~1e9), so the bf16
 # row is checked on the GPU only. It computes TF32 and tf32x3 dots in full FP32, so on the CPU those
 # rows check indexing and layouts, not precision (the GPU tests check that).
-for _dtype, _sweep in (("fp32", SWEEP), ("fp32x3", SWEEP_FP32X3), ("tf32", SWEEP_TF32), ("bf16", SWEEP_BF16)):
-    register_kernel("matmul", matmul, DEFAULTS[_dtype], _sweep, precision=_dtype, interpret=_dtype != "bf16",
-                    dtype=_dtype)
+for _dtype, _tiles in TILES.items():
+    register_kernel("matmul", matmul, _tiles, precision=_dtype, interpret=_dtype != "bf16", dtype=_dtype)
 
 
 @torch.library.custom_op("mage::triton_matmul", mutates_args=())

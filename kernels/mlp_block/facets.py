@@ -30,8 +30,8 @@ def _gemm_tiles(dtype):
     # allows only once every spec and facet is in, and reading a label should not import Triton
     from kernels.matmul.triton_epilogue import as_matmul_config
 
-    from .triton_block import DEFAULTS
-    c = DEFAULTS[dtype]
+    from .triton_block import default_config
+    c = default_config(dtype)
     return as_matmul_config(c) if c["GEMM"] == "fused" else None
 
 

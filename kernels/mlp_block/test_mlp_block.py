@@ -120,9 +120,9 @@ def test_fused_road_takes_views():
 @cpu_only
 def test_every_sweep_config():
     impl = registry.get(OP, "triton", "fp32")
-    from kernels.mlp_block.triton_block import DEFAULTS
+    from kernels.mlp_block.triton_block import default_config
     assert impl.sweep[0] == {"GEMM": "cublas"}  # the baseline the fused tiles were swept against
-    assert impl.config_at(SPEC.shapes["field"][0]) == DEFAULTS["fp32"] and DEFAULTS["fp32"]["GEMM"] == "fused"
+    assert impl.config_at(SPEC.shapes["field"][0]) == default_config("fp32") and default_config("fp32")["GEMM"] == "fused"
     for cfg in impl.sweep:
         r = check(impl.variant(**cfg), SMALL, trials=1, device="cpu")
         assert r.passed, (cfg, r.reason)

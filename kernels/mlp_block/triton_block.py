@@ -51,29 +51,51 @@ def _fused(bm, bn, bk, warps, stages, group=8):
 
 
 CUBLAS = {"GEMM": "cublas"}
-# Tiles of the fp32x3 GEMM, from the matmul's fp32x3 sweep (kernels/NOTES.md: 128x128 tiles fit in
-# registers with 8 warps, 128x64 and 64x128 with 4; bigger ones spill). First the cuBLAS road, the
-# baseline every fused config is measured against.
-SWEEP = [CUBLAS, _fused(128, 64, 32, 4, 4), _fused(64, 128, 32, 4, 4), _fused(128, 128, 32, 8, 4),
-         _fused(128, 128, 64, 8, 3, group=16)]
-# bf16: the tensor cores' bf16 rate is twice TF32's and six times tf32x3's, and a bf16 tile is half
-# the bytes, so the tiles grow along K (64: one 128-byte line of bf16 a row); 128x256 with 8 warps is
-# the widest accumulator (128 FP32 registers a thread) that leaves room for the epilogue.
-SWEEP_BF16 = [CUBLAS, _fused(128, 128, 64, 8, 3), _fused(128, 64, 64, 4, 4), _fused(64, 128, 64, 4, 4),
-              _fused(128, 256, 64, 8, 3), _fused(128, 128, 64, 8, 4, group=16)]
-SWEEPS = {"fp32": SWEEP, "bf16": SWEEP_BF16}
-DEFAULTS = {"fp32": SWEEP[4], "bf16": CUBLAS}  # the tile sweep's fastest (see the docstring)
+# Names: the road, and the fused GEMMs' tiles (warps w, stages s, GROUP_M g where it is not 8). In the
+# order a tile sweep tries them: first the cuBLAS road, the baseline every fused config is measured
+# against. fp32: tiles of the fp32x3 GEMM, from the matmul's fp32x3 sweep (kernels/NOTES.md: 128x128
+# tiles fit in registers with 8 warps, 128x64 and 64x128 with 4; bigger ones spill). bf16: the tensor
+# cores' bf16 rate is twice TF32's and six times tf32x3's, and a bf16 tile is half the bytes, so the
+# tiles grow along K (64: one 128-byte line of bf16 a row); 128x256 with 8 warps is the widest
+# accumulator (128 FP32 registers a thread) that leaves room for the epilogue.
+TILES = {
+    "fp32": {
+        "cublas": CUBLAS,
+        "fused_m128_n64_k32_w4_s4": _fused(128, 64, 32, 4, 4),
+        "fused_m64_n128_k32_w4_s4": _fused(64, 128, 32, 4, 4),
+        "fused_m128_n128_k32_w8_s4": _fused(128, 128, 32, 8, 4),
+        "fused_m128_n128_k64_w8_s3_g16": _fused(128, 128, 64, 8, 3, group=16),
+    },
+    "bf16": {
+        "cublas": CUBLAS,
+        "fused_m128_n128_k64_w8_s3": _fused(128, 128, 64, 8, 3),
+        "fused_m128_n64_k64_w4_s4": _fused(128, 64, 64, 4, 4),
+        "fused_m64_n128_k64_w4_s4": _fused(64, 128, 64, 4, 4),
+        "fused_m128_n256_k64_w8_s3": _fused(128, 256, 64, 8, 3),
+        "fused_m128_n128_k64_w8_s4_g16": _fused(128, 128, 64, 8, 4, group=16),
+    },
+}
+# One config at every size (no rule): the tile sweep's fastest (see the docstring). A partial config
+# names a road (or keeps the default's) and takes its missing keys from that road's plain entry.
+DEFAULT = {"fp32": "fused_m128_n128_k64_w8_s3_g16", "bf16": "cublas"}
+ROAD_BASE = {"fp32": {"cublas": "cublas", "fused": "fused_m128_n64_k32_w4_s4"},
+             "bf16": {"cublas": "cublas", "fused": "fused_m128_n128_k64_w8_s3"}}
+
+
+def default_config(dtype: str) -> dict:
+    """The config the block runs at ``dtype`` when none is given."""
+    return dict(TILES[dtype][DEFAULT[dtype]])
 
 
 def _config(config: dict, dtype: str = "fp32") -> dict:
     """The full config a call runs with: the default, or the road ``config`` names with its missing
-    keys from that road's first entry in the precision's sweep."""
+    keys from that road's plain entry."""
     if not config:
-        return DEFAULTS[dtype]
-    road = config.get("GEMM", DEFAULTS[dtype]["GEMM"])
-    base = next((c for c in SWEEPS[dtype] if c["GEMM"] == road), None)
-    if base is None:
+        return default_config(dtype)
+    road = config.get("GEMM", TILES[dtype][DEFAULT[dtype]]["GEMM"])
+    if road not in ROAD_BASE[dtype]:
         raise MageInputError(NAME, "config", f"GEMM must be 'cublas' or 'fused', got {road!r}")
+    base = TILES[dtype][ROAD_BASE[dtype][road]]
     unknown = set(config) - set(base)
     if unknown:
         raise MageInputError(NAME, "config", f"has unknown keys {sorted(unknown)} for GEMM={road!r}; "
@@ -113,8 +135,9 @@ def _variant(dtype, **config) -> Impl:
 
 
 for _dtype in ("fp32", "bf16"):  # one launcher: the inputs' dtype picks the precision
-    register(NAME, "triton", dtype=_dtype, family="triton", interpret=True, needs_cuda=True, config_for=lambda shape, _d=_dtype: dict(DEFAULTS[_d]),
-             sweep=tuple(dict(c) for c in SWEEPS[_dtype]), variant=functools.partial(_variant, _dtype))(mlp_block)
+    register(NAME, "triton", dtype=_dtype, family="triton", interpret=True, needs_cuda=True,
+             config_for=lambda shape, _d=_dtype: default_config(_d),
+             sweep=tuple(dict(c) for c in TILES[_dtype].values()), variant=functools.partial(_variant, _dtype))(mlp_block)
 
 
 @torch.library.custom_op("mage::triton_mlp_block", mutates_args=())

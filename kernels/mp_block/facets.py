@@ -43,8 +43,8 @@ def _gemm_tiles(dtype):
     """The GEMM tiles the custom block's default road passes at ``dtype`` (None on the cuBLAS road)."""
     from kernels.matmul.triton_epilogue import as_matmul_config
 
-    from .triton_block import DEFAULTS, DEFAULTS_BF16
-    c = (DEFAULTS if dtype == "fp32" else DEFAULTS_BF16)["field"]
+    from .triton_block import TILES
+    c = TILES[dtype].base_config()
     return as_matmul_config(c) if c["GEMM"] == "fused" else None
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from kernels._pytorch import set_precision
-from kernels._triton import common, register_kernel
+from kernels._triton import TileTable, common, register_kernel
 from kernels.bias_gelu.triton_kernel import bias_gelu
 from kernels.layernorm.triton_kernel import layernorm
 from kernels.matmul.triton_epilogue import gemm_epilogue
@@ -56,25 +56,35 @@ def _road(gemm, bm=128, bn=64, bk=32, warps=4, stages=4, group=8):
     return dict(GEMM=gemm, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps, num_stages=stages)
 
 
-# The cuBLAS road first (the measured baseline), then fused tiles: at F = H = 128 each projection's K
-# is 128, four steps of 32 (FP32) or two of 64 (bf16), so a tile's prologue is most of its loop and
-# narrow tiles (more programs over 16384 rows) are tried beside the MLP's 128 x 128.
-SWEEP = [_road("cublas"), _road("fused"), _road("fused", 64, 128), _road("fused", 128, 128, 32, 8, 3),
-         _road("fused", 64, 64, 32, 4, 4)]
-SWEEP_BF16 = [_road("cublas"), _road("fused", 128, 64, 64), _road("fused", 128, 128, 64, 8, 3),
-              _road("fused", 64, 128, 64), _road("fused", 64, 64, 64, 4, 3)]
-# The block's tile sweep (run 20261204T205225Z, field shape, kernel time): the fused road at 53.7 us
-# against 82.2 on the cuBLAS road at fp32 (the other fused tiles 54-60), 70.9 against 83.3 at bf16 (all
-# fused tiles within 0.6%; that run's aggregation still had the FP32 tiles, 54 us of the 71).
-DEFAULTS = {"field": SWEEP[1], "large": SWEEP[1], "sweep": SWEEP[1]}
-DEFAULTS_BF16 = {"field": SWEEP_BF16[2], "large": SWEEP_BF16[2], "sweep": SWEEP_BF16[2]}
+# Names: the road, and the fused GEMMs' tiles (warps w, stages s). The cuBLAS road first (the measured
+# baseline), then fused tiles: at F = H = 128 each projection's K is 128, four steps of 32 (FP32) or two
+# of 64 (bf16), so a tile's prologue is most of its loop and narrow tiles (more programs over 16384
+# rows) are tried beside the MLP's 128 x 128. The block's tile sweep (run 20261204T205225Z, its field
+# shape, kernel time): the fused road at 53.7 us against 82.2 on the cuBLAS road at fp32 (the other
+# fused tiles 54-60), 70.9 against 83.3 at bf16 (all fused tiles within 0.6%; that run's aggregation
+# still had the FP32 tiles, 54 us of the 71): the base everywhere, no rule.
+TILES = {
+    "fp32": TileTable(OP, {
+        "cublas": _road("cublas"),
+        "fused_m128_n64_k32_w4_s4": _road("fused"),
+        "fused_m64_n128_k32_w4_s4": _road("fused", 64, 128),
+        "fused_m128_n128_k32_w8_s3": _road("fused", 128, 128, 32, 8, 3),
+        "fused_m64_n64_k32_w4_s4": _road("fused", 64, 64, 32, 4, 4),
+    }, base="fused_m128_n64_k32_w4_s4"),
+    "bf16": TileTable(OP, {
+        "cublas": _road("cublas"),
+        "fused_m128_n64_k64_w4_s4": _road("fused", 128, 64, 64),
+        "fused_m128_n128_k64_w8_s3": _road("fused", 128, 128, 64, 8, 3),
+        "fused_m64_n128_k64_w4_s4": _road("fused", 64, 128, 64),
+        "fused_m64_n64_k64_w4_s3": _road("fused", 64, 64, 64, 4, 3),
+    }, base="fused_m128_n128_k64_w8_s3"),
+}
 
 
 def _forward(rowptr, col, w, max_degree, h, gamma, beta, W1, b1, W2, b2, out, config=None):
     """The block on validated inputs (h fp32 or bf16, at least one node)."""
     n, F = h.shape
-    defaults = DEFAULTS if h.dtype == torch.float32 else DEFAULTS_BF16
-    cfg = common.choose(OP, defaults, dict(n=n, F=F, H=W1.shape[0]), config or {})
+    cfg = TILES["fp32" if h.dtype == torch.float32 else "bf16"].choose(dict(n=n, F=F, H=W1.shape[0]), config)
     if cfg["GEMM"] not in LAUNCHES:  # refused before any launch, not run on the other road
         raise MageInputError(OP, "config", f"GEMM must be one of {sorted(LAUNCHES)}, got {cfg['GEMM']!r}")
     m = agg._launch(rowptr, col, w, h, torch.empty((n, F), dtype=h.dtype, device=h.device), max_degree, {})
@@ -90,7 +100,7 @@ def _forward(rowptr, col, w, max_degree, h, gamma, beta, W1, b1, W2, b2, out, co
 
 def mp_block(graph, h, gamma, beta, W1, b1, W2, b2, out=None, **config):
     """h + W2 gelu(W1 LN(m) + b1) + b2, m_i = sum over j in N(i) of w_ij h_j (see ``spec``); ``config``
-    picks the road and its tiles (``SWEEP``)."""
+    picks the road and its tiles (``TILES``)."""
     SPEC.validate(graph, h, gamma, beta, W1, b1, W2, b2)
     inputs = (graph, h, gamma, beta, W1, b1, W2, b2)
     SPEC.validate_out(inputs, out)
@@ -108,8 +118,8 @@ def prepare(graph, h, *layer, **config):
     return (graph, h) + layer
 
 
-register_kernel(OP, mp_block, DEFAULTS, SWEEP, precision="fp32", prepare=prepare)
-register_kernel(OP, mp_block, DEFAULTS_BF16, SWEEP_BF16, precision="bf16", prepare=prepare)
+for _dtype, _tiles in TILES.items():
+    register_kernel(OP, mp_block, _tiles, precision=_dtype, prepare=prepare)
 
 
 # ------------------------------------------------------------------------- as a PyTorch operator
@@ -157,4 +167,4 @@ def _(rowptr, col, w, h, gamma, beta, W1, b1, W2, b2):
 
 def launches(config: dict) -> int:
     """Launches one call makes with ``config`` (the harness's launches-per-call test reads it)."""
-    return LAUNCHES[config.get("GEMM", DEFAULTS["field"]["GEMM"])]
+    return LAUNCHES[config.get("GEMM", TILES["fp32"].base_config()["GEMM"])]

@@ -199,7 +199,7 @@ def test_structure_free_only_where_no_config_orders_or_splits():
     served graph of that size is captured per structure), other sizes do not."""
     from kernels.neighbor_agg import triton_kernel as k
     large_n = spec(OP).shapes["large"][0]["n"]
-    assert k.common.choose(OP, k.DEFAULTS, dict(n=large_n, F=64), {})["ORDER"] == 1
+    assert k.TILES["fp32"].choose(dict(n=large_n, F=64))["ORDER"] == 1
     assert not k.structure_free(16, large_n)
     assert k.structure_free(16, 16384) and k.structure_free(256, 16384)
     assert not k.structure_free(257, 16384)  # a hub past SPLIT = 256

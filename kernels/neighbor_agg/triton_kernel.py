@@ -11,7 +11,7 @@ import triton.language as tl
 from mage import ops
 from mage.errors import MageInputError
 
-from kernels._triton import common, register_kernel
+from kernels._triton import TileTable, common, register_kernel
 
 from .spec import SPEC
 from .triton_plan import PLANS as _PLANS, build as _plan  # noqa: F401 - _PLANS: the launch-path tests clear it
@@ -176,42 +176,59 @@ def _neighbor_agg_kernel(
 # </kernel>
 
 
-# FIRST: one row per program walking its edges, no splitting: a hub keeps one program busy while
-# the rest of the GPU idles. SPLIT = 0 disables splitting.
-FIRST = dict(BLOCK_R=1, BLOCK_D=32, BLOCK_E=32, SPLIT=0, ORDER=0, MAX_BLOCK_F=64, num_warps=4)
-# Registers bound the row-block tile: BLOCK_R x BLOCK_D x 64 features over 4 warps is 128 values a
-# thread (220 registers compiled for sm_90), so the 16 x 16 tiles get 8 warps.
-SWEEP = [
-    FIRST,
-    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=64, SPLIT=0, ORDER=0, MAX_BLOCK_F=64, num_warps=8),
-    dict(BLOCK_R=8, BLOCK_D=16, BLOCK_E=64, SPLIT=256, ORDER=0, MAX_BLOCK_F=64, num_warps=4),
-    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=64, SPLIT=256, ORDER=0, MAX_BLOCK_F=64, num_warps=8),
-    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=128, SPLIT=512, ORDER=0, MAX_BLOCK_F=64, num_warps=8),
-    dict(BLOCK_R=16, BLOCK_D=16, BLOCK_E=128, SPLIT=2048, ORDER=0, MAX_BLOCK_F=64, num_warps=8),
-    dict(BLOCK_R=32, BLOCK_D=8, BLOCK_E=128, SPLIT=512, ORDER=0, MAX_BLOCK_F=64, num_warps=8),
-    dict(BLOCK_R=8, BLOCK_D=8, BLOCK_E=128, SPLIT=512, ORDER=0, MAX_BLOCK_F=64, num_warps=4),
-    dict(BLOCK_R=4, BLOCK_D=32, BLOCK_E=64, SPLIT=128, ORDER=0, MAX_BLOCK_F=64, num_warps=4),
-    # the default with its row blocks in degree order (kernels/NOTES.md: the skewed graph's miss)
-    dict(BLOCK_R=8, BLOCK_D=16, BLOCK_E=64, SPLIT=256, ORDER=1, MAX_BLOCK_F=64, num_warps=4),
-]
-# The recorded tile sweep (data/h200/tiles.csv; its times in kernels/NOTES.md): 8 rows x 16 edges, 4
-# warps, hubs cut at 256 edges was best on both large graphs and close to the best on both field-note
-# graphs, where the best config differed by graph. At the large size the same tiles with the rows in
-# degree order took 0.90x the span on the skewed graph (run 20261204T173226Z); a uniform graph's order
-# is the identity. Elsewhere the rows keep their order, so a graph without hubs stays structure-free.
-DEFAULTS = {"field": SWEEP[2], "large": SWEEP[-1], "sweep": SWEEP[2]}
+def _tile(rows, edges, hub_edges, split, warps, order=0, max_f=64):
+    """BLOCK_R rows of BLOCK_D edges a program; hubs cut into chunks of BLOCK_E edges past SPLIT edges
+    (0: never split); ORDER: rows in degree order; MAX_BLOCK_F caps the features a program takes."""
+    return dict(BLOCK_R=rows, BLOCK_D=edges, BLOCK_E=hub_edges, SPLIT=split, ORDER=order, MAX_BLOCK_F=max_f,
+                num_warps=warps)
+
+
+# Names: rows x edges a program (r, d), the split (none, or hubs past SPLIT edges), warps; '_ordered'
+# for rows in degree order. In the order a tile sweep tries them, the plain one first: one row a
+# program walking its edges, no splitting (a hub keeps one program busy while the rest of the GPU
+# idles). Registers bound the row-block tile: BLOCK_R x BLOCK_D x 64 features over 4 warps is 128
+# values a thread (220 registers compiled for sm_90), so the 16 x 16 tiles get 8 warps.
+_FP32 = {
+    "r1_d32_nosplit_w4": _tile(1, 32, 32, 0, 4),
+    "r16_d16_nosplit_w8": _tile(16, 16, 64, 0, 8),
+    "r8_d16_split256_w4": _tile(8, 16, 64, 256, 4),
+    "r16_d16_split256_w8": _tile(16, 16, 64, 256, 8),
+    "r16_d16_split512_w8": _tile(16, 16, 128, 512, 8),
+    "r16_d16_split2048_w8": _tile(16, 16, 128, 2048, 8),
+    "r32_d8_split512_w8": _tile(32, 8, 128, 512, 8),
+    "r8_d8_split512_w4": _tile(8, 8, 128, 512, 4),
+    "r4_d32_split128_w4": _tile(4, 32, 64, 128, 4),
+    # the base with its row blocks in degree order (kernels/NOTES.md: the skewed graph's miss)
+    "r8_d16_split256_w4_ordered": _tile(8, 16, 64, 256, 4, order=1),
+}
 # bf16 features: the FP32 tiles cap a program at 64 features (256 bytes of a row), so a bf16 row of 128
 # features took two programs of 128-byte gathers, each reading the row's columns and weights again: at
 # the message-passing block's graph (n = 16384, F = 128) 54 us, against 16 us with one program for the
 # whole row, the same 256 bytes (run 20261204T205225Z's diagnostic, kernel time; FP32 there: 20 us).
 # The bf16 entries keep every other FP32 choice (SPLIT and ORDER too, so ``structure_free`` holds for
 # both); at F <= 64 they are the FP32 tiles.
-SWEEP_BF16 = [dict(c, MAX_BLOCK_F=128) for c in SWEEP]
-DEFAULTS_BF16 = {k: dict(c, MAX_BLOCK_F=128) for k, c in DEFAULTS.items()}
+_BF16 = {name: dict(c, MAX_BLOCK_F=128) for name, c in _FP32.items()}
 
 
-def _defaults(dtype) -> dict:
-    return DEFAULTS_BF16 if dtype == torch.bfloat16 else DEFAULTS
+def _ordered(s) -> bool:
+    """A million rows or more, of at most 64 features (one feature block at the FP32 tiles)."""
+    return s["n"] >= 1 << 20 and s["F"] <= 64
+
+
+# The recorded tile sweep (data/h200/tiles.csv; its times in kernels/NOTES.md): 8 rows x 16 edges, 4
+# warps, hubs cut at 256 edges was best on both graphs of a million rows and close to the best on both
+# of 8192 rows, where the best config differed by graph. At a million rows the same tiles with the
+# rows in degree order took 0.90x the span on the skewed graph (run 20261204T173226Z); a uniform
+# graph's order is the identity. Elsewhere the rows keep their order, so a graph without hubs stays
+# structure-free.
+TILES = {dtype: TileTable("neighbor_agg", table, base="r8_d16_split256_w4",
+                          rule=(("r8_d16_split256_w4_ordered", _ordered),))
+         for dtype, table in (("fp32", _FP32), ("bf16", _BF16))}
+FIRST = TILES["fp32"]["r1_d32_nosplit_w4"]
+
+
+def _tiles(dtype) -> TileTable:
+    return TILES["bf16"] if dtype == torch.bfloat16 else TILES["fp32"]
 
 # The combining step, not a tile parameter of the lesson: a hub's last chunk waits for its flags
 # BLOCK_W at a time, then adds BLOCK_P partial sums a step (BLOCK_P x BLOCK_F values in flight). A
@@ -230,7 +247,7 @@ def _launch(rowptr, col, w, x, out, max_degree, config, guard=None, lower_flags=
     n, F, n_src = rowptr.numel() - 1, x.shape[1], x.shape[0]
     if x.stride(1) != 1:
         x = x.contiguous()  # costs one extra read and write of x
-    cfg = common.choose("neighbor_agg", _defaults(x.dtype), dict(n=n, F=F), config)
+    cfg = _tiles(x.dtype).choose(dict(n=n, F=F), config)
     block_f = min(common.pow2(F), cfg.pop("MAX_BLOCK_F"))
     split = cfg.pop("SPLIT")
     order = bool(cfg.pop("ORDER", 0))
@@ -272,7 +289,7 @@ def neighbor_agg(graph, x, out=None, guard=None, _lower_flags=True, **config):
 def plan_for(rowptr, max_degree, n: int, F: int, config=None, dtype=torch.float32) -> dict:
     """The split plan a launch over n rows of F features of ``dtype`` with ``config`` finds (built once,
     then found): for a prepare, and for whoever must keep the plan a recorded launch reads alive."""
-    cfg = common.choose("neighbor_agg", _defaults(dtype), dict(n=n, F=F), config or {})
+    cfg = _tiles(dtype).choose(dict(n=n, F=F), config)
     block_f = min(common.pow2(F), cfg["MAX_BLOCK_F"])
     return _plan(rowptr, max_degree, cfg["SPLIT"], F, common.cdiv(F, block_f), bool(cfg.get("ORDER", 0)))
 
@@ -282,13 +299,13 @@ def structure_free(max_degree, n: int) -> bool:
     graph's structure, whatever the feature count: no row is a hub (the config's SPLIT is 0 or at least
     ``max_degree``) and the rows keep their own order (ORDER off). Such a launch reads only rowptr, col
     and w, in place, so a recorded launch serves any graph of the same size written into the same
-    buffers. (The large default orders its rows, so a graph of that size is never structure-free.)"""
+    buffers. (From a million rows of up to 64 features the rule orders the rows: never structure-free.)"""
     if max_degree is None:
         return False
-    # every config a launch over n rows can choose: each listed shape's F at this n, and the 'sweep' entry
-    widths = {s["F"] for shapes in SPEC.shapes.values() for s in shapes if s.get("n") == n} | {-1}
-    for F in widths:
-        cfg = common.choose("neighbor_agg", DEFAULTS, dict(n=n, F=F), {})
+    # every config a launch over n rows can choose: the rule reads F only as F <= 64 (``_ordered``), so
+    # one width on each side of that threshold covers them all
+    for F in (64, 65):
+        cfg = TILES["fp32"].choose(dict(n=n, F=F))
         if cfg.get("ORDER", 0) or not (cfg["SPLIT"] == 0 or max_degree <= cfg["SPLIT"]):
             return False
     return True
@@ -303,5 +320,4 @@ def prepare(graph, x, **config):
 
 # bf16 features: FP32 weights and sums, one rounding at the store, the bf16 tiles above
 for _dtype in SPEC.dtypes:
-    register_kernel("neighbor_agg", neighbor_agg, DEFAULTS_BF16 if _dtype == "bf16" else DEFAULTS,
-                    SWEEP_BF16 if _dtype == "bf16" else SWEEP, precision=_dtype, prepare=prepare)
+    register_kernel("neighbor_agg", neighbor_agg, TILES[_dtype], precision=_dtype, prepare=prepare)

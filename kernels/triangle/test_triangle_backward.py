@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from kernels._triton import testing
+from kernels._triton import TileTable, testing
 from kernels._triton.testing import assert_refuses, cpu_only, gpu, impl, module, rel_err, spec
 from kernels.triangle import triton_backward as bwd
 from mage import registry
@@ -41,9 +41,9 @@ ROADS = {
 
 def force_road(monkeypatch, config):
     """Every call of the operator, forward and backward, at every shape, runs ``config``."""
-    for dtype, (_, sweep) in list(module(OP).BY_DTYPE.items()):
-        # a new dict, so the launcher's memo (keyed by the defaults' identity) cannot answer from the old
-        monkeypatch.setitem(module(OP).BY_DTYPE, dtype, ({k: dict(config) for k in ("field", "large", "sweep")}, sweep))
+    for dtype in list(module(OP).TILES):
+        # a new table, so the launcher's plan memo (keyed by the table) cannot answer from the old
+        monkeypatch.setitem(module(OP).TILES, dtype, TileTable(OP, {"forced": dict(config)}, base="forced"))
 
 
 def reference_grads(A, B, dO):
@@ -200,7 +200,7 @@ def test_gpu_every_road_at_random_shapes(poisoned, monkeypatch, dtype, road):
     # the GPU sweep's own tiles for each road, as the backward's swapped views meet them
     pick = {"in_place": lambda c: c["LAYOUT"] == "in_place", "permute": lambda c: c["STORE"] == "permute",
             "direct": lambda c: c["LAYOUT"] == "channel_major" and c["STORE"] == "direct"}[road]
-    force_road(monkeypatch, next(c for c in module(OP).BY_DTYPE[dtype][1] if pick(c)))
+    force_road(monkeypatch, next(c for c in module(OP).TILES[dtype].sweep_configs() if pick(c)))
     for seed, shape in enumerate(spec(OP).random_shapes(10, seed=road) + [dict(N=384, C=128)]):
         assert_close_grads(*inputs(shape, "heavy", seed, "cuda"), dtype, f"{road} {shape}")
 

@@ -96,9 +96,9 @@ def test_a_gpu_call_copies_bf16_operands_for_the_tensor_cores(monkeypatch):
 
 
 def test_every_bf16_config_is_a_tensor_core_config():
-    defaults, sweep = module(OP).BY_DTYPE["bf16"]
-    assert 3 <= len(sweep) <= 5
-    for cfg in list(sweep) + list(defaults.values()):
+    table = module(OP).TILES["bf16"]
+    assert 3 <= len(table.sweep) <= 5
+    for cfg in table.configs.values():
         assert cfg["LAYOUT"] == "channel_major" and cfg["K_INNER"] and cfg["BLOCK_K"] == 64, cfg
 
 
@@ -107,6 +107,6 @@ def test_every_bf16_config_is_a_tensor_core_config():
 def test_gpu_every_bf16_config_at_the_large_shape_and_random_shapes():
     large = spec(OP).shapes["large"][0]
     bad = []
-    for cfg in module(OP).BY_DTYPE["bf16"][1]:
+    for cfg in module(OP).TILES["bf16"].sweep_configs():
         bad += gpu_failures(variant(OP, "bf16", **cfg), [large] + spec(OP).random_shapes(10))
     assert not bad, bad[:5]

@@ -181,8 +181,8 @@ def test_reuse_counts():
 
 def test_every_config_names_its_road():
     mod = module(OP)
-    for dtype, (defaults, sweep) in mod.BY_DTYPE.items():
-        for cfg in list(sweep) + list(defaults.values()):
+    for dtype, table in mod.TILES.items():
+        for cfg in table.configs.values():
             assert set(cfg) == set(mod.FIRST), (dtype, cfg)
             assert cfg["LAYOUT"] in mod.LAYOUTS and cfg["STORE"] in mod.STORES
 
@@ -203,7 +203,7 @@ def test_gpu_every_sweep_config_at_the_large_shape(dtype):
     # FP32 tolerance against float64 for every config the sweep may pick, normal and heavy-tailed
     large = spec(OP).shapes["large"][0]
     bad = []
-    for cfg in module(OP).BY_DTYPE[dtype][1]:
+    for cfg in module(OP).TILES[dtype].sweep_configs():
         for dist in ("normal", "heavy"):
             r = check(_variant(dtype, cfg), large, trials=1, dist=dist, device="cuda")
             if not r.passed:
@@ -216,7 +216,7 @@ def test_gpu_every_sweep_config_at_the_large_shape(dtype):
 @pytest.mark.parametrize("road", ["in_place", "permute", "direct_scatter", "direct_channels"])
 def test_gpu_roads_at_random_and_awkward_shapes(dtype, road):
     # the GPU sweep's own tiles for each road (the interpreter's 16 x 16 tiles are not what runs here)
-    sweep = module(OP).BY_DTYPE[dtype][1]
+    sweep = module(OP).TILES[dtype].sweep_configs()
     pick = {"in_place": lambda c: c["LAYOUT"] == "in_place",
             "permute": lambda c: c["STORE"] == "permute",
             "direct_scatter": lambda c: c["LAYOUT"] == "channel_major" and c["STORE"] == "direct" and c["BLOCK_C"] == 1,
@@ -241,6 +241,6 @@ def test_gpu_fp32x3_is_fp32_class_and_strided_inputs_agree():
     for A, B in _strided_inputs(96, 40):
         A, B = A.cuda(), B.cuda()
         ref = spec(OP).reference(A, B)
-        for dtype, (defaults, _) in module(OP).BY_DTYPE.items():
-            for cfg in defaults.values():
+        for dtype, table in module(OP).TILES.items():
+            for cfg in [table[table.base]] + [table[name] for name, _ in table.rule]:  # all the rule chooses
                 assert rel_err(module(OP).triangle(A, B, dtype=dtype, **cfg), ref) < spec(OP).tol(dtype), (dtype, cfg)

@@ -23,7 +23,7 @@ import triton.language as tl
 from mage import ops
 from mage.errors import MageInputError
 
-from kernels._triton import common, register_kernel
+from kernels._triton import TileTable, common, register_kernel
 from kernels._triton.tiles import grouped_tile
 
 from . import _channel_major as road
@@ -132,69 +132,84 @@ def _channel_major(store, bi, bj, bk, bc, warps, stages, group=8, k_inner=True):
                 GROUP_I=group, PER_CHANNEL=False, num_warps=warps, num_stages=stages)
 
 
-# FIRST: one channel a program, the "C independent matmuls" read literally in place; every load is a
-# single float C apart, so each 32-byte sector fetched serves one value.
-FIRST = _in_place(32, 32, 32, 1, 4, 2, group=1)
-SWEEP = [
-    FIRST,
-    _in_place(32, 32, 16, 8, 4, 3),  # the recorded best at the field shape
-    _in_place(128, 128, 16, 1, 8, 3),  # the recorded best in place at the large shape
+# Names: the road (in place, or channel-major with its 'permute' or 'direct' epilogue), BLOCK_I x
+# BLOCK_J x BLOCK_K, channels a program (c), warps (w), stages (s); GROUP_I where it is not 8 (g);
+# '_per_channel' for the in-place 2-d dots; '_ij' for channel-major copies with i and j innermost.
+# Each table lists its configs in the order a tile sweep tries them, the plain one first.
+# fp32: first one channel a program, the "C independent matmuls" read literally in place; every load
+# is a single float C apart, so each 32-byte sector fetched serves one value.
+_FP32 = {
+    "in_place_32x32x32_c1_w4_s2_g1": _in_place(32, 32, 32, 1, 4, 2, group=1),
+    "in_place_32x32x16_c8_w4_s3": _in_place(32, 32, 16, 8, 4, 3),
+    "in_place_128x128x16_c1_w8_s3": _in_place(128, 128, 16, 1, 8, 3),
     # 2 or 4 neighbouring channels loaded as 8- or 16-byte runs, then the 2-d dot per channel
-    _in_place(128, 128, 16, 2, 8, 3, per_channel=True),
-    _in_place(128, 64, 16, 4, 8, 3, per_channel=True),
-    _in_place(64, 64, 16, 4, 4, 3, per_channel=True),
+    "in_place_128x128x16_c2_w8_s3_per_channel": _in_place(128, 128, 16, 2, 8, 3, per_channel=True),
+    "in_place_128x64x16_c4_w8_s3_per_channel": _in_place(128, 64, 16, 4, 8, 3, per_channel=True),
+    "in_place_64x64x16_c4_w4_s3_per_channel": _in_place(64, 64, 16, 4, 4, 3, per_channel=True),
     # Channel-major, FMA dot: the matmul kernel's FP32 tiles (BLOCK_K = 16 keeps the operand slices the
     # FMA dot holds in registers from spilling at 128x128 with 8 warps); copies with i and j innermost.
-    _channel_major("permute", 128, 128, 16, 1, 8, 3, k_inner=False),
-    _channel_major("permute", 128, 128, 16, 1, 8, 4, k_inner=False),
-    _channel_major("permute", 128, 64, 16, 1, 4, 3, k_inner=False),
-    _channel_major("permute", 128, 128, 16, 1, 8, 3),  # k innermost: the FMA dot's 4-byte shared loads
-    _channel_major("direct", 128, 128, 16, 1, 8, 3, k_inner=False),  # the stride-C scatter, to price it
+    "permute_128x128x16_c1_w8_s3_ij": _channel_major("permute", 128, 128, 16, 1, 8, 3, k_inner=False),
+    "permute_128x128x16_c1_w8_s4_ij": _channel_major("permute", 128, 128, 16, 1, 8, 4, k_inner=False),
+    "permute_128x64x16_c1_w4_s3_ij": _channel_major("permute", 128, 64, 16, 1, 4, 3, k_inner=False),
+    "permute_128x128x16_c1_w8_s3": _channel_major("permute", 128, 128, 16, 1, 8, 3),  # k innermost: 4-byte shared loads
+    "direct_128x128x16_c1_w8_s3_ij": _channel_major("direct", 128, 128, 16, 1, 8, 3, k_inner=False),  # the stride-C scatter, to price it
     # several channels a program: smaller tiles, since the program holds BLOCK_C finished tiles too
-    _channel_major("direct", 64, 64, 16, 2, 4, 3, k_inner=False),
-    _channel_major("direct", 64, 64, 16, 4, 8, 3, k_inner=False),
-    _channel_major("direct", 32, 64, 16, 8, 8, 3, k_inner=False),
-]
+    "direct_64x64x16_c2_w4_s3_ij": _channel_major("direct", 64, 64, 16, 2, 4, 3, k_inner=False),
+    "direct_64x64x16_c4_w8_s3_ij": _channel_major("direct", 64, 64, 16, 4, 8, 3, k_inner=False),
+    "direct_32x64x16_c8_w8_s3_ij": _channel_major("direct", 32, 64, 16, 8, 8, 3, k_inner=False),
+}
 # fp32x3: three TF32 wgmma products per k step of 8, both operands K-major on the channel-major road.
 # BLOCK_K = 32 is one 128-byte line of k per row; a stage of 128x128x32 is 32 KB of shared memory, so
 # 3-4 stages fit under the 227 KB a block may use (128x128x64 only with 2). Compiled for sm_90,
 # 128x256 tiles and the in-place 3-d dot spill registers, so neither is here.
-SWEEP_X3 = [
+_FP32X3 = {
     # in place: the layout's price at this precision (channels split in registers, then 2-d dots)
-    _in_place(64, 64, 16, 2, 4, 3, per_channel=True),
-    _in_place(128, 64, 16, 2, 8, 3, per_channel=True),
-    _channel_major("permute", 128, 128, 32, 1, 8, 3),
-    _channel_major("permute", 128, 128, 32, 1, 8, 4),
-    _channel_major("permute", 128, 128, 64, 1, 8, 2),
-    _channel_major("permute", 128, 64, 32, 1, 4, 4),
-    _channel_major("permute", 64, 128, 32, 1, 4, 4),
-    _channel_major("direct", 128, 128, 32, 1, 8, 3),  # the stride-C scatter
-    _channel_major("direct", 128, 64, 32, 2, 8, 3),
-    _channel_major("direct", 64, 64, 32, 4, 8, 3),
-    _channel_major("direct", 64, 32, 32, 8, 4, 3),
-]
-# fp32 field: the recorded sweep (times in kernels/NOTES.md): at N = 128 only 16 programs of 128 x 128
-# exist, so 32 x 32 tiles of 8 channels fill more SMs; the field entries stay in place, one launch per
-# call (not swept on the channel-major road). Large: the best of the H200 tile sweep (run
-# 20261203T1645*, kernels/NOTES.md, "triangle: what the layout costs"): channel-major with the
-# permuting epilogue, 128 x 64 tiles and 4 warps at both precisions.
-DEFAULTS = {"field": SWEEP[1], "large": SWEEP[8], "sweep": SWEEP[8]}
-DEFAULTS_X3 = {"field": SWEEP_X3[0], "large": SWEEP_X3[5], "sweep": SWEEP_X3[5]}
+    "in_place_64x64x16_c2_w4_s3_per_channel": _in_place(64, 64, 16, 2, 4, 3, per_channel=True),
+    "in_place_128x64x16_c2_w8_s3_per_channel": _in_place(128, 64, 16, 2, 8, 3, per_channel=True),
+    "permute_128x128x32_c1_w8_s3": _channel_major("permute", 128, 128, 32, 1, 8, 3),
+    "permute_128x128x32_c1_w8_s4": _channel_major("permute", 128, 128, 32, 1, 8, 4),
+    "permute_128x128x64_c1_w8_s2": _channel_major("permute", 128, 128, 64, 1, 8, 2),
+    "permute_128x64x32_c1_w4_s4": _channel_major("permute", 128, 64, 32, 1, 4, 4),
+    "permute_64x128x32_c1_w4_s4": _channel_major("permute", 64, 128, 32, 1, 4, 4),
+    "direct_128x128x32_c1_w8_s3": _channel_major("direct", 128, 128, 32, 1, 8, 3),  # the stride-C scatter
+    "direct_128x64x32_c2_w8_s3": _channel_major("direct", 128, 64, 32, 2, 8, 3),
+    "direct_64x64x32_c4_w8_s3": _channel_major("direct", 64, 64, 32, 4, 8, 3),
+    "direct_64x32x32_c8_w4_s3": _channel_major("direct", 64, 32, 32, 8, 4, 3),
+}
 # bf16 (predictions until a GPU sweep): bf16 tensor-core products on the channel-major road, k innermost
 # (both operands K-major, as wgmma reads them), BLOCK_K = 64 (a 128-byte line of bf16): the triangle
-# update block's bf16 contraction tiles (its FIRST_BF16 first). 'direct' with BLOCK_C channels stores
-# runs of BLOCK_C bf16 values (16 fill a 32-byte sector).
-SWEEP_BF16 = [
-    _channel_major("permute", 128, 128, 64, 1, 8, 3),
-    _channel_major("permute", 128, 128, 64, 1, 8, 4),
-    _channel_major("permute", 128, 64, 64, 1, 4, 4),
-    _channel_major("direct", 64, 64, 64, 8, 8, 3),
-    _channel_major("direct", 64, 32, 64, 16, 8, 3),  # 128 FP32 values a thread, as at 64 x 64 x 8
-]
-# Large and sweep: the block's tiles, so the operation alone at the block's shapes (N = 384, 128; C = 128)
-# runs what the block runs (Amdahl's s). Field (N = 128, C = 64): 128 programs of 128 x 64 for 132 SMs.
-DEFAULTS_BF16 = {"field": SWEEP_BF16[2], "large": SWEEP_BF16[0], "sweep": SWEEP_BF16[0]}
-BY_DTYPE = {"fp32": (DEFAULTS, SWEEP), "fp32x3": (DEFAULTS_X3, SWEEP_X3), "bf16": (DEFAULTS_BF16, SWEEP_BF16)}
+# update block's bf16 contraction tiles (its first config first). 'direct' with BLOCK_C channels
+# stores runs of BLOCK_C bf16 values (16 fill a 32-byte sector).
+_BF16 = {
+    "permute_128x128x64_c1_w8_s3": _channel_major("permute", 128, 128, 64, 1, 8, 3),
+    "permute_128x128x64_c1_w8_s4": _channel_major("permute", 128, 128, 64, 1, 8, 4),
+    "permute_128x64x64_c1_w4_s4": _channel_major("permute", 128, 64, 64, 1, 4, 4),
+    "direct_64x64x64_c8_w8_s3": _channel_major("direct", 64, 64, 64, 8, 8, 3),
+    "direct_64x32x64_c16_w8_s3": _channel_major("direct", 64, 32, 64, 16, 8, 3),  # 128 FP32 values a thread, as at 64 x 64 x 8
+}
+
+
+def _few_programs(s) -> bool:
+    """N in (64, 128], C <= 64: 128 x 128 tiles make too few programs to fill the SMs."""
+    return 64 < s["N"] <= 128 and s["C"] <= 64
+
+
+# The rules: the base, the best of the H200 tile sweep at N = 384, C = 128 (run 20261203T1645*,
+# kernels/NOTES.md, "triangle: what the layout costs"): channel-major with the permuting epilogue,
+# 128 x 64 tiles and 4 warps at fp32 and fp32x3; at bf16 the block's tiles, so the operation alone at
+# the block's shapes runs what the block runs (Amdahl's s). Few programs (the field notes' N = 128,
+# C = 64): in place, one launch per call, 32 x 32 tiles of 8 channels at fp32 (the recorded sweep,
+# kernels/NOTES.md; only 16 programs of 128 x 128 exist), 64 x 64 of 2 at fp32x3, and at bf16
+# 128 programs of 128 x 64 for 132 SMs.
+TILES = {
+    "fp32": TileTable("triangle", _FP32, base="permute_128x64x16_c1_w4_s3_ij",
+                      rule=(("in_place_32x32x16_c8_w4_s3", _few_programs),), sizes=("N", "C")),
+    "fp32x3": TileTable("triangle", _FP32X3, base="permute_128x64x32_c1_w4_s4",
+                        rule=(("in_place_64x64x16_c2_w4_s3_per_channel", _few_programs),), sizes=("N", "C")),
+    "bf16": TileTable("triangle", _BF16, base="permute_128x128x64_c1_w8_s3",
+                      rule=(("permute_128x64x64_c1_w4_s4", _few_programs),), sizes=("N", "C")),
+}
+FIRST = TILES["fp32"]["in_place_32x32x32_c1_w4_s2_g1"]
 INPUT_PRECISION = {"fp32": "ieee", "fp32x3": "tf32x3", "bf16": "ieee"}  # bf16 products: nothing to choose
 _FLOAT = frozenset(ops.FLOAT)
 LAYOUTS, STORES = ("in_place", "channel_major"), ("direct", "permute")
@@ -232,14 +247,9 @@ def _checked(A, B) -> None:
         common.on_device("triangle", {"A": A, "B": B})
 
 
-_PLANS: dict = {}
-
-
-def _plan(dtype, table_id, N, C, a_strides, b_strides, config):
-    """The road of a call and what it launches with: a function of its sizes, strides, precision and
-    config overrides only (memoised by ``common.plan``; ``table_id``: the defaults table's identity,
-    so a replaced table misses). The output is contiguous [N, N, C]."""
-    consts, launch = common.split(common.choose("triangle", BY_DTYPE[dtype][0], dict(N=N, C=C), dict(config)))
+def _plan(consts, launch, N, C, dtype, a_strides, b_strides):
+    """The road of a call and what it launches with, from its tiles, sizes, precision and strides
+    (memoised by ``TileTable.plan``). The output is contiguous [N, N, C]."""
     _refuse_bad_config(consts)
     precision = INPUT_PRECISION[dtype]
     shape = (N, N, C)
@@ -276,7 +286,7 @@ def triangle(A, B, out=None, dtype=None, **config):
         # product of two bf16 values is exact, so FP32 copies give the FP32 sums the tensor cores form;
         # the kernels still store into the bf16 output (the interpreter rounds toward zero there)
         A, B = A.float(), B.float()
-    road_name, how = common.plan(_PLANS, _plan, dtype, id(BY_DTYPE[dtype][0]), N, C, A.stride(), B.stride(), common.frozen(config))
+    road_name, how = TILES[dtype].plan(_plan, (N, C), config, dtype, A.stride(), B.stride())
     if road_name == "channel_major":
         consts, launch, precision, offs_64 = how
         return road.channel_major(A, B, out, dict(consts), dict(launch), precision, offs_64)
@@ -285,8 +295,8 @@ def triangle(A, B, out=None, dtype=None, **config):
     return out
 
 
-for _dtype, (_defaults, _sweep) in BY_DTYPE.items():
-    register_kernel("triangle", triangle, _defaults, _sweep, precision=_dtype, dtype=_dtype)
+for _dtype, _tiles in TILES.items():
+    register_kernel("triangle", triangle, _tiles, precision=_dtype, dtype=_dtype)
 
 
 def launches(config: dict) -> int:

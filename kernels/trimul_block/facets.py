@@ -16,8 +16,8 @@ from .spec import NAME
 def _block_config(dtype) -> dict:
     # imported when asked, not at the top: the launcher registers implementations, which discovery
     # allows only once every spec and facet is in, and reading a label should not import Triton
-    from .triton_block import DEFAULTS, DEFAULTS_BF16
-    return (DEFAULTS if dtype == "fp32" else DEFAULTS_BF16)["field"]
+    from .triton_block import TILES
+    return TILES[dtype].base_config()
 
 
 def _ln_tiles(dtype) -> dict:

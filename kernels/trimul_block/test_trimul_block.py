@@ -232,7 +232,7 @@ def test_both_copy_orders_and_epilogues(k_inner, store):
 
 @cpu_only
 def test_every_sweep_config():
-    for cfg in tb.SWEEP:
+    for cfg in tb.TILES["fp32"].sweep_configs():
         r = check(registry.get(NAME, "triton", "fp32").variant(**cfg), dict(N=3, C=4, H=5), trials=1, device="cpu")
         assert r.passed, f"{cfg}: {r.reason}"
 

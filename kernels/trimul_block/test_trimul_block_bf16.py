@@ -113,11 +113,11 @@ def test_gpu_bf16_every_sweep_config_at_random_shapes():
 
 
 @gpu
-@pytest.mark.parametrize("k", range(len(tb.SWEEP_BF16)))
+@pytest.mark.parametrize("k", range(len(tb.TILES["bf16"].sweep)))
 def test_gpu_bf16_launches_per_call(k):
     from mage.profile import profile
-    impl = _impl().variant(**tb.SWEEP_BF16[k])
+    impl = _impl().variant(**tb.TILES["bf16"].sweep_configs()[k])
     args = SPEC.inputs(SPEC.shapes["field"][0], device="cuda", dtype="bf16")
     counts = [profile(lambda: impl.fn(*args), iters=5, warmup=2).launches for _ in range(2)]
-    print(f"\n{NAME}/triton/bf16 {tb.SWEEP_BF16[k]['STORE']}: {counts[0]} launches a call")
+    print(f"\n{NAME}/triton/bf16 {impl.config['STORE']}: {counts[0]} launches a call")
     assert counts[0] == counts[1] == tb.launches(impl.config), counts

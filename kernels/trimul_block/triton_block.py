@@ -13,10 +13,10 @@ The projections (steps 2 and 6) take one of two roads, the config key ``GEMM`` (
 cuBLAS GEMMs and a Triton launch for the output gate, or the project's GEMM with the biases and the
 gate in its epilogue (tf32x3 at fp32).
 
-Precisions: fp32 and bf16, one launcher (the inputs' dtype picks the tiles: DEFAULTS or
-DEFAULTS_BF16). At fp32 the GEMMs stay on cuBLAS in IEEE FP32 (TF32 off, set on every call) and the
-contraction on the FMA units ("ieee" on FP32 tiles). At bf16 every tensor between the kernels is bf16
-(zn, p, a and b, o, LN(o), the output) and every kernel computes in FP32: LayerNorm statistics, the
+Precisions: fp32 and bf16, one launcher (the inputs' dtype picks its table in ``TILES``). At fp32 the
+GEMMs stay on cuBLAS in IEEE FP32 (TF32 off, set on every call) and the contraction on the FMA units
+("ieee" on FP32 tiles). At bf16 every tensor between the kernels is bf16 (zn, p, a and b, o, LN(o),
+the output) and every kernel computes in FP32: LayerNorm statistics, the
 sigmoid gates, cuBLAS's bf16 GEMMs and the contraction's ``tl.dot`` on bf16 tiles accumulate in FP32
 (the tensor cores' bf16 product: "ieee" names no FP32 decomposition), each rounded once at its store.
 """
@@ -27,10 +27,10 @@ import triton
 import triton.language as tl
 
 from kernels._pytorch import set_precision
-from kernels._triton import common, register_kernel
+from kernels._triton import TileTable, common, register_kernel
 from kernels.layernorm.triton_kernel import layernorm
 from kernels.triangle import _channel_major as road
-from kernels.triangle.triton_kernel import DEFAULTS as TRIANGLE_DEFAULTS
+from kernels.triangle.triton_kernel import TILES as TRIANGLE_TILES
 from kernels.triangle.triton_kernel import STORES
 from mage import ops
 from mage.errors import MageInputError
@@ -94,30 +94,28 @@ def _config(contraction: dict, gate=(64, 32, 4), ln=(8, 4, 0), out_gate=(32, 64,
                 **proj.gemm_keys(*(gemm or ("cublas",))))
 
 
-# FIRST: the triangle's large default (its best channel-major config at FP32, 'permute' epilogue)
-# and plain tiles elsewhere; LayerNorm rows of 128 channels are short, so 8 a program (one a program
-# would leave most of its 128 threads idle).
-FIRST = _config(TRIANGLE_DEFAULTS["large"])
-_SCATTER = dict(TRIANGLE_DEFAULTS["large"], STORE="direct", BLOCK_I=64, BLOCK_J=64, BLOCK_C=4, num_warps=8)
-SWEEP = [
-    FIRST,
-    _config(TRIANGLE_DEFAULTS["large"], ln=(8, 4, 1)),  # LayerNorm's cache hints
-    _config(TRIANGLE_DEFAULTS["large"], gate=(128, 32, 8), ln=(16, 8, 1), out_gate=(64, 64, 8)),
-    _config(TRIANGLE_DEFAULTS["large"], gate=(32, 64, 4), ln=(4, 4, 1)),
+# Names: the projections' road and the contraction's epilogue ('permute' or 'direct'), then what sets
+# the config apart; in the order a tile sweep tries them, the plain one first: the triangle's base
+# config (its best channel-major config at FP32, 'permute' epilogue) and plain tiles elsewhere;
+# LayerNorm rows of 128 channels are short, so 8 a program (one a program would leave most of its 128
+# threads idle).
+_CONTRACTION = TRIANGLE_TILES["fp32"]["permute_128x64x16_c1_w4_s3_ij"]
+_SCATTER = dict(_CONTRACTION, STORE="direct", BLOCK_I=64, BLOCK_J=64, BLOCK_C=4, num_warps=8)
+_FP32 = {
+    "cublas_permute": _config(_CONTRACTION),
+    "cublas_permute_ln_hints": _config(_CONTRACTION, ln=(8, 4, 1)),  # LayerNorm's cache hints
+    "cublas_permute_big_gates": _config(_CONTRACTION, gate=(128, 32, 8), ln=(16, 8, 1), out_gate=(64, 64, 8)),
+    "cublas_permute_small_gates": _config(_CONTRACTION, gate=(32, 64, 4), ln=(4, 4, 1)),
     # the GEMM writes o directly, runs of 4 channels: no transposing copy, one launch fewer
-    _config(_SCATTER, ln=(8, 4, 1)),
-    _config(dict(_SCATTER, STORE="direct", BLOCK_C=1, BLOCK_I=128, BLOCK_J=64, num_warps=4), ln=(8, 4, 1)),
+    "cublas_direct_64x64_c4": _config(_SCATTER, ln=(8, 4, 1)),
+    "cublas_direct_128x64_c1": _config(dict(_SCATTER, STORE="direct", BLOCK_C=1, BLOCK_I=128, BLOCK_J=64, num_warps=4),
+                                       ln=(8, 4, 1)),
     # the fused projections (tf32x3, tiles from the MLP block's sweep list), the weights copied K-major or not
-    _config(TRIANGLE_DEFAULTS["large"], ln=(8, 4, 1), gemm=("fused",)),
-    _config(TRIANGLE_DEFAULTS["large"], ln=(8, 4, 1), gemm=("fused", 128, 64, 32, 4, 4, 0)),
-    _config(TRIANGLE_DEFAULTS["large"], ln=(8, 4, 1), gemm=("fused", 128, 128, 32, 8, 3)),
-    _config(TRIANGLE_DEFAULTS["large"], ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4)),
-]
-# The block's tile sweep (run 20261204T205225Z, N = 128, kernel time): the fused projections with the
-# weights copied K-major, 113.4-114.9 us against 138.8-140.0 for the cuBLAS entries (without the copies
-# 131.0: the tf32x3 product staging an N-major B); the contraction's tiles barely mattered.
-BEST = SWEEP[-1]
-DEFAULTS = {"field": BEST, "large": BEST, "sweep": BEST}
+    "fused_m128_n64_k32_w4_s4": _config(_CONTRACTION, ln=(8, 4, 1), gemm=("fused",)),
+    "fused_m128_n64_k32_w4_s4_bn": _config(_CONTRACTION, ln=(8, 4, 1), gemm=("fused", 128, 64, 32, 4, 4, 0)),
+    "fused_m128_n128_k32_w8_s3": _config(_CONTRACTION, ln=(8, 4, 1), gemm=("fused", 128, 128, 32, 8, 3)),
+    "fused_m64_n128_k32_w4_s4": _config(_CONTRACTION, ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4)),
+}
 
 
 def _tensor_cores(store, bi, bj, bk, bc, warps, stages, group=8):
@@ -130,21 +128,28 @@ def _tensor_cores(store, bi, bj, bk, bc, warps, stages, group=8):
 # bf16 (predictions until a GPU sweep): 128x128 tiles, one channel a program, and the transposing copy
 # ('permute'); 'direct' with BLOCK_C channels a program stores runs of BLOCK_C bf16 values (16 fill a
 # 32-byte sector), trading the copy's extra pass for a narrower accumulator tile.
-FIRST_BF16 = _config(_tensor_cores("permute", 128, 128, 64, 1, 8, 3), ln=(8, 4, 1))
-SWEEP_BF16 = [
-    FIRST_BF16,
-    _config(_tensor_cores("permute", 128, 128, 64, 1, 8, 4), ln=(8, 4, 1)),
-    _config(_tensor_cores("permute", 128, 64, 64, 1, 4, 4), ln=(8, 4, 1)),
-    _config(_tensor_cores("direct", 64, 64, 64, 8, 8, 3), ln=(8, 4, 1)),
-    _config(_tensor_cores("direct", 64, 32, 64, 16, 8, 3), ln=(8, 4, 1)),  # 128 FP32 values a thread
+_PERMUTE_BF16 = _tensor_cores("permute", 128, 128, 64, 1, 8, 3)
+_BF16 = {
+    "cublas_permute_128x128": _config(_PERMUTE_BF16, ln=(8, 4, 1)),
+    "cublas_permute_128x128_s4": _config(_tensor_cores("permute", 128, 128, 64, 1, 8, 4), ln=(8, 4, 1)),
+    "cublas_permute_128x64": _config(_tensor_cores("permute", 128, 64, 64, 1, 4, 4), ln=(8, 4, 1)),
+    "cublas_direct_64x64_c8": _config(_tensor_cores("direct", 64, 64, 64, 8, 8, 3), ln=(8, 4, 1)),
+    "cublas_direct_64x32_c16": _config(_tensor_cores("direct", 64, 32, 64, 16, 8, 3), ln=(8, 4, 1)),  # 128 FP32 values a thread
     # the fused projections: bf16 wgmma reads B as it comes, so no K-major copy unless asked
-    _config(_tensor_cores("permute", 128, 128, 64, 1, 8, 3), ln=(8, 4, 1), gemm=("fused", 128, 64, 64, 4, 4, 0)),
-    _config(_tensor_cores("permute", 128, 128, 64, 1, 8, 3), ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 0)),
-    _config(_tensor_cores("permute", 128, 128, 64, 1, 8, 3), ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 1)),
-]
-# bf16 (same run): the cuBLAS projections, 41.0 us, against 45.1-48.9 fused (Triton's bf16 GEMM is
-# slower than cuBLAS's and the gate it saves is a small pass in bf16)
-DEFAULTS_BF16 = {"field": FIRST_BF16, "large": FIRST_BF16, "sweep": FIRST_BF16}
+    "fused_m128_n64_k64_w4_s4_bn": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 64, 64, 4, 4, 0)),
+    "fused_m128_n128_k64_w8_s3_bn": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 0)),
+    "fused_m128_n128_k64_w8_s3": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 1)),
+}
+# One config at every size (no rule). fp32: the block's tile sweep (run 20261204T205225Z, N = 128,
+# kernel time): the fused projections with the weights copied K-major, 113.4-114.9 us against
+# 138.8-140.0 for the cuBLAS entries (without the copies 131.0: the tf32x3 product staging an N-major
+# B); the contraction's tiles barely mattered. bf16 (same run): the cuBLAS projections, 41.0 us,
+# against 45.1-48.9 fused (Triton's bf16 GEMM is slower than cuBLAS's and the gate it saves is a
+# small pass in bf16).
+TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4"),
+         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128")}
+FIRST = TILES["fp32"]["cublas_permute"]
+FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]
 
 
 def _refuse_bad_config(c: dict) -> None:
@@ -186,8 +191,8 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     # the kernels therefore store FP32 (their math is FP32 anyway) and PyTorch rounds each intermediate
     # once to nearest even (_nearest): the values the GPU stores, at the same points.
     sdt = torch.float32 if z.dtype == torch.bfloat16 and common.interpreting() else z.dtype
-    defaults = DEFAULTS if z.dtype == torch.float32 else DEFAULTS_BF16
-    consts, launch = common.choose_split(NAME, defaults, dict(N=N, C=C, H=H), config)
+    tiles = TILES["fp32" if z.dtype == torch.float32 else "bf16"]
+    consts, launch = common.split(tiles.choose(dict(N=N, C=C, H=H), config))
     _refuse_bad_config(consts)
     set_precision("fp32")  # IEEE FP32 GEMMs, whatever an earlier TF32 call left set
     # The per-pair steps (both LayerNorms, both projections, the output gate) take the batch's B N^2
@@ -254,8 +259,8 @@ def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
         road.transpose([(view, o)], N, H, offs_64)
 
 
-register_kernel(NAME, trimul_block, DEFAULTS, SWEEP, precision="fp32")
-register_kernel(NAME, trimul_block, DEFAULTS_BF16, SWEEP_BF16, precision="bf16")
+for _dtype, _tiles in TILES.items():
+    register_kernel(NAME, trimul_block, _tiles, precision=_dtype)
 
 
 @torch.library.custom_op("mage::triton_trimul_block", mutates_args=())
