@@ -39,11 +39,12 @@ def _minimum_image(d, L):
 
 
 @torch.no_grad()
-def radius_graph(pos, L: float, cutoff: float, chunk: int = 4096):
+def radius_graph(pos, L: float, cutoff: float):
     """Edges (source, target) between atoms closer than ``cutoff`` under periodic boundaries, both
     directions, no self loops; by brute force in chunks (built once, so its cost is not measured)."""
     if cutoff * 2 >= L:
         raise MageInputError("schnet", "cutoff", f"{cutoff} must be under half the box side {L:.1f} (minimum image)")
+    chunk = max(1, min(4096, (1 << 26) // max(len(pos), 1)))  # rows of distances held at once: about 1 GB
     parts = []
     for lo in range(0, len(pos), chunk):
         d = _minimum_image(pos[None, :, :] - pos[lo:lo + chunk, None, :], L).norm(dim=-1)

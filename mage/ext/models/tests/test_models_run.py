@@ -5,6 +5,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from mage import data  # noqa: E402
+from mage.ext.models import parts as P  # noqa: E402
 from mage.ext.models import run as R  # noqa: E402
 from mage.ext.models import vjepa2  # noqa: E402
 
@@ -13,6 +14,8 @@ from mage.ext.models import vjepa2  # noqa: E402
     ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>", "gemm"),
     ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "gemm"),
     ("_gemm_epilogue_kernel", "gemm"),
+    ("void at::native::indexFuncLargeIndex<float, long, unsigned int, 2, 2, -2, true>", "aggregation"),
+    ("_neighbor_agg_kernel", "aggregation"),
     ("fmha_cutlassF_f32_aligned_64x64_rf_sm80", "attention"),
     ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>", "layernorm"),
     ("_layernorm_kernel", "layernorm"),
@@ -25,7 +28,7 @@ def test_kernel_names_sort_into_kinds_of_work(name, kind):
 
 def test_the_calls_a_forward_makes_are_counted_at_their_shapes():
     model = vjepa2.build(vjepa2.TINY)
-    counts = R.calls_made(model, vjepa2.clip(model, frames=4))
+    counts = P.calls_made(model, vjepa2.clip(model, frames=4))
     T, W, L = vjepa2.tokens(model, 4), vjepa2.TINY["hidden_size"], vjepa2.TINY["num_hidden_layers"]
     assert counts[("linear", (T, W), (W, W), 0.0)] == 4 * L  # query, key, value, output projection
     assert counts[("linear", (T, W), (4 * W, W), 0.0)] == L
@@ -36,7 +39,7 @@ def test_the_calls_a_forward_makes_are_counted_at_their_shapes():
 
 @pytest.mark.gpu
 def test_the_run_records_rows_the_loader_reads(tmp_path):
-    assert R.main(["--out", str(tmp_path), "--tiny", "--frames", "4", "--dtypes", "fp32", "--iters", "3",
+    assert R.main(["--out", str(tmp_path), "--small", "--frames", "4", "--atoms", "200", "--iters", "3",
                    "--spans", "3"]) == 0
     rows = data.load(tmp_path / "models")
     assert set(rows.impl) == {"stock", "stock_compile", "swapped", "swapped_compile"}
