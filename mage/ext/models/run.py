@@ -30,7 +30,7 @@ from . import parts
 
 # what a kernel's name says about its work; the first match wins, the rest is 'elementwise'
 KINDS = (("attention", r"flash|fmha|attention|efficient_attention|sdpa"), ("layernorm", r"layer_?norm"),
-         ("aggregation", r"scatter|index_add|indexfunc|segment|neighbor_agg"),
+         ("aggregation", r"scatter|index_add|indexfunc|segment|neighbor_agg|edge_dot"),
          ("gemm", r"gemm|gemv|cutlass|nvjet|xmma|matmul|sm90_|sm80_"), ("gelu", r"gelu"), ("conv", r"conv"))
 TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2}  # norm-wise against float64; the stock column's error is beside it
 
