@@ -37,9 +37,11 @@ VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches"
          "latency": "us", "latency_part": "us", "latency_share": "fraction", "throughput": "items/s",
          "batch_hist": "batches", "requests": "count",
          "host_call": "us",  # the host's time inside a served call (its checks and launches): beside the parts
-         "train_step": "us", "train_part": "us"}  # a block's training step, and its parts (mage.ext.training.train)
+         "train_step": "us", "train_part": "us",  # a block's training step, and its parts (mage.ext.training.train)
+         "kernel_part": "us"}  # a model's kernel time in one kind of work, named in 'stage' (mage.ext.models)
 # service: one request's shape; train: a block's training step (mage.ext.training.train), at its field or large shape
-SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service", "train"}
+# model: a whole model's forward at a published configuration (mage.ext.models)
+SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service", "train", "model"}
 CACHES = {"warm", "cold", "n/a"}
 CHECK_COLUMNS = ["op", "impl", "dtype", "shape", "dist", "error", "tolerance", "passed", "trials", "reason", "run"]
 CEILING_COLUMNS = ["name", "value", "unit", "detail", "run"]

@@ -29,8 +29,8 @@ from mage.registry import declare
 
 from kernels._triton import common, reduce
 
-from .spec import SPEC  # its validate: the launcher's checks, bf16 rows included
-from .triton_kernel import layernorm, layernorm_op  # the operator this module makes differentiable
+from .spec import EPS, SPEC  # its validate: the launcher's checks, bf16 rows included
+from .triton_kernel import check_eps, layernorm, layernorm_op  # the operator this module makes differentiable
 
 OP = "layernorm"
 
@@ -181,19 +181,20 @@ def layernorm_backward(x, gamma, mean, rstd, dy, **config):
 
 
 @torch.library.custom_op("mage::triton_layernorm_train", mutates_args=())
-def layernorm_train_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor
+def layernorm_train_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = EPS
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, mean, rstd): the forward kernel with its statistics saved (one launch, 8 bytes a row more)."""
     SPEC.validate(x, gamma, beta)  # FP32, or bf16 rows (their statistics still FP32)
     R = x.shape[0]
     mean = torch.empty((R,), dtype=torch.float32, device=x.device)
     rstd = torch.empty((R,), dtype=torch.float32, device=x.device)
-    return layernorm(x, gamma, beta, stats=(mean, rstd)), mean, rstd
+    return layernorm(x, gamma, beta, stats=(mean, rstd), eps=eps), mean, rstd
 
 
 @layernorm_train_op.register_fake
-def _(x, gamma, beta):
+def _(x, gamma, beta, eps=EPS):
     SPEC.validate(x, gamma, beta)
+    check_eps(eps)
     stat = x.new_empty((x.shape[0],), dtype=torch.float32)  # FP32 whatever x's dtype
     return torch.empty_like(x), stat, torch.empty_like(stat)
 
@@ -218,14 +219,14 @@ def _grads(ctx, x, gamma, mean, rstd, dy):
 
 
 def _train_setup(ctx, inputs, output):
-    x, gamma, _ = inputs
+    x, gamma = inputs[0], inputs[1]
     _, mean, rstd = output
     ctx.mark_non_differentiable(mean, rstd)  # statistics for the backward, not results to train through
     ctx.save_for_backward(x, gamma, mean, rstd)
 
 
 def _train_backward(ctx, dy, _dmean, _drstd):
-    return _grads(ctx, *ctx.saved_tensors, dy)
+    return *_grads(ctx, *ctx.saved_tensors, dy), None  # eps: a constant, no gradient
 
 
 torch.library.register_autograd("mage::triton_layernorm_train", _train_backward, setup_context=_train_setup)
@@ -233,14 +234,15 @@ torch.library.register_autograd("mage::triton_layernorm_train", _train_backward,
 
 def _plain_setup(ctx, inputs, output):
     ctx.save_for_backward(inputs[0], inputs[1], inputs[2])
+    ctx.eps = inputs[3]
 
 
 def _plain_backward(ctx, dy):
     # The inference operator saved no statistics: they are taken again here (a read of x and a write
     # of y the backward discards). The training path uses triton_layernorm_train and pays neither.
     x, gamma, beta = ctx.saved_tensors
-    _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, gamma, beta)
-    return _grads(ctx, x, gamma, mean, rstd, dy)
+    _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, gamma, beta, ctx.eps)
+    return *_grads(ctx, x, gamma, mean, rstd, dy), None
 
 
 torch.library.register_autograd("mage::triton_layernorm", _plain_backward, setup_context=_plain_setup)

@@ -199,6 +199,12 @@ def _good(x, gamma, beta) -> bool:
             and x.device == gamma.device and x.device == beta.device)
 
 
+def check_eps(eps) -> None:
+    """eps keeps the square root away from zero: a positive, finite number (a bool is not one)."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < float("inf"):
+        raise MageInputError("layernorm", "eps", f"must be a positive finite number, got {eps!r}")
+
+
 def _checked(x, gamma, beta) -> None:
     """Every check, once per call: the common case (CUDA tensors that pass) in a few attribute reads,
     anything else (CPU, a bad input) through the full checks, which raise."""
@@ -215,10 +221,13 @@ def _plan(consts, launch, R, C):
                       **consts, **launch)
 
 
-def layernorm(x, gamma, beta, out=None, stats=None, **config):
-    """y = (x - mean) / sqrt(var + eps) * gamma + beta over each row, eps = spec.EPS. ``stats``: a pair
-    of float32 tensors [R] that receive each row's mean and 1 / sqrt(var + eps) (the training path's)."""
+def layernorm(x, gamma, beta, out=None, stats=None, eps=EPS, **config):
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta over each row; eps is the spec's unless a model
+    brings its own (V-JEPA 2 uses 1e-6). ``stats``: a pair of float32 tensors [R] that receive each
+    row's mean and 1 / sqrt(var + eps) (the training path's)."""
     _checked(x, gamma, beta)
+    if eps is not EPS:
+        check_eps(eps)
     R, C = x.shape
     if stats is not None:  # the kernel writes one value per row into each: refuse what it would misplace
         if not isinstance(stats, (tuple, list)) or len(stats) != 2:
@@ -243,7 +252,7 @@ def layernorm(x, gamma, beta, out=None, stats=None, **config):
     grid, kw = TILES.plan(_plan, (R, C), config)
     if stats is not None:
         kw = dict(kw, Mean=stats[0], Rstd=stats[1], STATS=True)
-    common.launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), EPS, **kw)
+    common.launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), eps, **kw)
     return out
 
 
@@ -253,12 +262,13 @@ for _dtype in SPEC.dtypes:
 
 
 @torch.library.custom_op("mage::triton_layernorm", mutates_args=())
-def layernorm_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-    """The kernel as a PyTorch operator, so torch.compile graphs can call it."""
-    return layernorm(x, gamma, beta)
+def layernorm_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """The kernel as a PyTorch operator, so torch.compile graphs (and models it is swapped into) can call it."""
+    return layernorm(x, gamma, beta, eps=eps)
 
 
 @layernorm_op.register_fake
-def _(x, gamma, beta):
+def _(x, gamma, beta, eps=EPS):
     SPEC.validate(x, gamma, beta)  # metadata only (a call with any 'meta' input lands here)
+    check_eps(eps)
     return torch.empty_like(x)

@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from mage import ops
+
 from kernels._triton import common
 from kernels._triton.tiles import grouped_tile
 
@@ -109,3 +111,34 @@ def as_matmul_config(tiles: dict) -> dict:
     return dict(BLOCK_M=tiles["BLOCK_M"], BLOCK_N=tiles["BLOCK_N"], BLOCK_K=tiles["BLOCK_K"],
                 GROUP_M=tiles.get("GROUP_M", 8), num_warps=tiles["num_warps"], num_stages=tiles["num_stages"],
                 B_KMAJOR=1)
+
+
+def _check_linear(x, W, b) -> None:
+    """A model's Linear as the epilogue GEMM reads it: x [M, K], W [N, K], b [N], one floating dtype
+    (FP32 or bf16) on one device. Named errors here, before Triton's own, which name neither."""
+    op, floats = "linear", (torch.float32, torch.bfloat16)
+    ops.tensor(op, "x", x, floats, 2)
+    ops.tensor(op, "W", W, floats, 2)
+    ops.tensor(op, "b", b, floats, 1)
+    ops.same_dtype(op, {"x": x, "W": W, "b": b})
+    ops.same_device(op, {"x": x, "W": W, "b": b})
+    ops.dim(op, "W", W, 1, x.shape[1], "x's K")
+    ops.dim(op, "b", b, 0, W.shape[0], "W's N")
+
+
+@torch.library.custom_op("mage::triton_linear", mutates_args=())
+def linear_op(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor, gelu: bool = False) -> torch.Tensor:
+    """act(x W^T + b) as one kernel (``gelu``: the exact GELU in the epilogue): a model's ``nn.Linear``,
+    or its Linear and GELU fused, swapped into the model as a PyTorch operator. FP32 storage runs tf32x3,
+    bf16 storage the bf16 tensor-core product; both accumulate in FP32. Forward only (inference)."""
+    _check_linear(x, W, b)
+    common.on_device("linear", {"x": x, "W": W, "b": b})
+    out = x.new_empty((x.shape[0], W.shape[0]))
+    return gemm_epilogue(x if x.stride(1) == 1 else x.contiguous(), W if W.stride(1) == 1 else W.contiguous(),
+                         b, out, gelu=gelu)
+
+
+@linear_op.register_fake
+def _(x, W, b, gelu=False):
+    _check_linear(x, W, b)
+    return x.new_empty((x.shape[0], W.shape[0]))

@@ -1,0 +1,49 @@
+"""NVIDIA's fused triangle update (``cuequivariance_torch.triangle_multiplicative_update``, what Boltz-2
+and OpenFold3 call) as a column of this block: the same AlphaFold form (biases, the output gate of C
+channels applied after the output projection), its weights taken from the block's arguments.
+
+The block keeps its five input projections as one matrix [C, 4H + C] whose columns are: left gate, left
+value, right gate, right value, output gate. The library takes ``Linear``-layout weights: the two values
+stacked as ``p_in`` [2H, C] (left then right), the two gates as ``g_in`` [2H, C], the output gate as
+``g_out`` [C, C] and the output projection as ``p_out`` [C, H]. Its FP32 products follow
+``torch.backends.cuda.matmul.allow_tf32`` (off: tf32x3, FP32-class) unless ``precision`` says otherwise.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from kernels.layernorm.spec import EPS
+
+
+def library_arguments(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out) -> dict:
+    """The block's arguments as the library's keywords (weights transposed to Linear's layout; copies
+    made once per input set, outside the timed call)."""
+    C, H = z.shape[-1], gamma_out.shape[0]
+    a_gate, a_val, b_gate, b_val, g = w_in.split((H, H, H, H, C), dim=1)
+    ba_gate, ba_val, bb_gate, bb_val, bg = b_in.split((H, H, H, H, C))
+    batched = z.dim() == 4
+    return dict(
+        x=z if batched else z[None], mask=mask if batched else mask[None],
+        norm_in_weight=gamma_in, norm_in_bias=beta_in,
+        p_in_weight=torch.cat([a_val, b_val], 1).t().contiguous(), p_in_bias=torch.cat([ba_val, bb_val]),
+        g_in_weight=torch.cat([a_gate, b_gate], 1).t().contiguous(), g_in_bias=torch.cat([ba_gate, bb_gate]),
+        norm_out_weight=gamma_out, norm_out_bias=beta_out,
+        p_out_weight=w_out.t().contiguous(), p_out_bias=b_out,
+        g_out_weight=g.t().contiguous(), g_out_bias=bg, eps=EPS)
+
+
+def unavailable() -> Optional[str]:
+    try:
+        import cuequivariance_torch  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - any failure to import is a reason, reported as such
+        return f"cuequivariance_torch is not installed ({type(e).__name__}: {e})"
+    return None
+
+
+def call(kw: dict, batched: bool, precision=None):
+    """One call of the library on prepared keywords; the output in the block's layout."""
+    from cuequivariance_torch import triangle_multiplicative_update
+    out = triangle_multiplicative_update(direction="outgoing", precision=precision, **kw)
+    return out if batched else out[0]

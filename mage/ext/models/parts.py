@@ -1,0 +1,97 @@
+"""The cases the model run measures: each model built stock and swapped at one size and precision, its
+float64 answer, and the calls the swap replaces at the shapes the model makes them (for Amdahl)."""
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import torch
+from torch import nn
+
+from . import schnet, vjepa2
+from . import swap as S
+
+DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def calls_made(model, video) -> Counter:
+    """(kind, rows x width, weight shape, eps) -> how many calls one encoder forward makes."""
+    seen, hooks = Counter(), []
+
+    def hook(mod, args, _out):
+        x = args[0].reshape(-1, args[0].shape[-1])
+        kind, eps = ("linear", 0.0) if isinstance(mod, nn.Linear) else ("layernorm", mod.eps)
+        seen[(kind, tuple(x.shape), tuple(mod.weight.shape), eps)] += 1
+
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.LayerNorm)):
+            hooks.append(m.register_forward_hook(hook))
+    try:
+        vjepa2.encode(model, video)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def _call(kind, x_shape, w_shape, eps, dtype, ours: bool):
+    """One of the model's calls alone on fresh values, stock or ours."""
+    x = torch.randn(x_shape, device="cuda", dtype=dtype)
+    if kind == "layernorm":
+        mod = nn.LayerNorm(w_shape[0], eps=eps).to("cuda", dtype)
+        fn = S.KernelLayerNorm(mod) if ours else mod
+    else:
+        fn = lin = nn.Linear(w_shape[1], w_shape[0]).to("cuda", dtype)
+        fn = S.KernelLinear(lin) if ours else lin
+    return lambda: fn(x)
+
+
+def _columns(stock, swapped, call):
+    cs, cw = torch.compile(stock), torch.compile(swapped)
+    return {"stock": lambda: call(stock), "stock_compile": lambda: call(cs),
+            "swapped": lambda: call(swapped), "swapped_compile": lambda: call(cw)}
+
+
+def vjepa2_case(frames: int, dtype: str, small: bool = False):
+    from .run import Case
+    stock = vjepa2.build(vjepa2.TINY if small else vjepa2.VITL16, dtype=DTYPE[dtype], device="cuda")
+    swapped = copy.deepcopy(stock)
+    S.swap(swapped)
+    video = vjepa2.clip(stock, frames, device="cuda")
+    f64 = copy.deepcopy(stock).double()
+    replaced = [(_call(k, xs, ws, eps, DTYPE[dtype], False), _call(k, xs, ws, eps, DTYPE[dtype], True), n)
+                for (k, xs, ws, eps), n in calls_made(stock, video).items()]
+    # fc1 and its GELU become one call: the stock GELU's time leaves with it (its share in the profile)
+    return Case("vjepa2_encoder", f"frames={frames},tokens={vjepa2.tokens(stock, frames)},batch=1", dtype,
+                _columns(stock, swapped, lambda m: vjepa2.encode(m, video)),
+                lambda: vjepa2.encode(f64, video.double()), replaced, fused_kinds=("gelu",))
+
+
+def _sum_call(E, n, F, ours: bool):
+    """A layer's sum of E messages of width F into n atoms, forward and backward (forces need both)."""
+    msgs = torch.randn(E, F, device="cuda", requires_grad=True)
+    index = torch.randint(0, n, (E,), device="cuda")
+    dy = torch.randn(n, F, device="cuda")
+    agg = schnet.KernelSum() if ours else None
+
+    def fn():
+        y = agg(msgs, index, dim_size=n) if ours else torch.zeros(n, F, device="cuda").index_add(0, index, msgs)
+        (g,) = torch.autograd.grad(y, msgs, dy)
+        return g
+    return fn
+
+
+def schnet_case(atoms: int, small: bool = False):
+    from .run import Case
+    cfg = schnet.SMALL if small else schnet.PUBLISHED
+    z, pos, L = schnet.box(atoms, device="cuda")
+    edges = schnet.radius_graph(pos, L, cfg["cutoff"])
+    stock = schnet.build(cfg, edges, L, device="cuda")
+    swapped = copy.deepcopy(stock)
+    n_layers = schnet.swap(swapped)
+    f64 = copy.deepcopy(stock).double()
+    E, F = edges.shape[1], cfg["num_filters"]
+    replaced = [(_sum_call(E, atoms, F, False), _sum_call(E, atoms, F, True), n_layers)]
+    return Case("schnet", f"atoms={atoms},edges={E},cutoff={cfg['cutoff']}", "fp32",
+                _columns(stock, swapped, lambda m: schnet.energy_and_forces(m, z, pos)),
+                lambda: schnet.energy_and_forces(f64, z, pos.double()), replaced)

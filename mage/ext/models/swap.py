@@ -1,0 +1,139 @@
+"""Swap a model's LayerNorms, Linears and Linear + GELU pairs for this project's kernels, by rewriting
+its modules in place (the model's source is not edited). Each swapped module calls a ``torch.library``
+operator, so eager runs and torch.compile graphs both reach the kernel.
+
+The swap is for inference: the operators for Linear have no backward. A module the kernels cannot
+compute exactly (a LayerNorm over several dimensions or without affine parameters, a tanh-approximate
+GELU) is left as it is and counted, never replaced by something that computes another function.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from mage.errors import MageInputError
+
+_FLOATS = (torch.float32, torch.bfloat16)
+
+
+def _ops():
+    """The operators live in the kernel packages; importing them registers ``torch.ops.mage.*``."""
+    import kernels.layernorm.triton_kernel  # noqa: F401
+    import kernels.matmul.triton_epilogue  # noqa: F401
+    return torch.ops.mage
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """[..., C] as [R, C] rows (a view where x's layout allows it)."""
+    return x.reshape(-1, x.shape[-1])
+
+
+class KernelLayerNorm(nn.Module):
+    """``nn.LayerNorm`` over the last dimension through the Triton LayerNorm, with the model's own eps
+    and the original's parameters (shared, not copied)."""
+
+    def __init__(self, ln: nn.LayerNorm):
+        super().__init__()
+        self.weight, self.bias, self.eps = ln.weight, ln.bias, float(ln.eps)
+
+    def forward(self, x):
+        return _ops().triton_layernorm(_rows(x), self.weight, self.bias, self.eps).view(x.shape)
+
+
+class KernelLinear(nn.Module):
+    """``nn.Linear`` (and, with ``gelu``, the exact GELU after it) as one GEMM with the bias and GELU
+    in its epilogue: the pre-activation is never written to memory."""
+
+    def __init__(self, lin: nn.Linear, gelu: bool = False):
+        super().__init__()
+        self.weight, self.bias, self.gelu = lin.weight, lin.bias, gelu
+
+    def forward(self, x):
+        y = _ops().triton_linear(_rows(x), self.weight, self.bias, self.gelu)
+        return y.view(*x.shape[:-1], self.weight.shape[0])
+
+
+def _exact_gelu(m) -> bool:
+    """Whether an activation module computes the exact (erf) GELU, asked of the module itself on a few
+    float64 values (its class name would not tell a tanh approximation from the exact function)."""
+    probe = torch.linspace(-6.0, 6.0, 25, dtype=torch.float64)
+    try:
+        got = m(probe)
+    except Exception:  # noqa: BLE001 - an activation that cannot take float64 is not one we can vouch for
+        return False
+    return isinstance(got, torch.Tensor) and torch.allclose(got, nn.functional.gelu(probe), rtol=0, atol=1e-12)
+
+
+@dataclass
+class Swapped:
+    """What the swap did: modules replaced by kind, and modules left as they were with the reason."""
+
+    replaced: Counter = field(default_factory=Counter)
+    kept: Counter = field(default_factory=Counter)
+
+    def __str__(self):
+        done = ", ".join(f"{n} {k}" for k, n in sorted(self.replaced.items())) or "nothing"
+        left = ", ".join(f"{n} {k}" for k, n in sorted(self.kept.items()))
+        return f"replaced {done}" + (f"; kept {left}" if left else "")
+
+
+def _layernorm_ok(m: nn.LayerNorm) -> str:
+    if len(m.normalized_shape) != 1:
+        return "LayerNorm over several dimensions"
+    if m.weight is None or m.bias is None:
+        return "LayerNorm without affine weight and bias"
+    return ""
+
+
+def _linear_ok(m: nn.Linear) -> str:
+    return "" if m.bias is not None else "Linear without bias"
+
+
+def swap(model: nn.Module, *, layernorm: bool = True, linear: bool = True, mlp: bool = True) -> Swapped:
+    """Rewrite ``model`` in place. ``mlp``: a module with children ``fc1`` (Linear), an exact-GELU
+    activation (``activation``/``act``) and ``fc2`` becomes one fused Linear + GELU and a Linear;
+    ``linear``: every other biased Linear becomes the epilogue GEMM; ``layernorm``: every last-dimension
+    affine LayerNorm. The parameters must be FP32 or bf16 (the kernels' storage)."""
+    if not isinstance(model, nn.Module):
+        raise MageInputError("swap", "model", f"must be a torch.nn.Module, got {type(model).__name__}")
+    for name, p in model.named_parameters():
+        if p.is_floating_point() and p.dtype not in _FLOATS:
+            raise MageInputError("swap", "model", f"parameter {name} is {p.dtype}; the kernels take float32 or bfloat16")
+    done = Swapped()
+    fused = set()
+    if mlp:
+        for parent in list(model.modules()):
+            act_name = next((a for a in ("activation", "act") if hasattr(parent, a)), None)
+            fc1, fc2 = getattr(parent, "fc1", None), getattr(parent, "fc2", None)
+            if act_name is None or not isinstance(fc1, nn.Linear) or not isinstance(fc2, nn.Linear):
+                continue
+            act = getattr(parent, act_name)
+            why = _linear_ok(fc1) or ("" if _exact_gelu(act) else f"activation {type(act).__name__} is not the exact GELU")
+            if why:
+                done.kept[f"MLP ({why})"] += 1
+                continue
+            parent.fc1, fused_act = KernelLinear(fc1, gelu=True), nn.Identity()
+            setattr(parent, act_name, fused_act)
+            fused.add(id(fc2))
+            done.replaced["Linear + GELU"] += 1
+    for parent in list(model.modules()):
+        for child_name, child in list(parent.named_children()):
+            if isinstance(child, nn.LayerNorm) and layernorm:
+                why = _layernorm_ok(child)
+                new = None if why else KernelLayerNorm(child)
+                kind = "LayerNorm"
+            elif isinstance(child, nn.Linear) and (linear or id(child) in fused):
+                why = _linear_ok(child)
+                new = None if why else KernelLinear(child)
+                kind = "Linear"
+            else:
+                continue
+            if why:
+                done.kept[why] += 1
+            else:
+                setattr(parent, child_name, new)
+                done.replaced[kind] += 1
+    return done

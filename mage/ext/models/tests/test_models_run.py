@@ -1,0 +1,48 @@
+"""The model measurement's pieces that run without a GPU (what a kernel's name says it does, which calls a
+forward makes), and on a GPU the whole run at the small configuration, its rows read back by the loader."""
+import pytest
+
+pytest.importorskip("transformers")
+
+from mage import data  # noqa: E402
+from mage.ext.models import parts as P  # noqa: E402
+from mage.ext.models import run as R  # noqa: E402
+from mage.ext.models import vjepa2  # noqa: E402
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>", "gemm"),
+    ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "gemm"),
+    ("_gemm_epilogue_kernel", "gemm"),
+    ("void at::native::indexFuncLargeIndex<float, long, unsigned int, 2, 2, -2, true>", "aggregation"),
+    ("_neighbor_agg_kernel", "aggregation"),
+    ("fmha_cutlassF_f32_aligned_64x64_rf_sm80", "attention"),
+    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>", "layernorm"),
+    ("_layernorm_kernel", "layernorm"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>", "gelu"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::sin_kernel_cuda>", "elementwise"),
+])
+def test_kernel_names_sort_into_kinds_of_work(name, kind):
+    assert R.kind_of(name) == kind
+
+
+def test_the_calls_a_forward_makes_are_counted_at_their_shapes():
+    model = vjepa2.build(vjepa2.TINY)
+    counts = P.calls_made(model, vjepa2.clip(model, frames=4))
+    T, W, L = vjepa2.tokens(model, 4), vjepa2.TINY["hidden_size"], vjepa2.TINY["num_hidden_layers"]
+    assert counts[("linear", (T, W), (W, W), 0.0)] == 4 * L  # query, key, value, output projection
+    assert counts[("linear", (T, W), (4 * W, W), 0.0)] == L
+    assert counts[("linear", (T, 4 * W), (W, 4 * W), 0.0)] == L
+    assert counts[("layernorm", (T, W), (W,), 1e-6)] == 2 * L + 1
+    assert sum(counts.values()) == 6 * L + 2 * L + 1  # the encoder only: the predictor is skipped
+
+
+@pytest.mark.gpu
+def test_the_run_records_rows_the_loader_reads(tmp_path):
+    assert R.main(["--out", str(tmp_path), "--small", "--frames", "4", "--atoms", "200", "--iters", "3",
+                   "--spans", "3"]) == 0
+    rows = data.load(tmp_path / "models")
+    assert set(rows.impl) == {"stock", "stock_compile", "swapped", "swapped_compile"}
+    assert set(rows.view) >= {"kernel_time", "launches", "event_span", "kernel_part"}
+    checks = data.load_checks(tmp_path / "models")
+    assert checks.passed.all(), checks
