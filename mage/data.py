@@ -39,7 +39,8 @@ VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches"
          "host_call": "us",  # the host's time inside a served call (its checks and launches): beside the parts
          "train_step": "us", "train_part": "us"}  # a block's training step, and its parts (mage.train)
 # service: one request's shape; train: a block's training step (mage.train), at its field or large shape
-SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service", "train"}
+# contest: a published task's benchmark shapes (the triangle update's GPU MODE form)
+SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service", "train", "contest"}
 CACHES = {"warm", "cold", "n/a"}
 CHECK_COLUMNS = ["op", "impl", "dtype", "shape", "dist", "error", "tolerance", "passed", "trials", "reason", "run"]
 CEILING_COLUMNS = ["name", "value", "unit", "detail", "run"]
