@@ -2,7 +2,7 @@
 PY      := .venv/bin/python
 MACHINE ?= $(shell $(PY) -m mage machine-name 2>/dev/null || echo local)
 
-.PHONY: venv test test-all test-gpu measure check ceilings rust rust-lint book book-assets book-test regenerate wheels clean
+.PHONY: venv test test-all test-gpu measure check ceilings rust rust-lint book book-assets book-test regenerate wheels wheels-libraries clean
 
 venv: .venv/.stamp
 .venv/.stamp: requirements.txt pyproject.toml
@@ -93,6 +93,10 @@ regenerate:
 # Wheels for executing the pages with nbclient on a GPU machine whose Python lacks notebook packages.
 wheels:
 	bash notes/wheels.sh
+
+# cuEquivariance and what it needs, for the triangle update's comparison on a GPU machine without them
+wheels-libraries:
+	MAGE_WHEELS=.whl-lib MAGE_WHEEL_LIST=notes/wheels_libraries.txt bash notes/wheels.sh
 
 clean:
 	rm -rf _build .pytest_cache

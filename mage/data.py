@@ -40,8 +40,9 @@ VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches"
          "train_step": "us", "train_part": "us",  # a block's training step, and its parts (mage.ext.training.train)
          "kernel_part": "us"}  # a model's kernel time in one kind of work, named in 'stage' (mage.ext.models)
 # service: one request's shape; train: a block's training step (mage.ext.training.train), at its field or large shape
-# model: a whole model's forward at a published configuration (mage.ext.models)
-SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service", "train", "model"}
+# model: a whole model's forward at a published configuration (mage.ext.models); contest: a published
+# task's benchmark shapes (the triangle update's GPU MODE form)
+SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service", "train", "model", "contest"}
 CACHES = {"warm", "cold", "n/a"}
 CHECK_COLUMNS = ["op", "impl", "dtype", "shape", "dist", "error", "tolerance", "passed", "trials", "reason", "run"]
 CEILING_COLUMNS = ["name", "value", "unit", "detail", "run"]
