@@ -22,6 +22,7 @@ EXTENSIONS = (
     "mage.ext.launch_path",  # `launch-path`; `python -m mage.ext.launch_path.hw_profile`
     "mage.ext.service",  # `serve`
     "mage.ext.amdahl",  # `amdahl`
+    "mage.ext.models",  # `models`: V-JEPA 2 and SchNet with the project's kernels swapped in
     "mage.book",  # `import-published`, `targets`; the pages' glue and figures
 )
 

@@ -1,2 +1,5 @@
 """Models as their users run them, with this project's kernels swapped in: the module surgery
-(``swap``) and the models the note names (``vjepa2``). Forward passes only."""
+(``swap``), the models the note names (``vjepa2``, ``schnet``) and the ``models`` subcommand.
+Forward passes (and SchNet's forces) only."""
+
+from . import cli  # noqa: F401,E402 - importing it plugs in the `models` subcommand

@@ -1,5 +1,5 @@
 """Measure the models the note names, stock and with this project's kernels swapped in, on a GPU, and
-record the rows: ``python -m mage.ext.models.run --out data/h200``.
+record the rows: ``python -m mage models --out data/h200``.
 
 Per case, four columns: stock eager, stock under torch.compile, swapped eager, swapped under compile;
 each in the harness's views (kernel time and launches from a profile, event spans in rotated rounds).
@@ -104,8 +104,8 @@ def measure(case: Case, iters: int, n_spans: int, log) -> tuple[list, list]:
     return rows, checks
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mage.ext.models.run", description=__doc__.splitlines()[0])
+def arguments(ap) -> None:
+    """The options of ``python -m mage models``."""
     ap.add_argument("--out", required=True, help="the machine's data folder; rows go to <out>/models/")
     ap.add_argument("--models", nargs="+", default=["vjepa2", "schnet"], choices=["vjepa2", "schnet"])
     ap.add_argument("--frames", type=int, nargs="+", default=[16, 64], help="V-JEPA 2 clip lengths")
@@ -114,16 +114,18 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--spans", type=int, default=30)
     ap.add_argument("--small", action="store_true", help="the small configurations (a smoke test)")
-    a = ap.parse_args(argv)
+
+
+def run(a) -> int:
     if not torch.cuda.is_available():
-        print("models: needs a CUDA GPU", file=sys.stderr)
+        print("mage models: needs a CUDA GPU", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32, the libraries' default on this road
     torch.backends.cudnn.allow_tf32 = False
     out = Path(a.out) / "models"
     e = env.environment(" ".join(sys.argv))
     data.ensure_same_machine(a.out, e)
-    run = data.add_new_run(out, new_run_id, e)
+    run_id = data.add_new_run(out, new_run_id, e)
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     cases = []
     if "vjepa2" in a.models:
@@ -133,11 +135,14 @@ def main(argv=None) -> int:
     key = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "stage"]
     for make in cases:
         rows, checks = measure(make(), a.iters, a.spans, log)
-        data.merge_csv(pd.DataFrame(rows).assign(run=run), out / "rows.csv", key)
-        data.merge_csv(pd.DataFrame(checks).assign(run=run), out / "checks.csv", ["op", "impl", "dtype", "shape"])
+        data.merge_csv(pd.DataFrame(rows).assign(run=run_id), out / "rows.csv", key)
+        data.merge_csv(pd.DataFrame(checks).assign(run=run_id), out / "checks.csv", ["op", "impl", "dtype", "shape"])
         torch.cuda.empty_cache()
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def main(argv=None) -> int:
+    """The subcommand without the rest of the command line (the tests' entry)."""
+    ap = argparse.ArgumentParser(prog="python -m mage models", description=__doc__.splitlines()[0])
+    arguments(ap)
+    return run(ap.parse_args(argv))
