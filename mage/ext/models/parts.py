@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -12,6 +14,21 @@ from . import schnet, vjepa2
 from . import swap as S
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclass
+class Case:
+    """One model at one size and precision: its columns (name -> a call), the float64 answer, the
+    calls the swap replaces ((stock call, our call, count) at the model's shapes) and the kinds of
+    work the swap removes whole (a GELU fused into its GEMM)."""
+
+    op: str
+    shape: str
+    dtype: str
+    columns: dict
+    reference: Callable
+    replaced: list
+    fused_kinds: tuple = ()
 
 
 def calls_made(model, video) -> Counter:
@@ -53,7 +70,6 @@ def _columns(stock, swapped, call):
 
 
 def vjepa2_case(frames: int, dtype: str, small: bool = False):
-    from .run import Case
     stock = vjepa2.build(vjepa2.TINY if small else vjepa2.VITL16, dtype=DTYPE[dtype], device="cuda")
     swapped = copy.deepcopy(stock)
     S.swap(swapped)
@@ -82,7 +98,6 @@ def _sum_call(E, n, F, ours: bool):
 
 
 def schnet_case(atoms: int, small: bool = False):
-    from .run import Case
     cfg = schnet.SMALL if small else schnet.PUBLISHED
     z, pos, L = schnet.box(atoms, device="cuda")
     edges = schnet.radius_graph(pos, L, cfg["cutoff"])

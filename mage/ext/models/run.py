@@ -10,13 +10,10 @@ them. Accuracy: each column's norm-wise error against the float64 model, the sto
 from __future__ import annotations
 
 import argparse
-import copy
 import re
 import sys
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import torch
@@ -27,6 +24,7 @@ from mage.session import new_run_id
 from mage.timing import spans
 
 from . import parts
+from .parts import Case
 
 # what a kernel's name says about its work; the first match wins, the rest is 'elementwise'
 KINDS = (("attention", r"flash|fmha|attention|efficient_attention|sdpa"), ("layernorm", r"layer_?norm"),
@@ -37,21 +35,6 @@ TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2}  # norm-wise against float64; the stock
 
 def kind_of(name: str) -> str:
     return next((k for k, pat in KINDS if re.search(pat, name, re.I)), "elementwise")
-
-
-@dataclass
-class Case:
-    """One model at one size and precision: its columns (name -> a call), the float64 answer, the
-    calls the swap replaces ((stock call, our call, count) at the model's shapes) and the kinds of
-    work the swap removes whole (a GELU fused into its GEMM)."""
-
-    op: str
-    shape: str
-    dtype: str
-    columns: dict
-    reference: Callable
-    replaced: list
-    fused_kinds: tuple = ()
 
 
 def _error(out, ref) -> float:
