@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from mage import facets
 from mage import views as V
+from mage.ops import OPS
 from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption
 
 BLOCK_ORDER = ["BLOCK_M", "BLOCK_N", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_R", "BLOCK_C", "MAX_BLOCK_C"]
