@@ -89,6 +89,20 @@ def graph_us(one_set, impl, arg_sets, pass_, seed, kernel_us, repeat):
     return hook(pass_).graph_us(one_set, impl, arg_sets, pass_, seed, kernel_us, repeat)
 
 
+def cycling(calls: list):
+    """One zero-argument call walking through a pass's calls (one per input set), one per call."""
+    if len(calls) == 1:
+        return calls[0]
+    state = {"i": 0}
+
+    def call():
+        i = state["i"]
+        state["i"] = (i + 1) % len(calls)
+        return calls[i]()
+
+    return call
+
+
 def protocol() -> dict:
     """What each extension's passes are, for a run's recorded protocol."""
     out = {}

@@ -56,20 +56,6 @@ def _cycling(fn, arg_sets, state=None):
     return call
 
 
-def _cycling_calls(calls):
-    """One zero-argument call walking through zero-argument calls, one per call."""
-    if len(calls) == 1:
-        return calls[0]
-    state = {"i": 0}
-
-    def call():
-        i = state["i"]
-        state["i"] = (i + 1) % len(calls)
-        return calls[i]()
-
-    return call
-
-
 def measure_case(spec, shape, shape_set, cache, impls, st: Settings, log=print):
     """Rows and check rows for one (op, shape, dtype group, cache), for each pass of ``st.passes``.
     Implementations that fail the check are recorded as failing and not timed; for any other pass, only
@@ -142,7 +128,7 @@ def _time_pass(spec, key, pass_, timed, prepared, st, row, log):
             except Exception as e:  # noqa: BLE001 - the check passed, so say why this set could not run
                 log(f"  {pass_} of {im.name} {key} could not start: {type(e).__name__}: {e}")
                 continue
-            calls[im.name] = _cycling_calls(one_set)
+            calls[im.name] = hooks.cycling(one_set)
         try:
             p = profile(calls[im.name], iters=st.iters)
         except ProfileError as e:
