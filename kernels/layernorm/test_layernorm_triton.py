@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels._triton.common import frozen
 from kernels._triton.testing import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, module,
                                      rel_err, spec)
 
@@ -111,7 +110,7 @@ def test_the_unmasked_road_only_where_nothing_is_past_the_end(R, C, block_r, max
     """The road is chosen from the sizes alone (no kernel runs): an unmasked load past the last row or
     column reads out of bounds on a GPU, and under the interpreter it exhausted memory. A mutant that
     dropped the row condition survived every kernel test."""
-    _, kw = module(OP)._plan(None, R, C, frozen(dict(BLOCK_R=block_r, MAX_BLOCK_C=max_c)))
+    _, kw = module(OP).TILES.plan(module(OP)._plan, (R, C), dict(BLOCK_R=block_r, MAX_BLOCK_C=max_c))
     assert kw["EVEN"] is even, kw
 
 
