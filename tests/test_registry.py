@@ -91,18 +91,14 @@ def test_a_sixth_operation_needs_only_its_folder(tmp_path):
 def test_an_unavailable_impl_fails_on_a_gpu_machine(monkeypatch):
     # On a GPU machine a registered implementation that cannot run (library not built) must fail the
     # GPU suite, not skip it, unless the run excludes it by name.
-    import importlib
-    gpu = importlib.import_module("tests.test_gpu") if (ROOT / "tests" / "__init__.py").exists() else None
-    if gpu is None:
-        sys.path.insert(0, str(ROOT / "tests"))
-        gpu = importlib.import_module("test_gpu")
+    from tests.support.kernel_checks import usable
     broken = registry.Impl(op="matmul", name="not_built", fn=lambda *a, out=None: None,
                            available=lambda: "the library is not built")
     with pytest.raises(pytest.fail.Exception, match="cannot run on this GPU machine"):
-        gpu.usable(broken)
+        usable(broken)
     monkeypatch.setenv("MAGE_GPU_EXCLUDE", "not_built")
     with pytest.raises(pytest.skip.Exception, match="excluded"):
-        gpu.usable(broken)
+        usable(broken)
 
 
 def test_the_harness_defaults_come_from_roles_the_kernel_packages_claim():

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from kernels._triton import testing
+from tests.support import kernel_checks as testing
 from mage import ops, passes
 
 SHAPES = {"layernorm": [dict(R=32768, C=4096), dict(R=1024, C=1024)],

@@ -1,4 +1,4 @@
-"""What the blocks' CUDA-graph tests share (kernels/<block>/test_<block>_graphs.py). The column
+"""What the blocks' CUDA-graph tests share (kernels/<block>/tests/test_<block>_graphs.py). The column
 ('triton_graphs', kernels/_triton/graphed.py) is registered beside 'triton' with its own look; on the CPU
 (interpreter, the wrapper's CallAgain capture) it is bit for bit the plain block, a second input set of
 one signature gets its own answer, bad inputs are refused naming the block and the argument before any
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kernels._triton.graphed import CallAgain, Graphed
-from kernels._triton.testing import cpu_only, gpu, gpu_failures
+from tests.support.kernel_checks import cpu_only, gpu, gpu_failures
 from mage import ops, registry
 from mage.errors import MageInputError
 

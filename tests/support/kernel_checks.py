@@ -1,4 +1,4 @@
-"""What the Triton tests share (kernels/<op>/test_<op>_triton.py, test_<op>_backward.py and
+"""What the Triton tests share (kernels/<op>/tests/test_<op>_triton.py, test_<op>_backward.py and
 tests/test_triton.py): markers for the interpreter and the GPU, the registered column and its pinned
 variants, the checks every tile config of an operation must pass, and the backward tests' gradients
 against float64 autograd with memory poisoned first."""
@@ -83,6 +83,20 @@ def gpu_failures(impl: registry.Impl, shapes) -> list:
     return failures
 
 
+def excluded() -> set:
+    """Implementations this run leaves out by name (MAGE_GPU_EXCLUDE=rust_native,rust_ptx_py)."""
+    return {n for n in os.environ.get("MAGE_GPU_EXCLUDE", "").split(",") if n}
+
+
+def usable(impl):
+    """On a GPU machine an implementation that cannot run is a failure, not a skip, unless excluded."""
+    why = impl.runs_on("cuda")
+    if impl.name in excluded():
+        pytest.skip(f"excluded by MAGE_GPU_EXCLUDE ({why or 'available'})")
+    if why:
+        pytest.fail(f"{impl.op}/{impl.name}/{impl.dtype} is registered but cannot run on this GPU machine: {why}")
+
+
 def check_forced(op: str, config: dict, shape: dict, dist: str = "heavy") -> None:
     r = check(variant(op, **config), shape, trials=2, dist=dist, device="cpu")
     assert r.passed, f"{op} {config} {shape}: {r.reason}"
@@ -105,7 +119,7 @@ def spec(op: str):
     return ops.OPS[op]
 
 
-# ---- backward tests (kernels/<op>/test_<op>_backward.py)
+# ---- backward tests (kernels/<op>/tests/test_<op>_backward.py)
 def poison_like(*likes) -> None:
     """NaN-filled blocks of the gradients' sizes, freed just before the backward allocates: the caching
     allocator hands them back, so a gradient element the kernels fail to write stays NaN."""
@@ -150,6 +164,33 @@ def poisoned_memory():
     assert torch.utils.deterministic.fill_uninitialized_memory and torch.isnan(torch.empty(3)).all()
     yield
     torch.use_deterministic_algorithms(was)
+
+
+# ---- bf16 gradients (each op's test_<op>_backward.py): bf16 in, FP32 sums, each gradient rounded once
+# The reference is float64 autograd on the bf16 values themselves, so what is left is the kernel's own
+# error: one rounding of each gradient to bf16 after FP32 arithmetic. On the GPU the store rounds to
+# nearest (relative error at most 2^-8 = 3.9e-3 an element); the interpreter truncates (at most 2^-7 =
+# 7.8e-3), so the norm-wise bound is 8e-3 on both, as the forward's bf16 tests state theirs, and inside
+# the bf16 tolerance the harness checks the bf16 blocks against (spec.tol("bf16")).
+BF16_GRAD_TOL = 8e-3
+
+
+def bf16_inputs(op, shape, dist, device="cpu", seed=0):
+    """The op's inputs and a gradient dy, all rounded to bf16."""
+    inputs = [t.bfloat16() for t in spec(op).inputs(shape, seed=seed, device=device, dist=dist)]
+    g = torch.Generator(device).manual_seed(seed + 1)
+    return inputs, torch.randn(inputs[0].shape, generator=g, device=device).bfloat16()
+
+
+def assert_bf16_grads_close(got, want, what, names, scales=None):
+    """Each gradient is bf16 with its reference's shape, finite, and within BF16_GRAD_TOL of it norm-wise
+    (``scales`` as in assert_grads_close: the size of the terms a gradient is a difference of)."""
+    for g, r, name in zip(got, want, names):
+        assert g.dtype == torch.bfloat16 and g.shape == r.shape, (what, name, g.dtype)
+        assert bool(torch.isfinite(g).all()), (what, name, "non-finite")
+        size = max(float(r.norm()), float((scales or {}).get(name, 0.0)), 1e-300)
+        err = float((g.double() - r.to(g.device)).norm() / size) if r.numel() else 0.0
+        assert err <= BF16_GRAD_TOL, (what, name, err)
 
 
 def pair_reference_grads(op: str, A, B, dout) -> tuple:

@@ -1,7 +1,7 @@
 """A schema-valid, obviously fake data directory for developing and testing the book without a GPU.
 
-    python tests/synthetic.py _scratch/synthetic          # then MAGE_DATA=_scratch/synthetic make book
-    python tests/synthetic.py _scratch/field-only field   # only some shape sets (what `make measure` writes)
+    python tests/support/synthetic.py _scratch/synthetic          # then MAGE_DATA=_scratch/synthetic make book
+    python tests/support/synthetic.py _scratch/field-only field   # only some shape sets (what `make measure` writes)
 
 Numbers are drawn from a toy cost model (bytes over a bandwidth, FLOPs over a rate, a launch cost) plus
 noise; the environment says SYNTHETIC everywhere. Never copy its output into data/.
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from mage import ops  # noqa: E402
@@ -135,7 +135,7 @@ def make(out: Path, seed: int = 0, sets=("field", "large", "sweep", "tiles"), ca
     add_environment(out, RUN, {"gpu": "SYNTHETIC GPU (fake numbers)", "sm_count": 132, "l2_bytes": 62914560,
                                "driver": "synthetic", "cuda": "synthetic", "torch": "synthetic", "triton": "synthetic",
                                "python": "synthetic", "date": "2026-12-02T00:00:00+00:00", "git_commit": "synthetic",
-                               "command": "python tests/synthetic.py"})
+                               "command": "python tests/support/synthetic.py"})
     return out
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernels._triton.graphed import CallAgain, CaptureError, CudaCapture, Graphed, NestedCaptureError
-from kernels._triton.testing import gpu
+from tests.support.kernel_checks import gpu
 from mage.errors import MageInputError
 from mage.op_inputs import check_out
 

@@ -8,9 +8,10 @@ import functools
 import pytest
 import torch
 
-from kernels._triton import testing
-from kernels._triton.testing import assert_refuses, cpu_only, gpu, grads_of, spec
-from kernels._triton.testing import poison_like as _poison
+from tests.support import kernel_checks as testing
+from tests.support.kernel_checks import (BF16_GRAD_TOL, assert_bf16_grads_close, assert_refuses, bf16_inputs, cpu_only,
+                                         gpu, grads_of, spec)
+from tests.support.kernel_checks import poison_like as _poison
 from mage import registry
 
 OP = "bias_gelu"
@@ -114,31 +115,8 @@ def test_gpu_bitwise_deterministic_at_large_shape():
 
 
 # ---- bf16 storage (the model blocks' bf16 rows): bf16 in, FP32 sums, each gradient rounded once ------
-# The reference is float64 autograd on the bf16 values themselves, so what is left is the kernel's own
-# error: one rounding of each gradient to bf16 after FP32 arithmetic. On the GPU the store rounds to
-# nearest (relative error at most 2^-8 = 3.9e-3 an element); the interpreter truncates (at most 2^-7 =
-# 7.8e-3), so the norm-wise bound is 8e-3 on both, as the forward's bf16 tests state theirs, and inside
-# the bf16 tolerance the harness checks the bf16 blocks against (spec.tol("bf16")).
-BF16_TOL = 8e-3
-assert BF16_TOL <= spec(OP).tol("bf16")
-
-
-def bf16_inputs(op, shape, dist, device="cpu", seed=0):
-    """The op's inputs and a gradient dy, all rounded to bf16."""
-    inputs = [t.bfloat16() for t in spec(op).inputs(shape, seed=seed, device=device, dist=dist)]
-    g = torch.Generator(device).manual_seed(seed + 1)
-    return inputs, torch.randn(inputs[0].shape, generator=g, device=device).bfloat16()
-
-
-def assert_bf16_grads_close(got, want, what, names, scales=None):
-    """Each gradient is bf16 with its reference's shape, finite, and within BF16_TOL of it norm-wise
-    (``scales`` as in testing.assert_grads_close: the size of the terms a gradient is a difference of)."""
-    for g, r, name in zip(got, want, names):
-        assert g.dtype == torch.bfloat16 and g.shape == r.shape, (what, name, g.dtype)
-        assert bool(torch.isfinite(g).all()), (what, name, "non-finite")
-        size = max(float(r.norm()), float((scales or {}).get(name, 0.0)), 1e-300)
-        err = float((g.double() - r.to(g.device)).norm() / size) if r.numel() else 0.0
-        assert err <= BF16_TOL, (what, name, err)
+# The bound and its reason: BF16_GRAD_TOL in tests/support/kernel_checks.py.
+assert BF16_GRAD_TOL <= spec(OP).tol("bf16")
 
 
 def check_bf16_at(shape, dist, device="cpu", seed=0, **config):

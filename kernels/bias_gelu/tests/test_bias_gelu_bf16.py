@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels._triton.testing import check_bf16_columns, check_mixed_precisions_refused, spec
+from tests.support.kernel_checks import check_bf16_columns, check_mixed_precisions_refused, spec
 
 OP = "bias_gelu"
 # tiles that cover neither the rows nor the columns (the masked road), and an edge of a 1024 tile

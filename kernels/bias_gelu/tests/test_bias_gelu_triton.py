@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton.testing import (assert_refuses, check_every_sweep_config, cpu_only, module, rel_err,
+from tests.support.kernel_checks import (assert_refuses, check_every_sweep_config, cpu_only, module, rel_err,
                                      spec)
 
 OP = "bias_gelu"
@@ -39,6 +39,6 @@ def test_custom_op_runs_eagerly():
 def test_even_tiles_take_the_unmasked_road():
     """Shapes the tiles cover exactly compile without masks (EVEN); with and without the cache hints
     they give the reference's answer on heavy-tailed inputs (the masked road is the SMALL shape above)."""
-    from kernels._triton.testing import check_forced
+    from tests.support.kernel_checks import check_forced
     for cfg in (dict(BLOCK_R=2, BLOCK_C=64, num_warps=4, EVICT=1), dict(BLOCK_R=1, BLOCK_C=32, num_warps=2, EVICT=0)):
         check_forced(OP, cfg, dict(R=6, C=128))

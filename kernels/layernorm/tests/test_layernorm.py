@@ -7,7 +7,7 @@ import mage
 from mage import ops
 from mage.errors import MageInputError
 
-from .spec import EPS
+from ..spec import EPS
 
 SPEC = ops.get("layernorm")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels._triton.testing import check_bf16_columns, check_mixed_precisions_refused, spec
+from tests.support.kernel_checks import check_bf16_columns, check_mixed_precisions_refused, spec
 
 OP = "layernorm"
 # a row of more than one chunk (C > the sweep default's 1024: read twice), a masked one-chunk row

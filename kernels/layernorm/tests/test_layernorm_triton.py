@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernels._triton.common import frozen
-from kernels._triton.testing import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, module,
+from tests.support.kernel_checks import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, module,
                                      rel_err, spec)
 
 OP = "layernorm"
@@ -119,7 +119,7 @@ def test_the_unmasked_road_only_where_nothing_is_past_the_end(R, C, block_r, max
 def test_even_rows_take_the_unmasked_road():
     """A row of exactly one chunk and R a multiple of BLOCK_R compiles without masks (EVEN); with the
     cache hints on, one-chunk and chunked rows still give the reference's answer on heavy-tailed inputs."""
-    from kernels._triton.testing import check_forced
+    from tests.support.kernel_checks import check_forced
     for cfg, shape in ((dict(BLOCK_R=2, MAX_BLOCK_C=64, num_warps=4, EVICT=1), dict(R=6, C=64)),
                        (dict(BLOCK_R=1, MAX_BLOCK_C=64, num_warps=4, EVICT=0), dict(R=3, C=64)),
                        (dict(BLOCK_R=2, MAX_BLOCK_C=16, num_warps=4, EVICT=1), dict(R=5, C=72))):

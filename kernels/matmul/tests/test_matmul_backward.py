@@ -10,8 +10,8 @@ import random
 import pytest
 import torch
 
-from kernels._triton import testing
-from kernels._triton.testing import assert_refuses, cpu_only, gpu, impl, rel_err, spec
+from tests.support import kernel_checks as testing
+from tests.support.kernel_checks import assert_refuses, cpu_only, gpu, impl, rel_err, spec
 from kernels.matmul import triton_backward as bwd
 from mage import registry
 from mage.ops import randn

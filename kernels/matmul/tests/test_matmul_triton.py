@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernels._triton import common
-from kernels._triton.testing import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, gpu,
+from tests.support.kernel_checks import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, gpu,
                                      impl, module, rel_err, spec, variant)
 from mage.check import check
 

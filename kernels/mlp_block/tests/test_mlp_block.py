@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from kernels._triton.testing import INTERPRET, assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
+from kernels.mlp_block.tests.bad_inputs import bad_cases, good
+from tests.support.kernel_checks import INTERPRET, assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
 from mage import ops, registry, run
 from mage.check import check
 from mage.errors import MageInputError
@@ -153,33 +154,6 @@ def test_custom_op_runs_eagerly():
 
 
 # ---- bad input --------------------------------------------------------------------------------------
-def _good():
-    return list(SPEC.inputs(SMALL, seed=6))
-
-
-def _bad_cases():
-    """(argument named, inputs): mismatched weights, wrong channel counts, dtypes, ranks, a bad out."""
-    x, gamma, beta, W1, b1, W2, b2 = _good()
-    cases = [
-        ("gamma", [x, gamma[:-1], beta, W1, b1, W2, b2]),  # LayerNorm over the wrong channel count
-        ("beta", [x, gamma, torch.ones(38), W1, b1, W2, b2]),
-        ("W1", [x, gamma, beta, W1.t().contiguous(), b1, W2, b2]),  # W1 given [d, hidden]
-        ("W1", [x, gamma, beta, W1[:, :-1], b1, W2, b2]),  # W1 built for another d
-        ("b1", [x, gamma, beta, W1, b1[:-1], W2, b2]),
-        ("W2", [x, gamma, beta, W1, b1, W2.t().contiguous(), b2]),  # W2 given [hidden, d]
-        ("W2", [x, gamma, beta, W1, b1, W2[:, :-1], b2]),  # W2 from another hidden size
-        ("b2", [x, gamma, beta, W1, b1, W2, torch.ones(5)]),
-        ("W2", [x, gamma, beta, W1, b1, W2.double(), b2]),  # float64 is not a precision of the block
-        ("b1", [x, gamma, beta, W1, b1.bfloat16(), W2, b2]),  # one stray precision
-        ("x", [x[None], gamma, beta, W1, b1, W2, b2]),
-        ("gamma", [x, gamma[None], beta, W1, b1, W2, b2]),
-        ("b2", [x, gamma, beta, W1, b1, W2, b2.tolist()]),
-        ("x", [x[:, :0], gamma[:0], beta[:0], W1[:, :0], b1, W2[:0], b2[:0]]),  # d = 0: nothing to normalise
-        ("W1", [x, gamma, beta, W1.to("meta"), b1, W2, b2]),
-    ]
-    return cases
-
-
 def _block_fns():
     fns = [("run", lambda *a, **k: run(OP, "pytorch", *a, **k))]
     if INTERPRET:
@@ -191,16 +165,16 @@ def _block_fns():
 @pytest.mark.parametrize("entry", [n for n, _ in _block_fns()])
 def test_bad_inputs_name_the_block_and_the_argument(entry):
     fn = dict(_block_fns())[entry]
-    for arg, inputs in _bad_cases():
+    for arg, inputs in bad_cases():
         if entry == "operator" and arg == "b2":
             continue  # a list is refused by PyTorch's dispatcher before any of our code runs
         assert_refuses(fn, OP, arg, *inputs)
     if entry != "operator":
-        assert_refuses(fn, OP, "out", *_good(), out=torch.empty(5, 36))
+        assert_refuses(fn, OP, "out", *good(), out=torch.empty(5, 36))
 
 
 def test_errors_say_what_was_expected():
-    x, gamma, beta, W1, b1, W2, b2 = _good()
+    x, gamma, beta, W1, b1, W2, b2 = good()
     with pytest.raises(MageInputError, match=r"mlp_block: argument 'W2' .*hidden, the rows of W1"):
         SPEC.validate(x, gamma, beta, W1, b1, W2[:, :-1], b2)
 

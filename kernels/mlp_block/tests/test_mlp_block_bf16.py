@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
+from tests.support.kernel_checks import assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
 from mage import ops, registry
 from mage.check import check
 

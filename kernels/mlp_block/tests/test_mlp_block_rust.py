@@ -12,14 +12,14 @@ import sys
 import pytest
 import torch
 
-from kernels._triton.testing import assert_refuses, gpu, gpu_failures, rel_err
+from tests.support.kernel_checks import assert_refuses, gpu, gpu_failures, rel_err
 from mage import ops, registry
 from mage.check import check
 
 rust = pytest.importorskip("kernels._rust")
 from kernels._rust import native, register  # noqa: E402
 from kernels.mlp_block import rust_block  # noqa: E402
-from kernels.mlp_block.test_mlp_block import _bad_cases, _good  # noqa: E402
+from kernels.mlp_block.tests.bad_inputs import bad_cases, good  # noqa: E402
 
 OP = "mlp_block"
 SPEC = ops.OPS[OP]
@@ -27,11 +27,11 @@ built = pytest.mark.skipif(rust.available() is not None, reason=str(rust.availab
 
 
 def test_bad_inputs_name_the_block_and_the_argument():
-    for arg, inputs in _bad_cases():
+    for arg, inputs in bad_cases():
         assert_refuses(rust_block.mlp_block, OP, arg, *inputs)
-    assert_refuses(rust_block.mlp_block, OP, "out", *_good(), out=torch.empty(5, 36))
+    assert_refuses(rust_block.mlp_block, OP, "out", *good(), out=torch.empty(5, 36))
     if not torch.cuda.is_available():
-        assert_refuses(rust_block.mlp_block, OP, "x", *_good())  # on the CPU: needs a CUDA device
+        assert_refuses(rust_block.mlp_block, OP, "x", *good())  # on the CPU: needs a CUDA device
 
 
 def _packed(T=5, d=37, H=19, **change):

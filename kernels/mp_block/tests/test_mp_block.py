@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
+from tests.support.kernel_checks import assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
 from kernels.mp_block import _radius
 from kernels.neighbor_agg.graph import CSRGraph
 from mage import ops, registry, run

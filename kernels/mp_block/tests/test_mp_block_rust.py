@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from kernels._triton.testing import assert_refuses, gpu, gpu_failures, rel_err
+from tests.support.kernel_checks import assert_refuses, gpu, gpu_failures, rel_err
 from mage import ops, registry
 
 rust = pytest.importorskip("kernels._rust")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels._triton.graph_testing import like
+from tests.support.block_graphs import like
 from kernels._triton.graphed import CallAgain
-from kernels._triton.testing import gpu
+from tests.support.kernel_checks import gpu
 from kernels.mp_block._union import GraphUnion
 from kernels.neighbor_agg import triton_kernel as agg
 from kernels.neighbor_agg.graph import CSRGraph
@@ -80,7 +80,7 @@ def test_a_graph_with_hubs_is_captured_per_structure():
 @gpu
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_gpu_served_batches_replay_one_graph_bit_for_bit(dtype):
-    from kernels._triton.graph_testing import registered
+    from tests.support.block_graphs import registered
     union, pool, layer = _served("cuda", dtype, requests=6, slots=2)
     g = registered("mp_block", dtype)
     g.clear()

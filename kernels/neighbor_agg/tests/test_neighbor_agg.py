@@ -8,7 +8,7 @@ import mage
 from mage import ops
 from mage.errors import MageInputError
 
-from .graph import CSRGraph, random_graph
+from ..graph import CSRGraph, random_graph
 
 SPEC = ops.get("neighbor_agg")
 
@@ -94,7 +94,7 @@ def test_input_errors():
 def test_cusparse_sums_duplicate_edges():
     # A multigraph (row 0 names column 1 twice, row 1 lists its columns unsorted): build accepts it and
     # every implementation must sum the duplicates; cuSPARSE refused it with "invalid value".
-    from .pytorch_impl import _csr_prepare
+    from ..pytorch_impl import _csr_prepare
     g = CSRGraph.build(torch.tensor([0, 3, 5], dtype=torch.int32), torch.tensor([1, 1, 0, 1, 0], dtype=torch.int32),
                        torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]))
     S, _ = _csr_prepare(g, torch.zeros(2, 1))
@@ -106,7 +106,7 @@ def test_cusparse_sums_duplicate_edges():
 def test_cusparse_gets_a_measured_graph_exactly_as_built():
     # Generated graphs repeat some edges (columns drawn with replacement); cuSPARSE sums them itself, so
     # its matrix must keep every edge: coalescing them would give it less work than the other columns.
-    from .pytorch_impl import _csr_prepare
+    from ..pytorch_impl import _csr_prepare
     g, x = SPEC.inputs(dict(n=512, F=4, deg=16, dist="skewed"), seed=1)
     key = g.row.long() * g.n_src + g.col.long()
     assert key.unique().numel() < g.nnz  # the graph has repeated edges

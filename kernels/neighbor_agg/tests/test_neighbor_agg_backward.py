@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton.testing import assert_refuses, cpu_only, gpu, spec
+from tests.support.kernel_checks import assert_refuses, cpu_only, gpu, spec
 from kernels.neighbor_agg.graph import CSRGraph
 from mage import registry
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import mage
-from kernels._triton.testing import assert_refuses, check_bf16_columns, cpu_only, rel_err, spec
+from tests.support.kernel_checks import assert_refuses, check_bf16_columns, cpu_only, rel_err, spec
 from mage import registry
 
-from .graph import CSRGraph
+from ..graph import CSRGraph
 
 OP = "neighbor_agg"
 # two feature blocks of the default 64 (F = 70), and a skewed graph (empty rows, a heavy one)
@@ -61,6 +61,6 @@ def test_refusals_name_op_and_argument():
     assert_refuses(spec(OP).validate, OP, "x", g, x.half())  # bf16 or FP32 features, nothing else
     assert_refuses(mage.run, OP, "x", OP, "pytorch", g, x.half())
     # the cuSPARSE column is FP32 only: torch.sparse.mm takes one dtype, and the weights are FP32
-    from .pytorch_impl import _csr_prepare
+    from ..pytorch_impl import _csr_prepare
     assert_refuses(_csr_prepare, OP, "x", g, x)
     assert not registry.impls(OP, names=["cusparse", "rust"], dtype="bf16")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels._triton.testing import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, gpu, impl,
+from tests.support.kernel_checks import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, gpu, impl,
                                      module, rel_err, spec)
 from kernels.neighbor_agg.graph import CSRGraph, regraph
 

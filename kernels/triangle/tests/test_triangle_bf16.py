@@ -9,7 +9,7 @@ import torch
 
 import mage
 from kernels._triton import common
-from kernels._triton.testing import (assert_refuses, check_bf16_columns, check_mixed_precisions_refused, gpu,
+from tests.support.kernel_checks import (assert_refuses, check_bf16_columns, check_mixed_precisions_refused, gpu,
                                      gpu_failures, module, rel_err, spec, variant)
 from mage import registry
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernels._triton import common
-from kernels._triton.testing import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, gpu,
+from tests.support.kernel_checks import (assert_refuses, check_every_sweep_config, check_forced, cpu_only, gpu,
                                      module, rel_err, spec)
 from mage.check import check
 
@@ -38,7 +38,7 @@ AWKWARD = [dict(N=n, C=c) for n, c in itertools.product((1, 3, 17, 33), (1, 3, 5
 
 
 def _variant(dtype, config):
-    from kernels._triton.testing import variant
+    from tests.support.kernel_checks import variant
     return variant(OP, dtype, **config)
 
 

@@ -12,13 +12,13 @@ import torch
 
 import mage
 from kernels._triton import common
-from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, gpu, rel_err
+from tests.support.kernel_checks import assert_refuses, check_shapes, cpu_only, gpu, rel_err
 from kernels.layernorm.spec import EPS
 from mage import ops, registry
 from mage.check import check
 
-from . import triton_block as tb
-from .spec import ARGS, NAME
+from .. import triton_block as tb
+from ..spec import ARGS, NAME
 
 SPEC = ops.get(NAME)
 DTYPES = ("fp32", "bf16")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import kernels.trimul_block.triton_block as tb
-from kernels._triton.testing import assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
+from tests.support.kernel_checks import assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
 from mage import ops, registry
 from mage.check import check
 

@@ -1,8 +1,8 @@
 """The custom triangle-update block as one CUDA graph ('triton_graphs'): the blocks' shared graph tests
-(kernels/_triton/graph_testing.py) at this block's shapes; the spec must name the spoiled argument."""
+(tests/support/block_graphs.py) at this block's shapes; the spec must name the spoiled argument."""
 from __future__ import annotations
 
-from kernels._triton.graph_testing import block_graph_tests
+from tests.support.block_graphs import block_graph_tests
 
 # put the tests in this module's namespace, where pytest collects them under their own names
 globals().update(block_graph_tests(

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels._triton.testing import cpu_only, gpu, poisoned_memory, rel_err
-from kernels.mlp_block.test_mlp_block_train import (
+from tests.support.kernel_checks import cpu_only, gpu, poisoned_memory, rel_err
+from tests.support.block_training import (
     check_block,
     gpu_random,
     memory_bound_steps_in_bf16,
