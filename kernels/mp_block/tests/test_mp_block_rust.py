@@ -12,16 +12,17 @@ import sys
 import pytest
 import torch
 
-from tests.support.kernel_checks import assert_refuses, gpu, gpu_failures, rel_err
-from mage import ops, registry
+from tests.support.kernel_checks import assert_refuses, gpu
+from mage import ops
 
 rust = pytest.importorskip("kernels._rust")
-from kernels._rust import native, register  # noqa: E402
+from kernels._rust import register  # noqa: E402
 from kernels.mp_block import rust_block  # noqa: E402
+from tests.support import block_rust as kit  # noqa: E402
 
 OP = "mp_block"
 SPEC = ops.OPS[OP]
-built = pytest.mark.skipif(rust.available() is not None, reason=str(rust.available()))
+built = kit.built
 SMALL = dict(n=37, F=33, H=17, deg=24)
 
 
@@ -62,10 +63,7 @@ def _packed(n=40, F=3, H=5, **change):
     (dict(parts=4, plan=1 << 20, flags=1 << 20), "mp_block: ws is a null pointer"),
 ])
 def test_the_library_checks_name_the_block_and_the_argument(change, message):
-    register.block_check(OP, _packed())
-    with pytest.raises(rust.RustKernelError, match="MAGE_BAD_ARGUMENT") as e:
-        register.block_check(OP, _packed(**change))
-    assert message in str(e.value)
+    kit.library_refuses(OP, _packed(), _packed(**change), message)
 
 
 @built
@@ -84,113 +82,55 @@ def test_a_missing_cublas_is_named_with_the_block(tmp_path):
 
 # ---- bf16 without a GPU -------------------------------------------------------------------------------
 def test_bf16_is_registered_beside_fp32():
-    impl, native_impl = registry.get(OP, "rust", "bf16"), registry.get(OP, "rust_native", "bf16")
-    assert impl.fn is registry.get(OP, "rust").fn and impl.prepare is registry.get(OP, "rust").prepare
-    assert "GemmEx bf16" in impl.config["gemm"] and impl.config["launches"] == rust_block.LAUNCHES
-    assert native_impl.config["kernel"] == "mp_block.bf16" and native_impl.kernels_of == "rust"
+    kit.bf16_registered(OP, rust_block)
 
 
 @built
 def test_bf16_library_checks_and_launches():
-    name = register.block_name(OP, "bf16")
-    register.block_check(name, _packed())
-    with pytest.raises(rust.RustKernelError, match="MAGE_BAD_ARGUMENT") as e:
-        register.block_check(name, _packed(tasks=7))
-    assert "mp_block: without a plan there is one task per node" in str(e.value)
-    assert register.block_info(name, 37, 33, 17) == register.block_info(OP, 37, 33, 17)
-    assert register.block_info(name, 37, 33, 17)[1] == rust_block.LAUNCHES
+    kit.bf16_library_names_the_block(OP, rust_block, _packed(), _packed(tasks=7),
+                                     "mp_block: without a plan there is one task per node", (37, 33, 17))
 
 
 # ---- on a GPU ---------------------------------------------------------------------------------------
 @gpu
 @built
 def test_gpu_rust_block_at_random_shapes():
-    impl = registry.get(OP, "rust")
-    assert impl.runs_on("cuda") is None, impl.runs_on("cuda")
-    failures = gpu_failures(impl, SPEC.random_shapes(30, seed=7) + SPEC.awkward + SPEC.shapes["field"])
-    assert not failures, failures[:5]
+    kit.gpu_random_shapes(OP, "fp32", seed=7)
 
 
 @gpu
 @built
 def test_gpu_launches_per_call():
-    from mage.profile import profile
-    impl = registry.get(OP, "rust")
-    for shape in (SPEC.shapes["field"][0], SMALL):
-        inputs = impl.prepare(*SPEC.inputs(shape, seed=0, device="cuda"))
-        counts = [profile(lambda: impl.fn(*inputs), iters=20) for _ in range(2)]
-        print(f"\n{OP}/rust {ops.shape_key(shape)}: {counts[0].launches:g} launches: {counts[0].kernel_names}")
-        assert counts[0].launches == counts[1].launches, "launches per call must be stable"
-        # cuBLAS may split K at a small shape (a splitKreduce kernel more per GEMM): what the block states is
-        # its count where cuBLAS runs one kernel per GEMM, the field shape; elsewhere only cuBLAS adds any
-        if shape == SPEC.shapes["field"][0]:
-            assert counts[0].launches == rust_block.launches({}), counts[0].kernel_names
-        else:
-            assert counts[0].launches >= rust_block.launches({}), counts[0].kernel_names
+    kit.gpu_launches_per_call(OP, rust_block, "fp32", SMALL)
 
 
 @gpu
 @built
 def test_gpu_rust_native_computes_the_same_output():
-    if native.available():
-        pytest.skip(native.available())
-    for k, shape in enumerate([SMALL, dict(n=40, F=3, H=5, deg=2), SPEC.shapes["field"][0]]):
-        inputs = SPEC.inputs(shape, seed=k, device="cuda")
-        via_c = registry.get(OP, "rust").fn(*inputs).cpu()
-        via_bin = native.block_output(OP, rust_block.native_values, inputs)
-        assert rel_err(via_bin, SPEC.reference(*inputs).cpu()) < SPEC.tol("fp32")
-        assert torch.equal(via_bin, via_c), float((via_bin - via_c).abs().max())
+    kit.gpu_native_same_output(OP, rust_block, "fp32", [SMALL, dict(n=40, F=3, H=5, deg=2), SPEC.shapes["field"][0]])
 
 
 # ---- bf16 on a GPU ----------------------------------------------------------------------------------
 @gpu
 @built
 def test_gpu_bf16_rust_block_at_random_shapes():
-    impl = registry.get(OP, "rust", "bf16")
-    assert impl.runs_on("cuda") is None, impl.runs_on("cuda")
-    failures = gpu_failures(impl, SPEC.random_shapes(30, seed=17) + SPEC.awkward + SPEC.shapes["field"])
-    assert not failures, failures[:5]
+    kit.gpu_random_shapes(OP, "bf16", seed=17)
 
 
 @gpu
 @built
 def test_gpu_bf16_output_is_bf16_and_near_the_triton_block():
     inputs = SPEC.inputs(SMALL, seed=3, device="cuda", dtype="bf16")
-    ref = SPEC.reference(*inputs)
-    out = torch.full(tuple(inputs[1].shape), float("nan"), dtype=torch.bfloat16, device="cuda")
-    assert rust_block.mp_block(*inputs, out=out) is out
-    err, tri = rel_err(out, ref), rel_err(registry.get(OP, "triton", "bf16").fn(*inputs), ref)
-    print(f"\n{OP}/rust bf16: rel error {err:.2e} (triton bf16 {tri:.2e}, tolerance {SPEC.tol('bf16'):.0e})")
-    # bf16 storage alone costs about 2^-9; FP32 math keeps the layer near that, as the Triton block
-    assert 1e-4 < err < SPEC.tol("bf16") / 2 and err < 2 * tri + 1e-3
+    kit.gpu_bf16_near_the_triton_block(OP, rust_block.mp_block, inputs, inputs[1])
 
 
 @gpu
 @built
 def test_gpu_bf16_launches_per_call():
-    from mage.profile import profile
-    impl = registry.get(OP, "rust", "bf16")
-    for shape in (SPEC.shapes["field"][0], SMALL):
-        inputs = impl.prepare(*SPEC.inputs(shape, seed=0, device="cuda", dtype="bf16"))
-        counts = [profile(lambda: impl.fn(*inputs), iters=20) for _ in range(2)]
-        print(f"\n{OP}/rust bf16 {ops.shape_key(shape)}: {counts[0].launches:g} launches: {counts[0].kernel_names}")
-        assert counts[0].launches == counts[1].launches, "launches per call must be stable"
-        assert any("bf16" in k for k in counts[0].kernel_names), counts[0].kernel_names  # the bf16 kernels ran
-        if shape == SPEC.shapes["field"][0]:  # as at fp32: elsewhere cuBLAS may split K (more kernels)
-            assert counts[0].launches == rust_block.launches({}), counts[0].kernel_names
-        else:
-            assert counts[0].launches >= rust_block.launches({}), counts[0].kernel_names
+    kit.gpu_launches_per_call(OP, rust_block, "bf16", SMALL)
 
 
 @gpu
 @built
 def test_gpu_bf16_rust_native_computes_the_same_output():
-    if native.available():
-        pytest.skip(native.available())
-    for k, shape in enumerate([SMALL, dict(n=40, F=3, H=5, deg=2), SPEC.shapes["field"][0]]):
-        inputs = SPEC.inputs(shape, seed=k, device="cuda", dtype="bf16")
-        via_c = registry.get(OP, "rust", "bf16").fn(*inputs).cpu()
-        via_bin = native.block_output(OP, rust_block.native_values, inputs)
-        assert via_bin.dtype == torch.bfloat16
-        assert rel_err(via_bin, SPEC.reference(*inputs).cpu()) < SPEC.tol("bf16")
-        assert torch.equal(via_bin, via_c), float((via_bin.float() - via_c.float()).abs().max())
+    kit.gpu_native_same_output(OP, rust_block, "bf16", [SMALL, dict(n=40, F=3, H=5, deg=2), SPEC.shapes["field"][0]])
