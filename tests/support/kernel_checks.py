@@ -1,7 +1,7 @@
 """What the Triton tests share (kernels/<op>/tests/test_<op>_triton.py, test_<op>_backward.py and
 tests/test_triton.py): markers for the interpreter and the GPU, the registered column and its pinned
 variants, the checks every tile config of an operation must pass, and the backward tests' gradients
-against float64 autograd with memory poisoned first."""
+against float64 autograd with fresh allocations poisoned (mage.check.poisoned_allocations)."""
 from __future__ import annotations
 
 import importlib
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mage import ops, registry
-from mage.check import check
+from mage.check import check, poisoned_allocations
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 cpu_only = pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1")
@@ -120,19 +120,12 @@ def spec(op: str):
 
 
 # ---- backward tests (kernels/<op>/tests/test_<op>_backward.py)
-def poison_like(*likes) -> None:
-    """NaN-filled blocks of the gradients' sizes, freed just before the backward allocates: the caching
-    allocator hands them back, so a gradient element the kernels fail to write stays NaN."""
-    for t in [torch.full_like(t, float("nan")) for t in likes]:
-        del t
-
-
 def grads_of(fn, inputs, dy) -> list:
-    """The gradients of ``fn(*inputs)`` for the incoming gradient ``dy``, memory poisoned first."""
+    """The gradients of ``fn(*inputs)`` for the incoming gradient ``dy``, every buffer forward and backward
+    allocate poisoned with NaN (on the CPU too), so an element they leave unwritten fails the comparison."""
     leaves = [t.detach().clone().requires_grad_() for t in inputs]
-    y = fn(*leaves)
-    poison_like(*leaves)
-    y.backward(dy)
+    with poisoned_allocations():  # forward too: a compiled backward must run as its forward was compiled
+        fn(*leaves).backward(dy)
     return [t.grad for t in leaves]
 
 
@@ -152,18 +145,6 @@ def assert_grads_close(got, want, what, *, names, tol: float, scales=None) -> No
         size = max(float(r.norm()), float(scales.get(name, 0.0)), 1e-300)
         err = float((g.double() - r).norm() / size) if r.numel() else 0.0
         assert err <= tol and bool(torch.isfinite(g).all()), (what, name, err)
-
-
-def poisoned_memory():
-    """A fixture's body (a module declares ``poisoned = pytest.fixture(name="poisoned")(poisoned_memory)``):
-    every tensor PyTorch allocates (outputs, gradients, copies) starts as NaN, so an element a kernel
-    leaves unwritten fails the comparison instead of passing on leftover memory. warn_only: the float64
-    reference's cuBLAS calls would otherwise refuse to run without a fixed workspace setting."""
-    was = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    assert torch.utils.deterministic.fill_uninitialized_memory and torch.isnan(torch.empty(3)).all()
-    yield
-    torch.use_deterministic_algorithms(was)
 
 
 # ---- bf16 gradients (each op's test_<op>_backward.py): bf16 in, FP32 sums, each gradient rounded once

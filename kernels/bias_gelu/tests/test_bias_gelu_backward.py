@@ -11,7 +11,7 @@ import torch
 from tests.support import kernel_checks as testing
 from tests.support.kernel_checks import (BF16_GRAD_TOL, assert_bf16_grads_close, assert_refuses, bf16_inputs, cpu_only,
                                          gpu, grads_of, spec)
-from tests.support.kernel_checks import poison_like as _poison
+from mage.check import poisoned_allocations
 from mage import registry
 
 OP = "bias_gelu"
@@ -109,8 +109,8 @@ def test_gpu_bitwise_deterministic_at_large_shape():
     dy = torch.randn_like(x)
     first = _bwd().bias_gelu_backward(x, b, dy)
     for _ in range(9):
-        _poison(x, b)
-        again = _bwd().bias_gelu_backward(x, b, dy)
+        with poisoned_allocations():
+            again = _bwd().bias_gelu_backward(x, b, dy)
         assert all(torch.equal(a, c) for a, c in zip(first, again))
 
 
@@ -140,8 +140,8 @@ def test_bf16_forced_tiles_and_determinism():
     (x, b), dy = bf16_inputs(OP, dict(R=67, C=40), "heavy")
     first = _bwd().bias_gelu_backward(x, b, dy, ROWS=8, BLOCK_R=2, BLOCK_C=16)
     for _ in range(3):
-        _poison(x, b)
-        again = _bwd().bias_gelu_backward(x, b, dy, ROWS=8, BLOCK_R=2, BLOCK_C=16)
+        with poisoned_allocations():
+            again = _bwd().bias_gelu_backward(x, b, dy, ROWS=8, BLOCK_R=2, BLOCK_C=16)
         assert all(torch.equal(a, c) for a, c in zip(first, again))
 
 
@@ -181,6 +181,6 @@ def test_gpu_bf16_random_shapes_and_bitwise_repeat():
     (x, b), dy = bf16_inputs(OP, spec(OP).shapes["large"][0], "heavy", device="cuda")
     first = _bwd().bias_gelu_backward(x, b, dy)
     for _ in range(9):
-        _poison(x, b)
-        again = _bwd().bias_gelu_backward(x, b, dy)
+        with poisoned_allocations():
+            again = _bwd().bias_gelu_backward(x, b, dy)
         assert all(torch.equal(a, c) for a, c in zip(first, again))

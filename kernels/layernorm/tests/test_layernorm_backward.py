@@ -12,7 +12,7 @@ from kernels.layernorm.spec import EPS
 
 from tests.support import kernel_checks as testing
 from tests.support.kernel_checks import assert_bf16_grads_close, assert_refuses, bf16_inputs, cpu_only, gpu, grads_of, spec
-from tests.support.kernel_checks import poison_like as _poison
+from mage.check import poisoned_allocations
 from mage import registry
 from mage.ops import shape_key
 
@@ -189,8 +189,8 @@ def test_gpu_bitwise_deterministic_at_large_shape():
     _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, g, b)
     first = _bwd().layernorm_backward(x, g, mean, rstd, dy)
     for _ in range(9):
-        _poison(x, g, g)
-        again = _bwd().layernorm_backward(x, g, mean, rstd, dy)
+        with poisoned_allocations():
+            again = _bwd().layernorm_backward(x, g, mean, rstd, dy)
         assert all(torch.equal(a, c) for a, c in zip(first, again))
 
 
@@ -242,8 +242,8 @@ def test_bf16_chunked_rows_forced_tiles_plain_operator_and_determinism():
     for cfg in (dict(ROWS=8, BLOCK_R=2), dict(ROWS=4, MAX_BLOCK_C=32)):
         first = _bwd().layernorm_backward(x, g, mean, rstd, dy, **cfg)
         for _ in range(3):
-            _poison(x, g, g)
-            again = _bwd().layernorm_backward(x, g, mean, rstd, dy, **cfg)
+            with poisoned_allocations():
+                again = _bwd().layernorm_backward(x, g, mean, rstd, dy, **cfg)
             assert all(torch.equal(a, c) for a, c in zip(first, again)), cfg
 
 
@@ -284,6 +284,6 @@ def test_gpu_bf16_random_shapes_and_bitwise_repeat():
     _, mean, rstd = torch.ops.mage.triton_layernorm_train(x, g, b)
     first = _bwd().layernorm_backward(x, g, mean, rstd, dy)
     for _ in range(9):
-        _poison(x, g, g)
-        again = _bwd().layernorm_backward(x, g, mean, rstd, dy)
+        with poisoned_allocations():
+            again = _bwd().layernorm_backward(x, g, mean, rstd, dy)
         assert all(torch.equal(a, c) for a, c in zip(first, again))

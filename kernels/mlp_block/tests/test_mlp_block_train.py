@@ -9,11 +9,10 @@ import torch
 
 from mage import ops, passes
 from tests.support.block_training import check_block, gpu_random, memory_bound_steps_in_bf16, path, steps_move_weights
-from tests.support.kernel_checks import cpu_only, gpu, poisoned_memory
+from tests.support.kernel_checks import cpu_only, gpu
 
 OP = "mlp_block"
 SMALL = dict(T=5, d=37, hidden=19)
-poisoned = pytest.fixture(name="poisoned")(poisoned_memory)
 
 
 # ---- CPU, under the interpreter --------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support.kernel_checks import cpu_only, gpu, poisoned_memory
+from tests.support.kernel_checks import cpu_only, gpu
 from tests.support.block_training import (
     check_block,
     gpu_random,
@@ -19,7 +19,6 @@ from mage import ops, passes
 
 OP = "mp_block"
 SMALL = dict(n=40, F=3, H=5, deg=2)
-poisoned = pytest.fixture(name="poisoned")(poisoned_memory)
 
 
 @cpu_only

@@ -8,6 +8,7 @@ import torch
 
 from tests.support.kernel_checks import assert_refuses, cpu_only, gpu, spec
 from kernels.neighbor_agg.graph import CSRGraph
+from mage.check import poisoned_allocations
 from mage import registry
 
 OP = "neighbor_agg"
@@ -23,19 +24,12 @@ def _bwd():
     return triton_backward
 
 
-def _poison(*likes):
-    # NaN-filled blocks of the gradients' sizes, freed just before the backward allocates (see bias_gelu)
-    for t in [torch.full_like(t, float("nan")) for t in likes]:
-        del t
-
-
 def triton_grads(graph, x, dy, fn=None):
     w = graph.w.detach().clone().requires_grad_()
     xl = x.detach().clone().requires_grad_()
     g = CSRGraph.build(graph.rowptr, graph.col, w, graph.n_src)
-    y = (fn or _bwd().train)(g, xl)
-    _poison(xl, w)
-    y.backward(dy)
+    with poisoned_allocations():  # an unwritten gradient element stays NaN (forward too: see grads_of)
+        (fn or _bwd().train)(g, xl).backward(dy)
     return xl.grad, w.grad
 
 

@@ -19,7 +19,6 @@ from mage.ops import randn
 
 OP = "triangle"
 DTYPES = ("fp32", "fp32x3")
-poisoned = pytest.fixture(name="poisoned")(testing.poisoned_memory)  # every allocation starts as NaN
 
 
 def _cfg(layout, store="direct", k_inner=True, **tiles):

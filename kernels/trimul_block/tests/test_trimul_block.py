@@ -15,7 +15,7 @@ from kernels._triton import common
 from tests.support.kernel_checks import assert_refuses, check_shapes, cpu_only, gpu, rel_err
 from kernels.layernorm.spec import EPS
 from mage import ops, registry
-from mage.check import check
+from mage.check import check, describe_mismatch, outside
 
 from .. import triton_block as tb
 from ..spec import ARGS, NAME
@@ -261,6 +261,24 @@ def test_zero_rows_strided_inputs_and_the_operator():
     assert rel_err(torch.ops.mage.triton_trimul_block(z, mask, *w), ref) < SPEC.tol("fp32")
     out = torch.full_like(z, math.nan)
     assert tb.trimul_block(z, mask, *w, out=out) is out and rel_err(out, ref) < SPEC.tol("fp32")
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_batch_of_complexes_is_each_complex_alone(dtype, poisoned):
+    """[B, N, N, C], how the block is served: three complexes, each with its own values and mask, in one
+    call, each against its own float64 reference (norm-wise and elementwise). The batch loop's road: a
+    complex it skips or feeds another's projections or mask fails here (its buffers start as NaN)."""
+    shape = dict(N=4, C=5, H=3)
+    reqs = [SPEC.inputs(shape, seed=20 + c, dtype=dtype, dist="heavy" if c == 1 else "normal") for c in range(3)]
+    weights = reqs[0][2:]
+    z, mask = torch.stack([r[0] for r in reqs]), torch.stack([r[1] for r in reqs])
+    out = torch.full_like(z, math.nan)
+    assert tb.trimul_block(z, mask, *weights, out=out) is out
+    for c, (zc, mc, *_) in enumerate(reqs):
+        want = SPEC.reference(zc, mc, *weights)
+        assert rel_err(out[c], want) <= SPEC.tol(dtype), (dtype, c, rel_err(out[c], want))
+        assert not outside(out[c], want, dtype).any(), (dtype, c, describe_mismatch(out[c], want, dtype))
 
 
 # ---- GPU ------------------------------------------------------------------------------------------------

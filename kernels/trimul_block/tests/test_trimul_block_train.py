@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support.kernel_checks import cpu_only, gpu, poisoned_memory, rel_err
+from tests.support.kernel_checks import cpu_only, gpu, rel_err
 from tests.support.block_training import (
     check_block,
     gpu_random,
@@ -19,7 +19,6 @@ from mage import ops, passes
 
 OP = "trimul_block"
 SMALL = dict(N=5, C=7, H=3)
-poisoned = pytest.fixture(name="poisoned")(poisoned_memory)
 
 
 @cpu_only
