@@ -113,3 +113,13 @@ def test_the_harness_defaults_come_from_roles_the_kernel_packages_claim():
     assert registry.role("library_family") in {i.family for i in registry.impls()}
     with pytest.raises(MageInputError, match="role"):
         registry.role("no such role")
+
+
+def test_discovery_imports_no_test_module():
+    # each op folder's tests sit in its tests/ subfolder, beside the implementations the registry imports:
+    # loading the registry (in a fresh interpreter, where pytest has imported nothing) imports none of them
+    code = ("import sys\nfrom mage import registry\nregistry.load()\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('kernels.', 'tests')) and 'test' in m))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    assert all((ROOT / "kernels" / op / "tests").is_dir() for op in ops.OPS if (ROOT / "kernels" / op).is_dir())
