@@ -12,7 +12,7 @@ venv: .venv/.stamp
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
-# CPU tests (tests/ and kernels/<op>/test_*.py) on every core (pytest-xdist); Triton kernels run in its
+# CPU tests (tests/ and kernels/<op>/tests/) on every core (pytest-xdist); Triton kernels run in its
 # interpreter. GPU tests are marked and skip without CUDA. Two tiers: `test` leaves out the tests marked
 # slow or book (about 4 minutes on 2 cores); `test-all` is every test (what CI runs; about 10 minutes on 2
 # cores, the book's build included).

@@ -10,7 +10,7 @@ from mage import facets, ops
 from mage.__main__ import main
 from mage.data import merge_csv
 from mage.ext.amdahl.parts import Part
-from synthetic import EAGER_MLP  # the shared fake profile (tests/synthetic.py)
+from tests.support.synthetic import EAGER_MLP  # the shared fake profile (tests/support/synthetic.py)
 
 MLP, TRIMUL, MP = (ops.OPS[n] for n in ("mlp_block", "trimul_block", "mp_block"))
 MLP_PARTS = facets.get(MLP, "parts")

@@ -3,21 +3,18 @@ between cases, and one without rows says so), and both pages executed top to bot
 with the attribution and the service rows, and from one without them (which must say what is missing)."""
 import json
 import os
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic import RUN, make  # noqa: E402
+from tests.support.synthetic import RUN, make
 
-from mage import facets, ops  # noqa: E402
-from mage.ext.amdahl import attribution as amdahl  # noqa: E402
-from mage.book import figure_blocks as FB  # noqa: E402
-from mage.data import load, merge_csv, save_csv  # noqa: E402
-from mage.ext.amdahl import attribution as amdahl  # noqa: E402
-from mage.ext.service.stats import base_row, sweep_rows  # noqa: E402
+from mage import facets, ops
+from mage.book import figure_blocks as FB
+from mage.data import load, merge_csv, save_csv
+from mage.ext.amdahl import attribution as amdahl
+from mage.ext.service.stats import base_row, sweep_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = [n for n, s in ops.OPS.items() if s.kind == "block"]

@@ -1,12 +1,13 @@
 """The checker must catch the classic wrong kernels: low precision, unwritten output, an off-by-one mask,
-a fresh torch.empty that never gets written, a kernel that raises."""
+a fresh torch.empty that never gets written (on the CPU too), a kernel that raises; its verdict is
+norm-wise and elementwise, and the poisoning the tests share fills every fresh allocation with NaN."""
 import math
 
 import pytest
 import torch
 
 from mage import ops, registry
-from mage.check import check, check_all, rel_error
+from mage.check import check, check_all, poisoned_allocations, rel_error
 from mage.errors import MageInputError
 from mage.registry import Impl
 
@@ -74,7 +75,7 @@ def test_off_by_one_mask_fails():
         y[:, -1] = 0.0  # a mask `cols < C - 1`: the last column is never computed
         return _write(out, y)
     r = check(_impl("bias_gelu", drops_last_column), dict(R=4, C=129))
-    assert not r.passed and "elements off" in r.reason
+    assert not r.passed and "4 of 516 elements outside" in r.reason and "worst at index (" in r.reason
 
 
 def test_raising_kernel_is_a_failed_check_not_a_crash():
@@ -130,3 +131,84 @@ def test_the_specs_own_tolerance_is_used(monkeypatch):
     monkeypatch.setitem(ops.OPS, "bias_gelu", dataclasses.replace(spec, tolerance={"fp32": 1e-30}))
     r = check(impl, dict(R=3, C=5))
     assert not r.passed and r.tolerance == 1e-30, r
+
+
+def test_a_fresh_allocation_left_half_unwritten_fails_on_the_cpu():
+    """Called without out=, the implementation writes half of a fresh torch.empty, having computed the
+    whole answer in a buffer of that size and freed it just before. On the CPU (no caching allocator to
+    poison: freed memory goes back to malloc, which hands the same block back) the unwritten half held
+    right values and passed; poisoned allocations fill it with NaN."""
+    def lazy(A, B, out=None):
+        if out is not None:
+            return torch.matmul(A, B, out=out)
+        whole = torch.matmul(A, B, out=torch.empty(A.shape[0], B.shape[1]))
+        del whole
+        fresh = torch.empty(A.shape[0], B.shape[1])
+        fresh[: len(A) // 2] = A[: len(A) // 2] @ B
+        return fresh
+    r = check(_impl("matmul", lazy), dict(M=256, K=8, N=256), device="cpu")
+    assert not r.passed and r.reason == "called without out=: 32768 of 65536 output elements left unwritten (still NaN)", r
+
+
+def test_poisoned_allocations_fill_every_fresh_tensor_and_restore_torch():
+    was = torch.are_deterministic_algorithms_enabled()
+    with poisoned_allocations():
+        assert torch.isnan(torch.empty(1000)).all() and torch.isnan(torch.empty(3, 5).new_empty(7)).all()
+        assert (torch.empty(4, dtype=torch.int32) == torch.iinfo(torch.int32).max).all()
+    assert torch.are_deterministic_algorithms_enabled() == was
+
+
+def test_a_gradient_left_partly_unwritten_is_nan_under_poisoned_allocations():
+    """The backward tests' road: a backward that writes only half of a fresh gradient buffer."""
+    class HalfGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, dy):
+            dx = torch.empty_like(dy)
+            dx[: len(dy) // 2] = 2 * dy[: len(dy) // 2]
+            return dx
+    x = torch.randn(64, requires_grad=True)
+    with poisoned_allocations():
+        HalfGrad.apply(x).backward(torch.ones(64))
+    assert torch.isnan(x.grad[32:]).all() and torch.equal(x.grad[:32], torch.full((32,), 2.0))
+
+
+def _zero_one(y, which):
+    flat = y.view(-1)
+    order = flat.float().abs().argsort()
+    flat[order[len(order) // 2] if which == "median" else order[-1]] = 0
+    return y
+
+
+@pytest.mark.parametrize("which", ["median", "largest"])
+def test_bf16_with_one_element_zeroed_fails(which):
+    """One element of 6144 zeroed moves the norm-wise error of a median-sized element by about 1e-2,
+    inside bf16's 2e-2: the elementwise bound catches it (a norm-wise verdict alone passed it)."""
+    def zeroed(x, b, out=None):
+        return _write(out, _zero_one(torch.nn.functional.gelu(x.float() + b.float()).bfloat16(), which))
+    r = check(_impl("bias_gelu", zeroed, dtype="bf16"), dict(R=64, C=96))
+    assert not r.passed and "1 of 6144 elements outside" in r.reason, r.reason
+    right = _impl("bias_gelu", lambda x, b, out=None: _write(out, torch.nn.functional.gelu(x.float() + b.float()).bfloat16()),
+                  dtype="bf16")
+    assert check(right, dict(R=64, C=96)).passed
+
+
+def _tf32(t):
+    """t with TF32's 10 mantissa bits (the low 13 cut, as test_tf32_like_rounding_fails_fp32_but_passes_tf32)."""
+    return (t.view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+
+def test_the_fp32_tolerance_catches_a_tail_road_slipped_to_tf32():
+    """A matmul of 132 rows whose tail road (the last 4 rows past a 128-row tile) multiplies in TF32:
+    norm-wise about 1.3e-4 from float64, above FP32's 5e-5 and below a fourfold looser 2e-4, which
+    passed it norm-wise (the book's error; the elementwise bound would still catch it, so ask for the
+    norm-wise verdict itself)."""
+    def tail_in_tf32(A, B, out=None):
+        C = A @ B
+        C[-4:] = _tf32(A[-4:]) @ _tf32(B)
+        return _write(out, C)
+    r = check(_impl("matmul", tail_in_tf32), dict(M=132, K=256, N=64))
+    assert not r.passed and r.reason.startswith("relative error") and r.error > r.tolerance, r

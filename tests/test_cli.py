@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from mage_cli import mage
+from tests.support.mage_cli import mage
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import pytest
 
 from mage import data, measure
 from mage.data import DataError
-from mage_cli import mage as _mage
+from tests.support.mage_cli import mage as _mage
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 

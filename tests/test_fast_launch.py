@@ -13,7 +13,7 @@ from triton.backends.nvidia.compiler import CUDABackend
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
 from kernels._triton import common, launch as L
-from kernels._triton.testing import cpu_only, gpu
+from tests.support.kernel_checks import cpu_only, gpu
 from mage import ops, registry
 
 

@@ -11,7 +11,7 @@ from mage.book import claims as C
 from mage import facets, ops, registry
 from mage.book import training as TR
 from mage.data import REQUIRED
-from mage.passes import grad_cost
+from mage.ext.training.passes import grad_cost
 
 RUN = "20990101T000000Z-x"
 

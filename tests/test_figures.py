@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from types import SimpleNamespace
 from pathlib import Path
 
@@ -14,12 +13,11 @@ import pytest
 
 pytest.importorskip("plotly")
 
-import mage  # noqa: E402
-from mage import book, data  # noqa: E402
+import mage
+from mage import book, data
 from mage.book import figures as F
-from mage import views as V  # noqa: E402
-sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import make  # noqa: E402
+from mage import views as V
+from tests.support.synthetic import make
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,11 @@
 """On a GPU: every registered implementation at 30+ random shapes, the expected launch counts, and the
 cost of an empty launch. Skipped without CUDA."""
-import os
-
 import pytest
 import torch
 
-from kernels._triton.testing import gpu_failures
 from mage import ops, registry
 from mage.profile import profile
+from tests.support.kernel_checks import gpu_failures, usable
 
 pytestmark = pytest.mark.gpu
 
@@ -16,20 +14,6 @@ def random_shapes(op: str, n: int = 30, seed: int = 0):
     """The spec's random shapes (sizes that are multiples of nothing) plus the field-note and large shapes."""
     spec = ops.get(op)
     return spec.random_shapes(n, seed) + spec.shapes["field"] + spec.shapes["large"]
-
-
-def excluded() -> set:
-    """Implementations this run leaves out by name (MAGE_GPU_EXCLUDE=rust_native,rust_ptx_py)."""
-    return {n for n in os.environ.get("MAGE_GPU_EXCLUDE", "").split(",") if n}
-
-
-def usable(impl):
-    """On a GPU machine an implementation that cannot run is a failure, not a skip, unless excluded."""
-    why = impl.runs_on("cuda")
-    if impl.name in excluded():
-        pytest.skip(f"excluded by MAGE_GPU_EXCLUDE ({why or 'available'})")
-    if why:
-        pytest.fail(f"{impl.op}/{impl.name}/{impl.dtype} is registered but cannot run on this GPU machine: {why}")
 
 
 CASES = [(i.op, i.name, i.dtype) for i in registry.impls() if i.callable]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernels._triton import TileTable, common, stages
-from kernels._triton.testing import assert_refuses, cpu_only, gpu, module
+from tests.support.kernel_checks import assert_refuses, cpu_only, gpu, module
 from mage import data, ops, registry
 from mage.errors import MageInputError
 from mage.ext.launch_path import breakdown as launch_path

@@ -1,20 +1,17 @@
 """The operation pages show FP32: an operation measured at several precisions (matmul; LayerNorm, bias +
 GELU, neighbour aggregation and the triangle contraction at FP32 and bf16, the triangle also at fp32x3)
-draws and reads the same with its other precisions' rows as without them. The synthetic data (tests/synthetic.py) holds rows of every registered column."""
+draws and reads the same with its other precisions' rows as without them. The synthetic data (tests/support/synthetic.py) holds rows of every registered column."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("plotly")
 
-import mage  # noqa: E402
-from mage import book, data, views as V  # noqa: E402
+import mage
+from mage import book, data, views as V
 from mage.book import claims as C, figures as F
-sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import make  # noqa: E402
+from tests.support.synthetic import make
 
 BF16_OPS = ("layernorm", "bias_gelu", "neighbor_agg", "triangle")
 

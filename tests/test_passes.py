@@ -13,7 +13,7 @@ from mage.data import DataError, load, merge_csv
 from mage.errors import MageInputError
 from mage.profile import Profile
 from mage.timing import spans as real_spans
-from mage_cli import mage
+from tests.support.mage_cli import mage
 
 SHAPE = dict(R=5, C=7)
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mage_cli import mage
+from tests.support.mage_cli import mage
 
 from mage.__main__ import build_parser
 

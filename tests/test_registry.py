@@ -99,18 +99,14 @@ def test_a_sixth_operation_needs_only_its_folder(tmp_path):
 def test_an_unavailable_impl_fails_on_a_gpu_machine(monkeypatch):
     # On a GPU machine a registered implementation that cannot run (library not built) must fail the
     # GPU suite, not skip it, unless the run excludes it by name.
-    import importlib
-    gpu = importlib.import_module("tests.test_gpu") if (ROOT / "tests" / "__init__.py").exists() else None
-    if gpu is None:
-        sys.path.insert(0, str(ROOT / "tests"))
-        gpu = importlib.import_module("test_gpu")
+    from tests.support.kernel_checks import usable
     broken = registry.Impl(op="matmul", name="not_built", fn=lambda *a, out=None: None,
                            available=lambda: "the library is not built")
     with pytest.raises(pytest.fail.Exception, match="cannot run on this GPU machine"):
-        gpu.usable(broken)
+        usable(broken)
     monkeypatch.setenv("MAGE_GPU_EXCLUDE", "not_built")
     with pytest.raises(pytest.skip.Exception, match="excluded"):
-        gpu.usable(broken)
+        usable(broken)
 
 
 def test_the_harness_defaults_come_from_roles_the_kernel_packages_claim():
@@ -125,3 +121,13 @@ def test_the_harness_defaults_come_from_roles_the_kernel_packages_claim():
     assert registry.role("library_family") in {i.family for i in registry.impls()}
     with pytest.raises(MageInputError, match="role"):
         registry.role("no such role")
+
+
+def test_discovery_imports_no_test_module():
+    # each op folder's tests sit in its tests/ subfolder, beside the implementations the registry imports:
+    # loading the registry (in a fresh interpreter, where pytest has imported nothing) imports none of them
+    code = ("import sys\nfrom mage import registry\nregistry.load()\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('kernels.', 'tests')) and 'test' in m))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    assert all((ROOT / "kernels" / op / "tests").is_dir() for op in ops.OPS if (ROOT / "kernels" / op).is_dir())

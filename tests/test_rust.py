@@ -4,14 +4,13 @@ rust_native's execution of a span plan (dry run). The kernels on a GPU are tests
 
 Without a Rust toolchain that can build for the GPU (a rustc with the nvptx target and the library
 sources, and ptxas), the build tests skip and say why; with MAGE_REQUIRE_RUST=1 (CI, which installs the
-toolchain) such a skip is a failure (tests/rust_build.py)."""
+toolchain) such a skip is a failure (tests/support/rust_build.py)."""
 from __future__ import annotations
 
 import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,9 +24,7 @@ from mage.timing import SpanPlan
 rust = pytest.importorskip("kernels._rust")
 from kernels._rust import native  # noqa: E402
 from kernels._rust.plan import PLAN_FIELDS, Plan, plan_for  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rust_build import HERE, build, needs_toolchain, skip_or_fail, toolchain_missing  # noqa: E402
+from tests.support.rust_build import HERE, build, needs_toolchain, skip_or_fail, toolchain_missing  # noqa: E402
 
 built = pytest.fixture(build, scope="session", name="built")  # the build, once a session
 

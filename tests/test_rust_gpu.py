@@ -4,8 +4,6 @@ Python face without a GPU are tests/test_rust.py's."""
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,9 +16,7 @@ from mage.timing import SpanPlan
 
 rust = pytest.importorskip("kernels._rust")
 from kernels._rust.plan import plan_for  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rust_build import build  # noqa: E402
+from tests.support.rust_build import build  # noqa: E402
 
 built = pytest.fixture(build, scope="session", name="built")  # the build, once a session
 GPU = torch.cuda.is_available()

@@ -6,9 +6,7 @@ tests/test_service_executor.py's."""
 from __future__ import annotations
 
 import math
-import sys
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,9 +19,8 @@ from mage.errors import MageInputError
 from mage.ext.service.loops import MemoryLimit, batch_sizes, batch_sweep, closed_loop, open_loop, poisson_arrivals
 from mage.ext.service.stats import base_row, percentile, peak_requests_per_s, summary, sweep_rows, trace_rows
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_fakes import FakeClock, FakeExecutor  # noqa: E402
-from service_tiny import tiny_in_specs  # noqa: E402
+from tests.support.service_fakes import FakeClock, FakeExecutor
+from tests.support.service_tiny import tiny_in_specs
 
 tiny_op = pytest.fixture(tiny_in_specs, name="tiny_op")  # the tiny block among the specs, for one test
 

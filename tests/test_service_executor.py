@@ -1,13 +1,11 @@
 """The service experiment's executor and session (mage.ext.service.gpu, mage.ext.service.session): each
 request's inputs moved on the host and its output back in its slice, a batch axis that is not the
 first, resident arguments built per batch size, the whole session's rows loading through mage.data (all
-on the CPU), and (on a GPU) the executor on the tiny block of tests/service_tiny.py. The loops and
+on the CPU), and (on a GPU) the executor on the tiny block of tests/support/service_tiny.py. The loops and
 statistics are tests/test_service.py's."""
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +16,7 @@ from mage.errors import MageInputError
 from mage.ext.service.batching import Batching
 from mage.ext.service.loops import closed_loop, open_loop, poisson_arrivals
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_tiny import TINY, tiny_in_specs  # noqa: E402
+from tests.support.service_tiny import TINY, tiny_in_specs
 
 tiny_op = pytest.fixture(tiny_in_specs, name="tiny_op")  # the tiny block among the specs, for one test
 

@@ -9,7 +9,7 @@ import torch
 from mage import ops, registry
 from mage.ext.training import paths, train, session as train_session
 from mage.data import IDENTITY, load, merge_csv
-from mage_cli import mage as _mage
+from tests.support.mage_cli import mage as _mage
 
 TINY = {"mlp_block": dict(T=5, d=8, hidden=12), "trimul_block": dict(N=4, C=6, H=5)}
 

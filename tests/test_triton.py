@@ -1,14 +1,14 @@
 """The Triton column as a whole, looped over the registry: every op has one, awkward shapes, poisoned
 outputs, config handling, devices the kernels cannot read; on a GPU, one launch per call, random and
 large shapes, and the custom operators inside torch.compile. Op-specific tests live beside each kernel
-(kernels/<op>/test_<op>_triton.py)."""
+(kernels/<op>/tests/test_<op>_triton.py)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from kernels._triton import common
-from kernels._triton.testing import cpu_only, gpu, module
+from tests.support.kernel_checks import cpu_only, gpu, module
 from mage import ops
 from mage.check import check
 from mage.errors import MageInputError

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from kernels._triton import testing
+from tests.support import kernel_checks as testing
 from mage import ops
 from mage.ext.training import passes
 

@@ -1,0 +1,1 @@
+"""The tests of kernels/_triton: run with pytest from the repository root."""

@@ -1,0 +1,1 @@
+"""The tests of kernels/mlp_block: run with pytest from the repository root."""

@@ -1,0 +1,1 @@
+"""The tests of kernels/triangle: run with pytest from the repository root."""
