@@ -37,8 +37,8 @@ def declare(op: str, **facets) -> None:
 
 
 def declared(op: str, key: str, default: Any = None) -> Any:
-    """The value declared so far, with no discovery and no checks: for the spec table's own sorting while
-    discovery runs. Everyone else reads through ``of`` or ``get``."""
+    """The value declared so far, with no discovery and no checks: for the spec table itself (its sorting
+    while discovery runs, a spec's own methods). Everyone else reads through ``of`` or ``get``."""
     return _TABLE.get(op, {}).get(key, default)
 
 
