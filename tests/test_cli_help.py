@@ -3,7 +3,7 @@
 import argparse
 
 import pytest
-from mage_cli import mage
+from tests.support.mage_cli import mage
 
 from mage.__main__ import build_parser
 
