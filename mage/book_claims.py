@@ -104,7 +104,7 @@ def all_checks_passed(checks: pd.DataFrame, sentence: str = "every implementatio
 
 def times(ratio: float) -> str:
     """A ratio as a reader says it: '2.4' (two significant digits, plain notation)."""
-    return f"{ratio:.2g}" if ratio < 10 else f"{ratio:.0f}"
+    return f"{ratio:#.2g}" if ratio < 10 else f"{ratio:.0f}"
 
 
 def judged(a: float, b: float, expect: str, sentence: str, tolerance: float = V.PRECISION) -> V.Comparison:
