@@ -22,6 +22,12 @@ def _fail(sentence: str, detail: str):
     raise ClaimFailed(f"the data no longer supports {sentence!r}: {detail}")
 
 
+def require(holds: bool, sentence: str, detail: str = "the data does not hold it") -> None:
+    """A condition a sentence rests on that no other guard states (a block served, a part located)."""
+    if not holds:
+        _fail(sentence, detail)
+
+
 def verdict(df: pd.DataFrame, op: str, a: str, b: str, expect: str, view: str = "kernel_time",
             sentence: str = "", **where) -> V.Comparison:
     """``a`` against ``b`` must read ``expect`` ('faster', 'slower' or 'tie'); returns the comparison."""
