@@ -248,7 +248,11 @@ def fmt(value: float, spec: str = ".3g", unit: str = "") -> str:
     """A measured number as text, or a plain statement that it was not measured."""
     if value is None or not math.isfinite(value):
         return "(not measured)"
-    return f"{value:{spec}}" + (f" {unit}" if unit else "")
+    text = f"{value:{spec}}"
+    if "e" in text:  # a reader reads 1,520, not 1.52e+03
+        text = (f"{value:,.0f}" if abs(value) >= 1 else
+                f"{value:.{1 - math.floor(math.log10(abs(value)))}f}" if value else "0")
+    return text + (f" {unit}" if unit else "")
 
 
 def gnum(name: str, value: float, spec: str = ".3g", unit: str = "") -> None:

@@ -18,17 +18,18 @@ LIMITS = {"chapters": 3600, "book": 6000}  # prose words: the opening page and c
 # Not prose: code, math, tables, figures and computed output; the theme's navigation and permalinks.
 NOT_PROSE = ["script", "style", "pre", "table", "nav", "div.highlight", "div.math", "span.math", "mjx-container",
              "div.cell_output", "a.headerlink", "div.prev-next-area", "div.tab-set", "div.sd-tab-set"]
-# Reader text is everything the article shows except code listings, math and the figures (whose values
-# tables and captions the figure modules write, and whose own browser test reads them).
+# The parts of a figure its module writes (plot, caption, values table); the figures' own tests read them.
+FIGURE_PARTS = ["div.mage-figure", "p.mage-caption", "details.mage-values", "div.mage-tiles"]
+# Reader text is everything the article shows except code listings, math and the figures' own parts.
 NOT_READER = ["script", "style", "pre", "div.highlight", "a.headerlink", "div.math", "span.math", "mjx-container",
-              "div.mage-figure"]
+              *FIGURE_PARTS]
 
 WORKSHOP = {
     "a repository path": r"\b(?:kernels|mage|tests|data|notes)/[\w./-]+",
     "a source file": r"\b\w+\.(?:py|rs|csv|json)\b",
     "a code name with underscores": r"\b[A-Za-z]+(?:_[A-Za-z0-9]+)+_?\b",
     "a raw kernel symbol": r"\bat::|\bvoid \w|<\d+, \d+",
-    "a project target": r"(?<!PTX )(?<!cuda )\btargets?\b",
+    "a project target": r"(?<!PTX )(?<!GPU )(?<!cuda )\btargets?\b",
     "nan in a table or sentence": r"\bnan\b",
     "e-notation": r"\b\d+(?:\.\d+)?e[+-]?\d+\b",
     "the build machine's state": r"no GPU here|build machine|not measured on this card yet",
