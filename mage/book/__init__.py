@@ -229,17 +229,17 @@ def _live_reason(op: str, impl: str):
     try:
         import torch
     except ImportError:
-        return "no PyTorch here"
-    if not torch.cuda.is_available():
-        return "no GPU here"
+        return "no kernel runs while you read"
+    if not torch.cuda.is_available():  # the published page: say what the reader sees, not the build's state
+        return "no kernel runs while you read"
     try:
         from mage import registry
         from mage.session import quick  # noqa: F401
         found = registry.get(op, impl)
     except Exception as e:  # noqa: BLE001
-        return f"the {impl} implementation cannot be loaded ({type(e).__name__})"
+        return f"this implementation cannot be loaded here ({type(e).__name__})"
     if found.variant is None:
-        return f"the {impl} implementation builds no tile variants"
+        return "this implementation builds no tile variants"
     return found.runs_on("cuda")
 
 
@@ -248,7 +248,11 @@ def fmt(value: float, spec: str = ".3g", unit: str = "") -> str:
     """A measured number as text, or a plain statement that it was not measured."""
     if value is None or not math.isfinite(value):
         return "(not measured)"
-    return f"{value:{spec}}" + (f" {unit}" if unit else "")
+    text = f"{value:{spec}}"
+    if "e" in text:  # a reader reads 1,520, not 1.52e+03
+        text = (f"{value:,.0f}" if abs(value) >= 1 else
+                f"{value:.{1 - math.floor(math.log10(abs(value)))}f}" if value else "0")
+    return text + (f" {unit}" if unit else "")
 
 
 def gnum(name: str, value: float, spec: str = ".3g", unit: str = "") -> None:
