@@ -30,8 +30,8 @@ def warm_cold(df: pd.DataFrame, machine: str, view="kernel_time"):
                 x=[impl], y=[r["ratio"]], name=impl_label(impl), legendgroup=impl, showlegend=impl not in seen,
                 marker_color=impl_color(impl), marker_line=dict(color="#333", width=0.6),
                 customdata=[[r["value_warm"], r["value_cold"], r["shape"], impl_label(impl)]],
-                hovertemplate="%{customdata[3]}<br>cold / warm %{y:.3g}<br>warm %{customdata[0]:.3g} µs, cold "
-                              "%{customdata[1]:.3g} µs<br>shape %{customdata[2]}<extra></extra>"), row=1, col=i)
+                hovertemplate="%{customdata[3]}<br>cold / warm %{y:,.3~r}<br>warm %{customdata[0]:,.3~r} µs, cold "
+                              "%{customdata[1]:,.3~r} µs<br>shape %{customdata[2]}<extra></extra>"), row=1, col=i)
             seen.add(impl)
         fig.update_xaxes(showticklabels=False, row=1, col=i)
     fig.add_hline(y=1, line=dict(color="#555", dash="dot"))

@@ -39,7 +39,7 @@ def roofline(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, shape_sets=
     x = np.logspace(math.log10(lo), math.log10(hi), 200)
     fig.add_trace(go.Scatter(x=x, y=np.minimum(bw * x, peak), mode="lines", line=dict(color="#444", width=2),
                              name=f"roof: {bw:.0f} GB/s copy, {peak / 1e3:.1f} TFLOP/s FP32", meta={"table": False},
-                             hovertemplate="AI %{x:.3g} FLOP/B<br>roof %{y:.4g} GFLOP/s<extra></extra>"))
+                             hovertemplate="AI %{x:,.3~r} FLOP/B<br>roof %{y:,.4~r} GFLOP/s<extra></extra>"))
     marker = {o: spec.marker for o, spec in OPS.items()}
     for impl in impls_in(d["impl"]):
         g = V.select(d, impl=impl)
@@ -50,7 +50,7 @@ def roofline(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, shape_sets=
             customdata=np.stack([g["op"].map(op_label), g["shape"], g["value"],
                                  100 * g["gflops"] / np.minimum(bw * g["ai"], peak)], axis=-1),
             hovertemplate="<b>%{customdata[0]}</b> " + impl_label(impl) +
-                          "<br>shape %{customdata[1]}<br>%{customdata[2]:.3g} µs, %{y:.4g} GFLOP/s"
+                          "<br>shape %{customdata[1]}<br>%{customdata[2]:,.3~r} µs, %{y:,.4~r} GFLOP/s"
                           "<br>%{customdata[3]:.0f}% of the roof<extra></extra>"))
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOPs per compulsory byte)")
     fig.update_yaxes(type="log", title="achieved GFLOP/s (kernel time)")
@@ -99,7 +99,7 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
                     line=dict(color=impl_color(impl)), marker=dict(size=6),
                     customdata=np.stack([s["shape"], s["floor_us"]], axis=-1),
                     hovertemplate=f"<b>{impl_label(impl)}</b><br>shape %{{customdata[0]}}"
-                                  f"<br>{VIEW_LABEL[v]} %{{y:.3g}} µs<br>floor %{{customdata[1]:.3g}} µs<extra></extra>"),
+                                  f"<br>{VIEW_LABEL[v]} %{{y:,.3~r}} µs<br>floor %{{customdata[1]:,.3~r}} µs<extra></extra>"),
                     **rc)
                 seen.add(impl)
                 owner.append(v)
@@ -107,14 +107,14 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
             fig.add_trace(go.Scatter(x=floor[xcol], y=floor["floor_us"], mode="lines", name="floor",
                                      legendgroup="floor", showlegend="floor" not in seen, visible=v == views[0],
                                      line=dict(color="black", dash="dash", width=1.5),
-                                     hovertemplate="floor %{y:.3g} µs<extra></extra>"), **rc)
+                                     hovertemplate="floor %{y:,.3~r} µs<extra></extra>"), **rc)
             seen.add("floor")
             owner.append(v)
             if empty.get(v) and len(floor):
                 fig.add_trace(go.Scatter(x=[floor[xcol].min(), floor[xcol].max()], y=[empty[v]] * 2, mode="lines",
                                          name="empty kernel", legendgroup="empty", showlegend="empty" not in seen,
                                          visible=v == views[0], line=dict(color="#999", dash="dot", width=1.5),
-                                         hovertemplate=f"empty kernel, {VIEW_LABEL[v]}: %{{y:.3g}} µs<extra></extra>"),
+                                         hovertemplate=f"empty kernel, {VIEW_LABEL[v]}: %{{y:,.3~r}} µs<extra></extra>"),
                               **rc)
                 seen.add("empty")
                 owner.append(v)
@@ -183,8 +183,8 @@ def launch_paths(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
             y=g["path"], x=g["overhead_us"], orientation="h", marker_color=colors, showlegend=False,
             text=[f"{v:.3g}" for v in g["overhead_us"]], textposition="outside", cliponaxis=False,
             customdata=np.stack([g["span_us"], g["kernel_us"], g["launches"]], axis=-1),
-            hovertemplate="<b>%{y}</b><br>span - kernel: %{x:.3g} µs<br>span %{customdata[0]:.3g} µs, kernel "
-                          "%{customdata[1]:.3g} µs<br>launches per call %{customdata[2]:.3g}<extra></extra>"),
+            hovertemplate="<b>%{y}</b><br>span - kernel: %{x:,.3~r} µs<br>span %{customdata[0]:,.3~r} µs, kernel "
+                          "%{customdata[1]:,.3~r} µs<br>launches per call %{customdata[2]:,.3~r}<extra></extra>"),
             row=r, col=1)
         if empty is not None:
             fig.add_vline(x=empty, line=dict(color="#999", dash="dot"), row=r, col=1)

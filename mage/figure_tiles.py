@@ -127,15 +127,15 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
     fig.add_trace(go.Bar(x=t["label"], y=t["kernel_us"], marker_color=colors(0), showlegend=False,
                          name="kernel time", meta={"series": "kernel time (µs)"},
                          customdata=np.stack([t["span_us"], t["gbps"], t["tflops"]], axis=-1),
-                         hovertemplate="<b>%{x}</b><br>kernel %{y:.3g} µs<br>span %{customdata[0]:.3g} µs"
-                                       "<br>%{customdata[1]:.0f} GB/s, %{customdata[2]:.3g} TFLOP/s<extra></extra>"),
+                         hovertemplate="<b>%{x}</b><br>kernel %{y:,.3~r} µs<br>span %{customdata[0]:,.3~r} µs"
+                                       "<br>%{customdata[1]:.0f} GB/s, %{customdata[2]:,.3~r} TFLOP/s<extra></extra>"),
                   row=1, col=1)
     if has_reuse:
         fig.add_trace(go.Scatter(x=t["fmas_per_load"], y=t["kernel_us"], mode="markers", showlegend=False,
                                  text=t["label"], name="kernel time against reuse", meta={"table": False},
                                  marker=dict(color=colors(0), size=12, line=dict(color="#555", width=1)),
-                                 hovertemplate="<b>%{text}</b><br>%{x:.3g} multiply-adds per load"
-                                               "<br>kernel %{y:.3g} µs<extra></extra>"),
+                                 hovertemplate="<b>%{text}</b><br>%{x:,.3~r} multiply-adds per load"
+                                               "<br>kernel %{y:,.3~r} µs<extra></extra>"),
                       row=1, col=2)
     shape = t["shape"].iloc[0]
     ref = _reference(df, op, shape, impl, tile_of)

@@ -47,7 +47,7 @@ def passes(df: pd.DataFrame, machine: str, shape_sets=("field", "large")):
                     showlegend=(impl, shape_set) not in seen, visible=g == 0, marker_color=impl_color(impl),
                     marker_line=dict(color="#333", width=0.6),
                     customdata=[[op_label(op), str(s), impl_label(impl)] for s in r["shape"]],
-                    hovertemplate="<b>%{customdata[2]}</b>, %{customdata[0]} %{x}<br>kernel time %{y:.3g} µs"
+                    hovertemplate="<b>%{customdata[2]}</b>, %{customdata[0]} %{x}<br>kernel time %{y:,.3~r} µs"
                                   "<br>shape %{customdata[1]}<extra></extra>"), row=1, col=c)
                 owner.append(shape_set)
                 seen.add((impl, shape_set))

@@ -23,6 +23,7 @@ from .figure_cache import warm_cold  # noqa: F401 - the one namespace
 from .figure_costs import cost_vs_size, launch_overhead, launch_paths, roofline  # noqa: F401
 from .figure_choices import precision_map  # noqa: F401
 from .figure_launch import launch_breakdown, launch_sentence  # noqa: F401
+from .figure_op import op_views, view_menu  # noqa: F401
 from .figure_style import (NOT_MEASURED, PUBLISHED_LABEL, US, VIEW_LABEL, VIEW_UNIT, caption, fmt,  # noqa: F401
                            impl_bars, impl_color, impl_label, impls_in, kernel_list, log_toggle, not_measured,
                            op_label, op_short, short_label, use_notebook_renderer, with_caption)
@@ -89,7 +90,8 @@ def main(df: pd.DataFrame, machine: str, cache="warm", views=("kernel_time", "ev
     narrow.update({"showlegend": True, "margin.l": 45, "margin.r": 8, "margin.b": 20, "legend.yref": "container",
                    "legend.y": 1.0, "legend.yanchor": "top", "legend.font.size": 10})
     fig.layout.meta = {"narrow": narrow, "narrow_height": 150 * n_ops + 160, "narrow_top": 130, "top": 40,
-                       "narrow_font": 10}
+                       "narrow_font": 10, "grid": {"by": ["view", "panel"], "across": "name",
+                                                             "heads": ["view", "operation"]}}
     shapes = {o: V.first_shape(df, o) for o in op_list}
     return with_caption(fig, caption("field", cache, machine, shapes,
                                      "FP32, forward only. Bars: mean; whiskers: range of the three round means "
@@ -143,50 +145,6 @@ def combined(df: pd.DataFrame, machine: str, cache="warm"):
                                      "FP32. Each column has its own scale, shared by its two rows."))
 
 
-def op_views(df: pd.DataFrame, op: str, machine: str, cache="warm", views=("kernel_time", "event_span", "launches")):
-    """One operation in three views side by side: a bar group per listed field shape, one bar per
-    implementation in its colour (named by the legend)."""
-    d = V.select(df, op=op, shape_set="field", cache=cache, dtype="fp32", stat="mean")
-    have = set(d["shape"])
-    shapes = [s for s in V.shapes_of(op, "field") if s in have] or sorted(have)
-    if not shapes:
-        return not_measured(f"{op_label(op)} in three views", machine, f"{op_label(op)} at the field shapes")
-    fig = make_subplots(rows=1, cols=len(views), subplot_titles=[f"{VIEW_LABEL[v]} ({VIEW_UNIT[v]})" for v in views],
-                        horizontal_spacing=0.08)
-    top = V.headline(d, view=list(views))
-    impls = impls_in(top["impl"], op)
-    tick = {s: s.replace(",", ",<br>") for s in shapes}
-    seen, values = set(), []
-    for c, v in enumerate(views, start=1):
-        for impl in impls:
-            g = V.select(top, view=v, impl=impl).set_index("shape").reindex(shapes)
-            if g["value"].isna().all():
-                continue
-            values += [x for x in g["value"] if v != "launches"]
-            err = None
-            if g["lo"].notna().any():
-                err = dict(type="data", symmetric=False, array=(g["hi"] - g["value"]).clip(lower=0).fillna(0).tolist(),
-                           arrayminus=(g["value"] - g["lo"]).clip(lower=0).fillna(0).tolist(), color="#333")
-            fig.add_trace(go.Bar(
-                x=[tick[s] for s in shapes], y=g["value"].tolist(), error_y=err, name=impl_label(impl),
-                legendgroup=impl, showlegend=impl not in seen, marker_color=impl_color(impl),
-                marker_line=dict(color="#333", width=0.6), meta={"series": impl_label(impl)},
-                hovertemplate=f"{impl_label(impl)}<br>{VIEW_LABEL[v]} %{{y:.3g}} {VIEW_UNIT[v]}<br>shape %{{x}}"
-                              "<extra></extra>"), row=1, col=c)
-            seen.add(impl)
-        fig.update_xaxes(tickangle=0, row=1, col=c, showticklabels=len(shapes) > 1)
-        fig.update_yaxes(rangemode="tozero", row=1, col=c)
-    fig.update_layout(barmode="group", height=480, template="plotly_white", margin=dict(t=90, b=40),
-                      title=dict(text=f"{op_label(op)} in three views", x=0, y=0.98, yanchor="top"),
-                      legend=dict(orientation="h", y=-0.08 if len(shapes) == 1 else -0.2, x=0, yanchor="top",
-                                  font=dict(size=11)))
-    log_toggle(fig, values, [_axis("y", 1), _axis("y", 2)])
-    fig.layout.meta = {"narrow": {"margin.l": 35, "margin.r": 8, "legend.y": -0.15}, "narrow_height": 520,
-                       "narrow_font": 10}
-    return with_caption(fig, caption("field", cache, machine, {op: " and ".join(shapes)},
-                                     "FP32. Whiskers on event spans: range of the three round means."))
-
-
 def amdahl(speedup: float, machine: str, label: str = "the kernel", what: str = "the kernel",
            color: str = "#444444", shares=(0.05, 0.1, 0.2, 0.5, 0.9)):
     """Whole-request speed-up against a kernel's own speed-up, one line per share of the request, with
@@ -196,7 +154,7 @@ def amdahl(speedup: float, machine: str, label: str = "the kernel", what: str = 
     for p in shares:
         fig.add_trace(go.Scatter(x=s, y=1 / ((1 - p) + p / s), mode="lines", name=f"kernel is {p:.0%} of the request",
                                  meta={"table_step": 40},
-                                 hovertemplate=f"share {p:.0%}<br>kernel x%{{x:.3g}} -> request x%{{y:.3g}}<extra></extra>"))
+                                 hovertemplate=f"share {p:.0%}<br>kernel x%{{x:,.3~r}} -> request x%{{y:,.3~r}}<extra></extra>"))
     marked = bool(speedup and math.isfinite(speedup) and speedup > 0)
     if marked:
         fig.add_vline(x=speedup, line=dict(color=color, dash="dash"),
@@ -235,7 +193,7 @@ def cards(df: pd.DataFrame, published: pd.DataFrame, machine: str, cache="warm")
                     showlegend=r == 1 and c == 1, marker_color=color,
                     marker_pattern_shape="/" if label == PUBLISHED_LABEL else "",
                     customdata=np.stack([s["shape"].astype(str).tolist()], axis=-1) if len(s) else None,
-                    hovertemplate=f"<b>{label}</b> %{{x}}<br>%{{y:.3g}} {VIEW_UNIT[v]}<br>shape %{{customdata[0]}}"
+                    hovertemplate=f"<b>{label}</b> %{{x}}<br>%{{y:,.3~r}} {VIEW_UNIT[v]}<br>shape %{{customdata[0]}}"
                                   "<extra></extra>"), row=r, col=c)
             fig.update_yaxes(rangemode="tozero", row=r, col=c)
             fig.update_xaxes(tickangle=0, tickfont=dict(size=9), showticklabels=r == len(views), row=r, col=c)

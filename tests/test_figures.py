@@ -86,8 +86,13 @@ def test_every_figure_has_a_values_table(syn):
     fig = F.main(df, "GPU X")
     table = values_table(fig)
     assert table.startswith("<details") and "<table>" in table and "GPU kernel time" in table
-    n_rows = table.count("<tr>") - 1
-    assert n_rows == sum(len(t.y) for t in fig.data)  # one row per plotted value
+    # the opening figure is the original note's grid: a row per view and operation, a column per
+    # implementation, every plotted value in one cell
+    n_views, n_ops = len(fig.layout.updatemenus[0].buttons), len(V.ops_in(df["op"]))
+    assert table.count("<tr>") - 1 == n_views * n_ops
+    filled = [c for c in table.split("<td>")[1:] if not c.startswith("</td>")]
+    assert len(filled) == sum(len(t.y) for t in fig.data)
+    assert "e+" not in table and "e-0" not in table  # plain notation
     html = to_html(fig)
     assert 'class="mage-figure"' in html and "plotly.min.js" not in html and len(html) < 400_000
     assert "</script>" not in html.split('class="mage-figure-json">', 1)[1].split("</script>", 1)[0]
