@@ -88,7 +88,7 @@ def op_views(df, op: str, machine: str, cache="warm", views=VIEWS, first: str = 
               "legend.y": -0.05 if one else -0.15}
     if one:
         narrow["xaxis.showticklabels"] = False
-    fig.layout.meta = {"narrow": narrow, "narrow_height": 520, "narrow_font": 10,
+    fig.layout.meta = {"narrow": narrow, "narrow_height": 520, "narrow_font": 10, "per_impl": True,
                        "grid": {"by": ["view"] + ([] if one else ["x"]), "across": "name",
                                 "heads": ["view"] + ([] if one else ["shape"])}}
     return with_caption(fig, caption("field", cache, machine, {op: " and ".join(shapes)},

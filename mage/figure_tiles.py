@@ -2,7 +2,6 @@
 (``tile_explorer``). The reuse count of a tile comes from the op's spec (``Op.reuse``)."""
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from pathlib import Path
@@ -13,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import views as V
-from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption
+from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, plain, with_caption
 from .ops import OPS
 
 BLOCK_ORDER = ["BLOCK_M", "BLOCK_N", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_R", "BLOCK_C", "MAX_BLOCK_C"]
@@ -145,12 +144,12 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
 
     def note(i):
         r = t.iloc[i]
-        txt = f"<b>{r['label']}</b>: kernel {r['kernel_us']:.3g} µs, span {r['span_us']:.3g} µs"
+        txt = f"{r['label']}: kernel {plain(r['kernel_us'])} µs, span {plain(r['span_us'])} µs"
         if has_reuse:
             txt += f"; per K step {int(r['loads']):,} loads serve {int(r['fmas']):,} multiply-adds " \
-                   f"({r['fmas_per_load']:.3g} per load)"
+                   f"({plain(r['fmas_per_load'])} per load)"
         else:
-            txt += f"; {r['gbps']:.0f} GB/s"
+            txt += f"; {r['gbps']:,.0f} GB/s"
         return txt
 
     traces = [0, 1] if has_reuse else [0]
@@ -168,8 +167,9 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
     if has_reuse:
         fig.update_xaxes(type="log", title_text="multiply-adds per load", row=1, col=2)
     fig.update_yaxes(title_text="kernel time (µs)", row=1, col=1)
+    # The readout under the slider: the chosen config's numbers (every step is a recorded config).
     fig.layout.meta = {"top": 30, "bottom": 50, "narrow": {"margin.l": 40, "margin.r": 10}, "narrow_height": 380,
-                       "narrow_font": 10}
+                       "narrow_font": 10, "readout": [note(i) for i in range(len(t))]}
     blocks = " x ".join(k for k in BLOCK_ORDER if k in t.columns)
     return with_caption(fig, f"{machine}, recorded {impl_label(impl)} tile sweep of {op_label(op)} at {shape} "
                              f"({tile_of} shape), warm cache, FP32. Labels: {blocks}, then warps (w), stages (s) and "
@@ -178,7 +178,6 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
 
 # ------------------------------------------------------------------------ the explorer without a kernel
 EXPLORER_JS = Path(__file__).resolve().parents[1] / "notes" / "js" / "tile-explorer.js"
-MAX_COMBOS = 20000
 
 
 def slider_keys(t: pd.DataFrame) -> list[str]:
@@ -188,21 +187,21 @@ def slider_keys(t: pd.DataFrame) -> list[str]:
 
 
 def explorer_table(t: pd.DataFrame, op: str) -> tuple[list[str], dict, dict]:
-    """(keys, options per key, {"v1|v2|...": {reuse, rec}}) over every combination of the recorded values
-    of each parameter: the reuse count from the op's spec, the recorded times where the sweep ran it."""
+    """(keys, options per key, {"v1|v2|...": {reuse, rec}}) over the recorded configs only, so that every
+    position a slider offers is a measurement: a key's options are the values some recorded config has,
+    and the page moves the other sliders to the nearest recorded config holding the chosen value. The
+    reuse count comes from the op's spec."""
     keys = slider_keys(t)
     options = {k: sorted({int(v) for v in t[k].dropna()}) for k in keys}
-    recorded = {}
+    combos = {}
     for r in t.itertuples(index=False):
         c = json.loads(r.config)
-        recorded["|".join(str(int(c[k])) for k in keys if k in c)] = dict(
-            kernel_us=float(r.kernel_us), span_us=float(r.span_us), gbps=float(r.gbps))
-    combos = {}
-    for values in itertools.islice(itertools.product(*(options[k] for k in keys)), MAX_COMBOS):
-        key = "|".join(str(v) for v in values)
-        ru = reuse(op, dict(zip(keys, values)))
-        combos[key] = dict(reuse={k: (int(v) if k != "fmas_per_load" else float(v)) for k, v in ru.items()}
-                           if ru else None, rec=recorded.get(key))
+        if not all(k in c for k in keys):
+            continue
+        ru = reuse(op, {k: int(c[k]) for k in keys})
+        combos["|".join(str(int(c[k])) for k in keys)] = dict(
+            reuse={k: (int(v) if k != "fmas_per_load" else float(v)) for k, v in ru.items()} if ru else None,
+            rec=dict(kernel_us=float(r.kernel_us), span_us=float(r.span_us), gbps=float(r.gbps)))
     return keys, options, combos
 
 
@@ -214,8 +213,9 @@ def tile_explorer_html(tiles: pd.DataFrame, op: str, machine: str, why: str, til
         return ""
     keys, options, combos = explorer_table(t, op)
     first = json.loads(t["config"].iloc[0])
+    # (``why`` the live widget cannot run is the building machine's state, not the reader's: not shown)
     spec = dict(label=f"{op_label(op)}, {impl_label(t['impl'].iloc[0])}", shape=str(t["shape"].iloc[0]),
-                machine=machine, why=why, keys=keys, options=options,
+                machine=machine, keys=keys, options=options,
                 start={k: int(first[k]) for k in keys}, combos=combos)
     data = json.dumps(spec, separators=(",", ":")).replace("</", "<\\/")
     return (f"<div class=\"mage-tiles\" data-op=\"{op}\">"

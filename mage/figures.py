@@ -90,7 +90,7 @@ def main(df: pd.DataFrame, machine: str, cache="warm", views=("kernel_time", "ev
     narrow.update({"showlegend": True, "margin.l": 45, "margin.r": 8, "margin.b": 20, "legend.yref": "container",
                    "legend.y": 1.0, "legend.yanchor": "top", "legend.font.size": 10})
     fig.layout.meta = {"narrow": narrow, "narrow_height": 150 * n_ops + 160, "narrow_top": 130, "top": 40,
-                       "narrow_font": 10, "grid": {"by": ["view", "panel"], "across": "name",
+                       "narrow_font": 10, "per_impl": True, "grid": {"by": ["view", "panel"], "across": "name",
                                                              "heads": ["view", "operation"]}}
     shapes = {o: V.first_shape(df, o) for o in op_list}
     return with_caption(fig, caption("field", cache, machine, shapes,
@@ -169,51 +169,57 @@ def amdahl(speedup: float, machine: str, label: str = "the kernel", what: str = 
     return with_caption(fig, f"Curves: S = 1 / ((1 - p) + p / s). {mark}")
 
 
-def cards(df: pd.DataFrame, published: pd.DataFrame, machine: str, cache="warm"):
-    """The original note's published RTX 4090 figures beside this card's, per operation and view, for the
-    implementations the published figures have."""
+def cards(df: pd.DataFrame, published: pd.DataFrame, machine: str, cache="warm", first: str = "kernel_time"):
+    """The original note's published RTX 4090 figures beside this card's, one column per operation, for
+    the implementations the published figures have; the card's toggle switches the view (``first`` shown)."""
     views = ["kernel_time", "event_span", "launches"]
     pub = V.headline(published, round=0, view=views)
     impls = impls_in(pub["impl"])
     ours = V.select(V.bars(df, cache=cache), view=views, impl=impls)
     op_list = V.ops_in(list(pub["op"]) + list(ours["op"]))
-    if not op_list:
+    views = [v for v in views if v in set(pub["view"]) | set(ours["view"])]
+    if not op_list or not views:
         return not_measured(f"{PUBLISHED_LABEL} against {machine}", machine, "the published figures")
-    fig = make_subplots(rows=len(views), cols=len(op_list), vertical_spacing=0.09, horizontal_spacing=0.05,
-                        subplot_titles=[op_short(o) for o in op_list] + [""] * (len(views) - 1) * len(op_list),
-                        row_titles=[VIEW_LABEL[v] if VIEW_UNIT[v] in VIEW_LABEL[v] else f"{VIEW_LABEL[v]} ({VIEW_UNIT[v]})"
-                                    for v in views])
-    for r, v in enumerate(views, start=1):
+    first = first if first in views else views[0]
+    fig = make_subplots(rows=1, cols=len(op_list), horizontal_spacing=0.05, subplot_titles=[op_short(o) for o in op_list])
+    owner = []
+    for v in views:
         for c, op in enumerate(op_list, start=1):
             for label, src, color in ((PUBLISHED_LABEL, pub, "#9a9a9a"), (machine, ours, "#2a7f62")):
                 s = V.select(src, op=op, view=v).set_index("impl")
                 s = s.reindex([i for i in impls if i in s.index])
                 fig.add_trace(go.Bar(
                     x=[short_label(i) for i in s.index], y=s["value"].tolist(), name=label, legendgroup=label,
-                    showlegend=r == 1 and c == 1, marker_color=color,
+                    showlegend=c == 1, visible=v == first, marker_color=color,
                     marker_pattern_shape="/" if label == PUBLISHED_LABEL else "",
+                    meta={"series": label, "unit": VIEW_UNIT[v]},
                     customdata=np.stack([s["shape"].astype(str).tolist()], axis=-1) if len(s) else None,
                     hovertemplate=f"<b>{label}</b> %{{x}}<br>%{{y:,.3~r}} {VIEW_UNIT[v]}<br>shape %{{customdata[0]}}"
-                                  "<extra></extra>"), row=r, col=c)
-            fig.update_yaxes(rangemode="tozero", row=r, col=c)
-            fig.update_xaxes(tickangle=0, tickfont=dict(size=9), showticklabels=r == len(views), row=r, col=c)
-    # On a phone a column is about 60 px for three bar pairs: the names would overprint, so the bottom row's
-    # ticks become the labels' initials, spelled out in the caption.
+                                  "<extra></extra>"), row=1, col=c)
+                owner.append(v)
+            fig.update_yaxes(rangemode="tozero", row=1, col=c)
+            fig.update_xaxes(tickangle=0, tickfont=dict(size=9), row=1, col=c)
+    title = f"{PUBLISHED_LABEL} against {machine}"
+    # On a phone a column is about 60 px for three bar pairs: the names would overprint, so the ticks
+    # become the labels' initials, spelled out in the caption.
     initials = _initials(impls)
-    narrow = {"margin.l": 35, "margin.r": 30}
+    narrow = {"margin.l": 35, "margin.r": 10, "legend.font.size": 10}
     for c in range(1, len(op_list) + 1):
-        ax = _axis("x", (len(views) - 1) * len(op_list) + c)
+        ax = _axis("x", c)
         narrow.update({f"{ax}.tickmode": "array", f"{ax}.tickvals": [short_label(i) for i in impls],
                        f"{ax}.ticktext": [initials[i] for i in impls]})
-    fig.layout.meta = {"narrow": narrow, "narrow_height": 700, "narrow_font": 9}
-    fig.update_layout(barmode="group", height=800, template="plotly_white", margin=dict(t=120),
-                      title=dict(text=f"{PUBLISHED_LABEL} against {machine}", x=0, y=0.99, yanchor="top"),
-                      legend=dict(orientation="h", y=1.07, x=0, xanchor="left", yanchor="bottom"))
+    fig.layout.meta = {"narrow": narrow, "narrow_height": 420, "narrow_font": 9, "per_impl": True,
+                       "grid": {"by": ["view", "panel", "series"], "across": "x", "heads": ["view", "operation", "card"]}}
+    fig.update_layout(barmode="group", height=440, template="plotly_white", margin=dict(t=60, b=40),
+                      title=dict(text=f"{title}, {VIEW_LABEL[first]}", x=0, y=0.99, yanchor="top"),
+                      legend=dict(orientation="h", y=-0.2, x=0, xanchor="left", yanchor="top"),
+                      updatemenus=[view_menu(owner, views, title, ["yaxis"], first)])
+    fig.update_yaxes(title_text=VIEW_UNIT[first], row=1, col=1)
     order = ", ".join(f"{impl_label(i)} ({initials[i]})" for i in impls)
     return with_caption(fig, f"Hatched grey: the original note's published RTX 4090 figures (WSL, FP32; shapes not "
                              f"published; not measured by this project). Green: {machine}, field shapes, {cache} "
-                             f"cache. Bars left to right: {order}. The shapes differ, so compare the pattern across "
-                             "implementations, not the heights.")
+                             f"cache. Bars left to right: {order}. Each column has its own scale. The shapes differ, so "
+                             "compare the pattern across implementations, not the heights.")
 
 
 def _initials(impls) -> dict:
