@@ -51,6 +51,19 @@ def _buttoned(title: str, groups: list[tuple[str, list]], height: int = 460, y_t
     return fig
 
 
+def short_ticks(fig, axis: str = "xaxis"):
+    """On a phone, category ticks 'block name<br>shape' become the block's short name: the two-line
+    labels of neighbouring bars ran into one another and into the legend."""
+    ticks = list(dict.fromkeys(x for t in fig.data for x in (t.x if t.x is not None else ()) if isinstance(x, str)))
+    short = {o.label: (o.short or o.label) for o in OPS.values()}
+    text = [short.get(x.split("<br>")[0], x.split("<br>")[0]) for x in ticks]
+    meta = dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}
+    meta["narrow"] = {**meta.get("narrow", {}), f"{axis}.tickmode": "array", f"{axis}.tickvals": ticks,
+                      f"{axis}.ticktext": text}
+    fig.layout.meta = meta
+    return fig
+
+
 # ------------------------------------------------------------------------------------------- Amdahl
 def amdahl_bars(t: pd.DataFrame, machine: str):
     """Per block, the custom column's speedup over the baseline as Amdahl's law predicts it from the
@@ -69,6 +82,7 @@ def amdahl_bars(t: pd.DataFrame, machine: str):
         groups.append((dtype, traces))
     fig = _buttoned("Block speedup of the custom column over eager", groups, y_title="speedup (x)")
     fig.add_hline(y=1.0, line=dict(color="#777", dash="dot"))
+    short_ticks(fig)
     return with_caption(fig, f"{machine}, kernel time, warm inputs. Predicted: 1 / ((1 - sum p_i) + sum p_i / s_i), "
                              "p_i from the eager block's profile, s_i from each operation alone at the block's shapes; "
                              "a missing bar was not measured.")
@@ -97,6 +111,7 @@ def amdahl_shares(t: pd.DataFrame, machine: str):
     fig = _buttoned("Share of the eager block's kernel time", groups, height=380, x_title="share of kernel time",
                     barmode="stack")
     fig.update_xaxes(tickformat=".0%", range=[0, 1])
+    fig.layout.meta["narrow"]["legend.y"] = -0.3  # below the axis title, which it overprinted
     return with_caption(fig, f"{machine}, kernel time of eager PyTorch, warm inputs; kernels assigned to operations by "
                              "name (each block's spec lists the patterns).")
 

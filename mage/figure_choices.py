@@ -38,10 +38,13 @@ def precision_map(df, checks, ceilings, op: str, machine: str, shape_set: str = 
     for name in sorted({p for p in t["precision"]}, key=list(PRECISIONS).index):
         shared.setdefault(PRECISIONS[name].tolerance, []).append(name)
     for tol, names in shared.items():
-        fig.add_hline(y=tol, line=dict(color="#bbb", dash="dot"), annotation_text=f"{' and '.join(names)} tolerance",
-                      annotation_position="bottom right", annotation_font_size=10)
-    fig.update_xaxes(type="log", title_text="kernel time (µs), log scale")
-    fig.update_yaxes(type="log", title_text="relative error against float64, log scale")
+        fig.add_hline(y=tol, line=dict(color="#bbb", dash="dot"))
+        # placed by hand: on a log axis add_hline's own label lands at the top of the plot, all of them
+        # on one another
+        fig.add_annotation(text=f"{' and '.join(names)} tolerance", xref="paper", x=1, xanchor="right",
+                           yref="y", y=math.log10(tol), yanchor="bottom", showarrow=False, font=dict(size=10))
+    fig.update_xaxes(type="log", dtick=1, title_text="kernel time (µs), log scale")  # (a label a decade)
+    fig.update_yaxes(type="log", title_text="relative error against float64, log scale", exponentformat="power")
     fig.layout.meta = {"narrow": {"margin.l": 60, "margin.r": 10}, "narrow_height": 420, "narrow_font": 10}
     fig.update_layout(height=460, template="plotly_white", margin=dict(t=60, l=80),
                       legend=dict(orientation="h", y=-0.2), title=dict(text="Time against accuracy", x=0))

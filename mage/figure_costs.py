@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from . import views as V
 from .figure_style import (VIEW_LABEL, caption, impl_color, impl_info, impl_label, impls_in, not_measured,
-                           op_label, with_caption)
+                           op_label, op_short, with_caption)
 from .ops import OPS
 
 
@@ -83,7 +83,7 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
     owner = []
     empty = {"kernel_time": ceiling_or_none(ceilings, "empty_kernel_us"),
              "event_span": ceiling_or_none(ceilings, "empty_span_us")}
-    seen = set()
+    seen, narrow_ticks = set(), {}
     for n, op in enumerate(op_list):
         rc = dict(row=n // ncols + 1, col=n % ncols + 1)
         g = V.select(d, op=op)
@@ -118,13 +118,22 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
                               **rc)
                 seen.add("empty")
                 owner.append(v)
-        fig.update_xaxes(type="log", title_text="FLOPs" if xcol == "flops" else "bytes", **rc)
-        fig.update_yaxes(type="log", title_text="µs" if rc["col"] == 1 else None, **rc)
+        # a label a decade (every other one over more than five): plotly's digit labels between decades
+        # and its tilted labels ran into their neighbours
+        xs = g[xcol][g[xcol] > 0]
+        decades = math.log10(xs.max() / xs.min()) if len(xs) else 0
+        fig.update_xaxes(type="log", dtick=2 if decades > 5 else 1, tickangle=0,
+                         title_text="FLOPs" if xcol == "flops" else "bytes", **rc)
+        ax = "xaxis" if n == 0 else f"xaxis{n + 1}"
+        narrow_ticks.update({f"{ax}.dtick": 3 if decades > 5 else 2, f"{ax}.tickfont.size": 9})
+        fig.update_yaxes(type="log", dtick=1, title_text="µs" if rc["col"] == 1 else None, **rc)
     fig.update_layout(
         height=330 * nrows + 220, template="plotly_white", margin=dict(t=130),
         title=dict(text=f"Cost against size, {VIEW_LABEL[views[0]]}", x=0, y=0.99, yanchor="top"),
         legend=dict(orientation="h", y=-0.1, yanchor="top"),
-        meta={"narrow": {"margin.l": 45, "margin.r": 8}, "narrow_height": 700, "narrow_font": 10},
+        meta={"narrow": {"margin.l": 45, "margin.r": 8, **narrow_ticks,  # short panel titles: long ones ran together
+                         **{f"annotations.{i}.text": op_short(o) for i, o in enumerate(op_list)}},
+              "narrow_height": 700, "narrow_font": 10},
         updatemenus=[dict(type="buttons", direction="right", active=0, x=0, y=1.07, xanchor="left", yanchor="bottom",
                           buttons=[dict(label=VIEW_LABEL[v], method="update",
                                         args=[{"visible": [o == v for o in owner]},

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import training as TR
-from .figure_blocks import NARROW, _buttoned
+from .figure_blocks import NARROW, _buttoned, short_ticks
 from .figure_style import (
     impl_color,
     impl_label,
@@ -21,6 +21,7 @@ from .figure_style import (
 )
 
 PASS_LABEL = {"forward": "forward", "backward": "backward", "both": "both"}
+SHORT_PASS = {"forward": "F", "backward": "B", "both": "F+B"}
 
 
 def passes(df: pd.DataFrame, machine: str, shape_sets=("field", "large")):
@@ -61,13 +62,22 @@ def passes(df: pd.DataFrame, machine: str, shape_sets=("field", "large")):
                           xanchor="left", yanchor="bottom", showactive=True)] if len(buttons) > 1 else [])
     fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(title="kernel time (µs)", row=1, col=1)
-    fig.layout.meta = {"narrow": dict(NARROW), "narrow_height": 560}
+    fig.update_xaxes(tickangle=0, tickfont=dict(size=10))
+    # On a phone a panel is about 55 px wide: the passes' initials (spelled out in the caption) and
+    # smaller panel titles, which otherwise ran into one another.
+    narrow = dict(NARROW)
+    for c in range(1, len(ops) + 1):
+        ax = "xaxis" if c == 1 else f"xaxis{c}"
+        narrow.update({f"{ax}.tickmode": "array", f"{ax}.tickvals": list(PASS_LABEL.values()),
+                       f"{ax}.ticktext": [SHORT_PASS[p] for p in PASS_LABEL], f"{ax}.tickfont.size": 9})
+    fig.layout.meta = {"narrow": narrow, "narrow_height": 560, "narrow_font": 9}
     shapes = "; ".join(f"{s}: " + ", ".join(f"{op_label(o)} {sh}" for o, sh in
                                            t[["op", "shape"]].drop_duplicates().itertuples(index=False))
                        for s, t in tables.items())
     return with_caption(fig, f"{machine}, FP32, warm inputs, kernel time per call (a profile of many "
                              f"calls, so no rounds and no whiskers). Backward: the gradients of every floating input "
-                             f"with the forward outside the timed call; both: the two in one call. Shapes: {shapes}.")
+                             f"with the forward outside the timed call; both: the two in one call (on a phone: F, B "
+                             f"and F+B). Shapes: {shapes}.")
 
 
 def steps(df: pd.DataFrame, machine: str):
@@ -91,7 +101,8 @@ def steps(df: pd.DataFrame, machine: str):
         label = "FP32" if dtype == "fp32" else "bf16 mixed precision"
         groups.append((label, traces))
     fig = _buttoned("Training step throughput", groups, y_title="items per second")
-    fig.update_yaxes(type="log", rangemode=None)
+    fig.update_yaxes(type="log", rangemode=None, dtick=1)  # a label a decade (digit labels ran together)
+    short_ticks(fig)
     return with_caption(fig, f"{machine}: one training step is a forward, a backward and a fused AdamW update of the "
                              "block's weights, timed as event spans; items are tokens, pairs or nodes per step. "
                              "Log scale: the blocks' items differ by orders of magnitude; compare within a block.")

@@ -183,7 +183,7 @@ TEXTS = """f => [...f.querySelectorAll('.js-plotly-plot svg text')].filter(t => 
       if (s.display === 'none' || s.visibility === 'hidden' || parseFloat(s.opacity) === 0) return false;
     }
     const s = getComputedStyle(t);
-    if (parseFloat(s.fontSize) <= 2 || /rgba\(.*,\s*0\)/.test(s.fill)) return false;
+    if (parseFloat(s.fontSize) <= 2 || /rgba\\(.*,\\s*0\\)/.test(s.fill)) return false;
     const r = t.getBoundingClientRect();
     return r.width >= 1 && r.height >= 1;
   }).map(t => { const r = t.getBoundingClientRect();
@@ -321,11 +321,11 @@ def test_page(site, browser, path, size):
     if path == PAGES[0]:  # the main figure as the reader first sees it, before any control is used
         assert page.locator(".mage-figure").count() >= 1, f"{path}: the opening page has no figure"
         page.locator(".mage-figure").first.screenshot(path=str(SCREENS / f"{size}-main.png"))
-    _check_figures(page, path, size, "as drawn")
     figs = page.locator(".mage-figure")
     (SCREENS / "figures").mkdir(exist_ok=True)
     for i in range(figs.count()):
         figs.nth(i).screenshot(path=str(SCREENS / "figures" / f"{size}-{stem}-{i}.png"))
+    _check_figures(page, path, size, "as drawn")
     per_impl, toggled = _check_toggles(page, path)
     (SCREENS / f"toggles-{size}-{stem}.json").write_text(json.dumps(dict(figures=figs.count(), per_impl=per_impl,
                                                                          toggled=toggled)))
