@@ -111,7 +111,8 @@ def amdahl_shares(t: pd.DataFrame, machine: str):
     fig = _buttoned("Share of the eager block's kernel time", groups, height=380, x_title="share of kernel time",
                     barmode="stack")
     fig.update_xaxes(tickformat=".0%", range=[0, 1])
-    fig.layout.meta["narrow"]["legend.y"] = -0.3  # below the axis title, which it overprinted
+    fig.update_layout(legend_y=-0.3)  # below the axis title, which it overprinted
+    fig.layout.meta["narrow"]["legend.y"] = -0.35
     return with_caption(fig, f"{machine}, kernel time of eager PyTorch, warm inputs; kernels assigned to operations by "
                              "name (each block's spec lists the patterns).")
 
@@ -189,7 +190,7 @@ def latency(df: pd.DataFrame, machine: str, loop: str = "closed", case: dict | N
         groups.append((label, traces))
     fig = _buttoned(f"{loop.capitalize()}-loop latency", groups, y_title="latency (µs)", x_title="percentile",
                     active=active)
-    fig.update_yaxes(type="log", rangemode=None)
+    fig.update_yaxes(type="log", rangemode=None, dtick="D2")  # (labels at 1, 2, 5: the 9 ran into the 1000)
     return with_caption(fig, f"{machine}, one request at a time, from its inputs in host memory to its output back "
                              "there; nearest-rank percentiles (each one a latency a request really had).")
 
@@ -213,7 +214,7 @@ def open_loop(df: pd.DataFrame, machine: str, stat: str = "p99", case: dict | No
     fig = _buttoned(f"Open-loop {PERCENTILES.get(stat, stat)} latency against load", groups,
                     y_title="latency (µs)", x_title="offered load (share of the measured peak)", active=active)
     fig.update_xaxes(tickformat=".0%")
-    fig.update_yaxes(type="log", rangemode=None)
+    fig.update_yaxes(type="log", rangemode=None, dtick="D2")  # (labels at 1, 2, 5: the 9 ran into the 1000)
     return with_caption(fig, f"{machine}: Poisson arrivals, a dynamic batcher (up to B requests or D µs after the "
                              "first); latency includes the time a request waits in the queue.")
 

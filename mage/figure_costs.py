@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from . import views as V
 from .figure_style import (VIEW_LABEL, caption, impl_color, impl_info, impl_label, impls_in, not_measured,
-                           op_label, op_short, with_caption)
+                           op_label, op_short, plain, with_caption)
 from .ops import OPS
 
 
@@ -190,7 +190,7 @@ def launch_paths(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
         colors = [impl_color(i) if v == "event_span" else "#5b8c5a" for i, v in zip(g["impl"], g["view"])]
         fig.add_trace(go.Bar(
             y=g["path"], x=g["overhead_us"], orientation="h", marker_color=colors, showlegend=False,
-            text=[f"{v:.3g}" for v in g["overhead_us"]], textposition="outside", cliponaxis=False,
+            text=[plain(v) for v in g["overhead_us"]], textposition="outside", cliponaxis=False,
             customdata=np.stack([g["span_us"], g["kernel_us"], g["launches"]], axis=-1),
             hovertemplate="<b>%{y}</b><br>span - kernel: %{x:,.3~r} µs<br>span %{customdata[0]:,.3~r} µs, kernel "
                           "%{customdata[1]:,.3~r} µs<br>launches per call %{customdata[2]:,.3~r}<extra></extra>"),
@@ -198,7 +198,12 @@ def launch_paths(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
         if empty is not None:
             fig.add_vline(x=empty, line=dict(color="#999", dash="dot"), row=r, col=1)
         fig.update_yaxes(autorange="reversed", row=r, col=1)
-        fig.update_xaxes(title_text="µs" if r == len(op_list) else None, row=r, col=1)
+        # room inside the plot for a label beside a negative bar (a replay a hair under its kernel time),
+        # which otherwise ran into the path names
+        lo_x, hi_x = min(0.0, float(g["overhead_us"].min())), max(0.0, float(g["overhead_us"].max()))
+        pad = 0.18 * (hi_x - lo_x or 1.0)
+        fig.update_xaxes(title_text="µs" if r == len(op_list) else None, row=r, col=1,
+                         range=[lo_x - (pad if lo_x < 0 else 0), hi_x + pad])
     fig.layout.meta = {"narrow": {"margin.l": 120, "margin.r": 30}, "narrow_height": 180 * len(op_list),
                        "narrow_font": 10}
     fig.update_layout(height=300 * len(op_list), template="plotly_white", margin=dict(t=60, l=170),

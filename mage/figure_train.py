@@ -20,7 +20,7 @@ from .figure_style import (
     with_caption,
 )
 
-PASS_LABEL = {"forward": "forward", "backward": "backward", "both": "both"}
+PASS_LABEL = {"forward": "fwd", "backward": "bwd", "both": "both"}  # (short: five panels share a column)
 SHORT_PASS = {"forward": "F", "backward": "B", "both": "F+B"}
 
 
@@ -76,8 +76,8 @@ def passes(df: pd.DataFrame, machine: str, shape_sets=("field", "large")):
                        for s, t in tables.items())
     return with_caption(fig, f"{machine}, FP32, warm inputs, kernel time per call (a profile of many "
                              f"calls, so no rounds and no whiskers). Backward: the gradients of every floating input "
-                             f"with the forward outside the timed call; both: the two in one call (on a phone: F, B "
-                             f"and F+B). Shapes: {shapes}.")
+                             f"with the forward outside the timed call; both: the two in one call (fwd, bwd, "
+                             f"both; on a phone F, B, F+B). Shapes: {shapes}.")
 
 
 def steps(df: pd.DataFrame, machine: str):

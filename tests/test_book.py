@@ -244,6 +244,7 @@ def _check_explorers(page, path, size):
                 text = out.inner_text()
                 assert "Recorded on" in text and "not in the recorded" not in text, \
                     f"{path} at {size}: explorer {i} slider {rng.get_attribute('name')} position {step}: {text[:120]}"
+            page.keyboard.press("Home")
     figs = page.locator(".mage-figure")
     for i in range(figs.count()):
         for s in range(figs.nth(i).locator("input[type=range]").count()):
@@ -255,6 +256,21 @@ def _check_explorers(page, path, size):
                 if step:
                     page.keyboard.press("ArrowRight")
                 assert readout.inner_text().strip(), f"{path} at {size}: figure {i} slider position {step}: no readout"
+            page.keyboard.press("Home")  # back where the reader found it
+
+
+def _check_math(page, path, size):
+    """Display equations fit the column or scroll sideways inside themselves, and none is cut off at the
+    top or bottom."""
+    if not page.locator('mjx-container[display="true"]').count():
+        return
+    page.wait_for_timeout(300)  # (the loader scales wide equations once MathJax has typeset them)
+    bad = page.evaluate("""() => [...document.querySelectorAll('mjx-container[display="true"]')].filter(m => {
+        const s = getComputedStyle(m);
+        const wide = m.scrollWidth > m.clientWidth + 1 && !/auto|scroll/.test(s.overflowX);
+        const cut = m.scrollHeight > m.clientHeight + 1 && !/auto|scroll|visible/.test(s.overflowY);
+        return wide || cut; }).map(m => m.textContent.slice(0, 40))""")
+    assert not bad, f"{path} at {size}: equations cut off: {bad[:3]}"
 
 
 def _check_content(page, path, size, site):
@@ -330,6 +346,7 @@ def test_page(site, browser, path, size):
     (SCREENS / f"toggles-{size}-{stem}.json").write_text(json.dumps(dict(figures=figs.count(), per_impl=per_impl,
                                                                          toggled=toggled)))
     _check_content(page, path, size, site)
+    _check_math(page, path, size)
     _check_explorers(page, path, size)
     _check_controls(page, path, size)
     _check_figures(page, path, size, "after its controls")
