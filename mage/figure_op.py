@@ -27,10 +27,18 @@ def view_menu(owner: list[str], views: list[str], title: str, y_axes: list[str],
                 xanchor="left", yanchor="bottom", showactive=True)
 
 
+def _ticks(shapes: list[str]) -> dict:
+    """A shape's tick label: only the sizes that differ between the figure's shapes ('dist=skewed'); the
+    caption gives them whole (four lines of sizes per tick ran into the legend)."""
+    parts = {s: s.split(",") for s in shapes}
+    differ = [i for i in range(max(map(len, parts.values()))) if len({tuple(p[i:i + 1]) for p in parts.values()}) > 1]
+    return {s: ", ".join(p[i] for i in differ if i < len(p)) or s for s, p in parts.items()}
+
+
 def _grouped(fig, top, shapes, impls, view, visible):
     """A bar group per field shape, one bar per implementation (several shapes: no bar labels, which
     would overprint)."""
-    tick = {s: s.replace(",", ",<br>") for s in shapes}
+    tick = _ticks(shapes)
     for impl in impls:
         g = V.select(top, view=view, impl=impl).set_index("shape").reindex(shapes)
         if g["value"].isna().all():

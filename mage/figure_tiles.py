@@ -154,11 +154,12 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
 
     traces = [0, 1] if has_reuse else [0]
     steps = [dict(label=t["label"].iloc[i], method="update",
-                  args=[{"marker.color": [colors(i)] * len(traces)}, {"title.text": note(i)}, traces])
+                  args=[{"marker.color": [colors(i)] * len(traces)}, {}, traces])
              for i in range(len(t))]
     fig.update_layout(
         height=480, template="plotly_white", margin=dict(t=90, b=150),
-        title=dict(text=note(0), x=0, font=dict(size=13)),
+        title=dict(text=f"{impl_label(impl)} tile sweep of {op_label(op)}: one config at a time", x=0,
+                   font=dict(size=13)),
         sliders=[dict(active=0, steps=steps, x=0, y=-0.32, len=1.0, pad=dict(t=10),
                       currentvalue=dict(prefix="config: ", font=dict(size=12)))])
     # Config labels are long: no tick labels (the slider and the table name each config).
@@ -168,7 +169,10 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
         fig.update_xaxes(type="log", title_text="multiply-adds per load", row=1, col=2)
     fig.update_yaxes(title_text="kernel time (µs)", row=1, col=1)
     # The readout under the slider: the chosen config's numbers (every step is a recorded config).
-    fig.layout.meta = {"top": 30, "bottom": 50, "narrow": {"margin.l": 40, "margin.r": 10}, "narrow_height": 380,
+    narrow = {"margin.l": 40, "margin.r": 10}
+    if has_reuse:  # (the full axis title is wider than the panel on a phone)
+        narrow["xaxis2.title.text"] = "per load"
+    fig.layout.meta = {"top": 30, "bottom": 50, "narrow": narrow, "narrow_height": 380,
                        "narrow_font": 10, "readout": [note(i) for i in range(len(t))]}
     blocks = " x ".join(k for k in BLOCK_ORDER if k in t.columns)
     return with_caption(fig, f"{machine}, recorded {impl_label(impl)} tile sweep of {op_label(op)} at {shape} "
