@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from . import views as V
-from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption
+from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption, with_grid
 from .ops import OPS
 
 PERCENTILES = {"p50": "p50", "p90": "p90", "p99": "p99", "p999": "p99.9", "max": "max"}
@@ -83,6 +83,7 @@ def amdahl_bars(t: pd.DataFrame, machine: str):
     fig = _buttoned("Block speedup of the custom column over eager", groups, y_title="speedup (x)")
     fig.add_hline(y=1.0, line=dict(color="#777", dash="dot"))
     short_ticks(fig)
+    with_grid(fig, ["view", "x"], "name", ["precision", "block"])
     return with_caption(fig, f"{machine}, kernel time, warm inputs. Predicted: 1 / ((1 - sum p_i) + sum p_i / s_i), "
                              "p_i from the eager block's profile, s_i from each operation alone at the block's shapes; "
                              "a missing bar was not measured.")
@@ -113,6 +114,7 @@ def amdahl_shares(t: pd.DataFrame, machine: str):
     fig.update_xaxes(tickformat=".0%", range=[0, 1])
     fig.update_layout(legend_y=-0.3)  # below the axis title, which it overprinted
     fig.layout.meta["narrow"]["legend.y"] = -0.35
+    with_grid(fig, ["view", "x"], "name", ["precision", "block"])
     return with_caption(fig, f"{machine}, kernel time of eager PyTorch, warm inputs; kernels assigned to operations by "
                              "name (each block's spec lists the patterns).")
 
@@ -168,6 +170,7 @@ def throughput(df: pd.DataFrame, machine: str, case: dict | None = None):
         groups.append((label, traces))
     fig = _buttoned("Throughput against batch", groups, y_title="items per second", x_title="requests per batch",
                     log_x=True, active=active)
+    with_grid(fig, ["view", "x"], "name", ["case", "requests per batch"])
     return with_caption(fig, f"{machine}, service shapes: a request's inputs from host memory to its output back "
                              "there, batches of B requests back to back.")
 
@@ -190,6 +193,7 @@ def latency(df: pd.DataFrame, machine: str, loop: str = "closed", case: dict | N
         groups.append((label, traces))
     fig = _buttoned(f"{loop.capitalize()}-loop latency", groups, y_title="latency (µs)", x_title="percentile",
                     active=active)
+    with_grid(fig, ["view", "x"], "name", ["case", "percentile"])
     fig.update_yaxes(type="log", rangemode=None, dtick="D2")  # (labels at 1, 2, 5: the 9 ran into the 1000)
     return with_caption(fig, f"{machine}, one request at a time, from its inputs in host memory to its output back "
                              "there; nearest-rank percentiles (each one a latency a request really had).")
@@ -213,6 +217,7 @@ def open_loop(df: pd.DataFrame, machine: str, stat: str = "p99", case: dict | No
         groups.append((label, traces))
     fig = _buttoned(f"Open-loop {PERCENTILES.get(stat, stat)} latency against load", groups,
                     y_title="latency (µs)", x_title="offered load (share of the measured peak)", active=active)
+    with_grid(fig, ["view", "x"], "name", ["case", "offered load (share of the peak)"])
     fig.update_xaxes(tickformat=".0%")
     fig.update_yaxes(type="log", rangemode=None, dtick="D2")  # (labels at 1, 2, 5: the 9 ran into the 1000)
     return with_caption(fig, f"{machine}: Poisson arrivals, a dynamic batcher (up to B requests or D µs after the "
@@ -240,6 +245,7 @@ def latency_parts(df: pd.DataFrame, machine: str, loop: str = "closed", case: di
         groups.append((label, traces))
     fig = _buttoned(f"Where a request's time goes ({loop} loop)", groups, height=400, barmode="stack",
                     x_title="share of the mean latency", active=active)
+    with_grid(fig, ["view", "x"], "name", ["case", "implementation"])
     fig.update_xaxes(tickformat=".0%")
     return with_caption(fig, f"{machine}: the mean of each part over the mean latency; h2d and d2h are the copies "
                              "to and from the device.")

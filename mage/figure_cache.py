@@ -7,7 +7,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import views as V
-from .figure_style import VIEW_LABEL, caption, impl_color, impl_label, impls_in, not_measured, op_short, with_caption
+from .figure_style import (VIEW_LABEL, caption, impl_color, impl_label, impls_in, not_measured, op_short, with_caption,
+                           with_grid)
 
 
 def warm_cold(df: pd.DataFrame, machine: str, view="kernel_time"):
@@ -40,6 +41,7 @@ def warm_cold(df: pd.DataFrame, machine: str, view="kernel_time"):
                       title=dict(text="What a warm cache was worth", x=0),
                       legend=dict(orientation="h", x=0, y=-0.05, yanchor="top"))
     fig.layout.meta = {"narrow": {"margin.l": 45, "margin.r": 8}, "narrow_height": 480, "narrow_font": 9}
+    with_grid(fig, ["panel"], "name", ["operation"])
     return with_caption(fig, caption("field", "cold against warm", machine, {o: V.first_shape(df, o) for o in op_list},
                                      "Cold: each call finds its inputs evicted from L2 (rotating among enough input "
                                      "sets to overflow it). 1 means the cache made no difference."))

@@ -26,9 +26,9 @@ def precision_map(df, checks, ceilings, op: str, machine: str, shape_set: str = 
             # named by the legend, not by text beside the marker: the bf16 markers of three columns sit
             # within a few pixels of one another, and their labels overprinted
             x=[r["kernel time (µs)"]], y=[r["error against float64"]], mode="markers",
-            name=f"{impl_label(r['implementation'])}, {r['precision']}", marker=dict(size=13, color=impl_color(r["implementation"]),
-                                                   symbol=SYMBOL.get(r["precision"], "circle"),
-                                                   line=dict(width=1, color="#333")),
+            name=f"{impl_label(r['implementation'])}, {r['precision']}",
+            marker=dict(size=13, color=impl_color(r["implementation"]), symbol=SYMBOL.get(r["precision"], "circle"),
+                        line=dict(width=1, color="#333")),
             hovertemplate=(f"<b>{impl_label(r['implementation'])}</b>, {r['precision']}<br>%{{x:,.0f}} µs<br>"
                            f"error %{{y:.2g}} (tolerance {r['tolerance']:.0e})<br>"
                            f"{r['bits kept']} significand bits kept<extra></extra>")))

@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from . import views as V
 from .figure_style import (VIEW_LABEL, caption, impl_color, impl_info, impl_label, impls_in, not_measured,
-                           op_label, op_short, plain, with_caption)
+                           op_label, op_short, plain, with_caption, with_grid)
 from .ops import OPS
 
 
@@ -139,6 +139,7 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
                                         args=[{"visible": [o == v for o in owner]},
                                               {"title.text": f"Cost against size, {VIEW_LABEL[v]}"}])
                                    for v in views])])
+    with_grid(fig, ["view", "panel", "x"], "name", ["view", "operation", "size (bytes or FLOPs)"])
     return with_caption(fig, caption("sweep", cache, machine, extra="FP32. Dashed: the floor, the larger of compulsory "
                                      "bytes over measured copy bandwidth and FLOPs over measured FP32 rate; dotted: "
                                      "an empty kernel measured the same way."))
@@ -211,4 +212,5 @@ def launch_paths(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
     extra = "Green: CUDA-graph replay (the same kernels, launched as one graph)."
     if empty is not None:
         extra += f" Dotted: an empty kernel's span minus its kernel time ({empty:.3g} µs)."
+    with_grid(fig, ["panel"], "x", ["operation"])
     return with_caption(fig, caption("field", cache, machine, {o: V.first_shape(df, o) for o in op_list}, extra))

@@ -19,7 +19,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from . import views as V
-from .figure_style import GREY, impl_color, impl_label, not_measured, op_label, with_caption
+from .figure_style import GREY, impl_color, impl_label, not_measured, op_label, with_caption, with_grid
 from .launch_path import AFTER_SYNC, OTHER, VIEW, WHOLE
 
 # The launch-path target: a custom call's host time at most this multiple of the library's
@@ -163,6 +163,7 @@ def launch_breakdown(df: pd.DataFrame, machine: str, shape_set: str = "field", c
     fig.layout.meta = {"narrow": {"margin.l": 100, "margin.r": 20, "legend.font.size": 10},
                        "narrow_height": height + 120, "narrow_font": 10}
     shapes = ", ".join(f"{op_label(o)} {t.loc[t['op'] == o, 'shape'].iloc[0]}" for o in V.ops_in(t["op"]))
+    with_grid(fig, ["view", "x"], "name", ["operation", "column"])
     return with_caption(fig, (
         f"{machine}, {shape_set} shapes ({shapes}): host time per call, median of batches of back-to-back "
         "calls. Each stage is timed alone; the grey remainder is the whole call less the stages, the work "

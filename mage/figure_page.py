@@ -83,13 +83,14 @@ def _rows(fig) -> list[dict]:
         unit = meta.get("unit") or _unit(fig, xk if horizontal else yk)
         step = int(meta.get("table_step", 1))
         for x, y in list(zip(xs, ys))[::step]:
-            rows.append(dict(panel=panels.get((xk, yk), ""), view=" / ".join(views[i]),
+            rows.append(dict(panel=meta.get("panel") or panels.get((xk, yk), ""), view=" / ".join(views[i]),
                              series=meta.get("series", t.name or ""), name=t.name or "", x=x, value=y, unit=unit))
     return rows
 
 
-def _wrap(head: str, body: list[str], more: str = "") -> str:
-    return ("<details class=\"mage-values\"><summary>The plotted values</summary>"
+def _wrap(head: str, body: list[str], more: str = "", unit: str = "") -> str:
+    title = f"The plotted values ({html.escape(unit)})" if unit else "The plotted values"
+    return (f"<details class=\"mage-values\"><summary>{title}</summary>"
             f"<div class=\"mage-table-scroll\"><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}"
             f"</tbody></table></div>{more}</details>")
 
@@ -98,17 +99,24 @@ def grid_table(rows: list[dict], by: list[str], across: str, heads: list[str] | 
     """The values as a grid, the way the original note printed its table: one row per combination of
     the ``by`` fields (e.g. view and operation; the unit beside the view), one column per value of
     ``across`` (e.g. the implementation), a blank cell where a case was not measured."""
+    heads = heads or by
+    with_unit = "view" in heads  # the unit beside each view; otherwise one unit for the table, when it has one
+
+    def cell(r, k):
+        v = (r["view"] or r["series"]) if k == "view" else r[k]
+        return f"{v} ({r['unit']})" if with_unit and k == "view" and r["unit"] and r["unit"] not in v else v
+
     def key(r):
-        return tuple(f"{r[k]} ({r['unit']})" if k == "view" and r["unit"] and r["unit"] not in r[k] else r[k]
-                     for k in by)
+        return tuple(cell(r, k) for k in by)
+    units = {r["unit"] for r in rows}
     cols = list(dict.fromkeys(str(r[across]) for r in rows))
     cells = {}
     for r in rows:
         cells.setdefault(key(r), {})[str(r[across])] = r["value"]
-    head = "".join(f"<th>{_fmt(h)}</th>" for h in (heads or by)) + "".join(f"<th>{_fmt(c)}</th>" for c in cols)
+    head = "".join(f"<th>{_fmt(h)}</th>" for h in heads) + "".join(f"<th>{_fmt(c)}</th>" for c in cols)
     body = ["<tr>" + "".join(f"<th>{_fmt(v)}</th>" for v in k)
             + "".join(f"<td>{_fmt(got.get(c))}</td>" for c in cols) + "</tr>" for k, got in cells.items()]
-    return _wrap(head, body)
+    return _wrap(head, body, unit="" if with_unit or len(units) != 1 else units.pop())
 
 
 def values_table(fig, max_rows: int = 400) -> str:

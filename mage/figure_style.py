@@ -177,6 +177,16 @@ def with_caption(fig, text: str):
     return fig
 
 
+def with_grid(fig, by: list[str], across: str, heads: list[str] | None = None):
+    """The figure's values table as a grid (``mage.figure_page.grid_table``): a row per combination of
+    ``by`` (panel, view, series, name or x), a column per value of ``across``; ``heads`` name the row keys."""
+    meta = dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}
+    if not meta.get("not_measured"):
+        meta["grid"] = {"by": list(by), "across": across, "heads": list(heads or by)}
+        fig.layout.meta = meta
+    return fig
+
+
 def not_measured(title: str, machine: str, what: str):
     """A figure that says what this card's data lacks, in place of one it cannot draw."""
     fig = go.Figure()

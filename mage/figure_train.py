@@ -18,6 +18,7 @@ from .figure_style import (
     op_label,
     op_short,
     with_caption,
+    with_grid,
 )
 
 PASS_LABEL = {"forward": "fwd", "backward": "bwd", "both": "both"}  # (short: five panels share a column)
@@ -71,6 +72,7 @@ def passes(df: pd.DataFrame, machine: str, shape_sets=("field", "large")):
         narrow.update({f"{ax}.tickmode": "array", f"{ax}.tickvals": list(PASS_LABEL.values()),
                        f"{ax}.ticktext": [SHORT_PASS[p] for p in PASS_LABEL], f"{ax}.tickfont.size": 9})
     fig.layout.meta = {"narrow": narrow, "narrow_height": 560, "narrow_font": 9}
+    with_grid(fig, ["view", "panel", "x"], "name", ["shapes", "operation", "pass"])
     shapes = "; ".join(f"{s}: " + ", ".join(f"{op_label(o)} {sh}" for o, sh in
                                            t[["op", "shape"]].drop_duplicates().itertuples(index=False))
                        for s, t in tables.items())
@@ -103,6 +105,7 @@ def steps(df: pd.DataFrame, machine: str):
     fig = _buttoned("Training step throughput", groups, y_title="items per second")
     fig.update_yaxes(type="log", rangemode=None, dtick=1)  # a label a decade (digit labels ran together)
     short_ticks(fig)
+    with_grid(fig, ["view", "x"], "name", ["precision", "block"])
     return with_caption(fig, f"{machine}: one training step is a forward, a backward and a fused AdamW update of the "
                              "block's weights, timed as event spans; items are tokens, pairs or nodes per step. "
                              "Log scale: the blocks' items differ by orders of magnitude; compare within a block.")

@@ -26,7 +26,7 @@ from .figure_launch import launch_breakdown, launch_sentence  # noqa: F401
 from .figure_op import op_views, view_menu  # noqa: F401
 from .figure_style import (NOT_MEASURED, PUBLISHED_LABEL, US, VIEW_LABEL, VIEW_UNIT, caption, fmt,  # noqa: F401
                            impl_bars, impl_color, impl_label, impls_in, kernel_list, log_toggle, not_measured,
-                           op_label, op_short, short_label, use_notebook_renderer, with_caption)
+                           op_label, op_short, short_label, use_notebook_renderer, with_caption, with_grid)
 from .figure_tiles import config_label, reuse, tile_explorer, tile_table  # noqa: F401
 from .figure_train import passes as train_passes, steps as train_steps  # noqa: F401
 
@@ -118,7 +118,10 @@ def combined(df: pd.DataFrame, machine: str, cache="warm"):
         for r, v in enumerate(("kernel_time", "event_span"), start=1):
             rows = V.select(b, op=op, view=v)
             values += list(rows["value"])
+            before = len(fig.data)
             impl_bars(fig, rows, impls, v, r, c, seen, text=False)
+            for t in fig.data[before:]:  # (the values table's row: the bottom row's panels have no title)
+                t.meta = {**t.meta, "panel": op_label(op)}
             fig.update_xaxes(categoryorder="array", categoryarray=impls, showticklabels=False, row=r, col=c)
         fig.update_yaxes(rangemode="tozero", col=c)
     fig.update_annotations(font_size=12)
@@ -141,6 +144,7 @@ def combined(df: pd.DataFrame, machine: str, cache="warm"):
         for r in range(2):
             narrow[f"{_axis('x', r * n + c + 1)}.domain"] = [c * (width + gap), c * (width + gap) + width]
     fig.layout.meta = {"narrow": narrow, "narrow_height": 560, "narrow_font": 9}
+    with_grid(fig, ["view", "panel"], "name", ["view", "operation"])
     return with_caption(fig, caption("field", cache, machine, {o: V.first_shape(df, o) for o in op_list},
                                      "FP32. Each column has its own scale, shared by its two rows."))
 
@@ -181,7 +185,8 @@ def cards(df: pd.DataFrame, published: pd.DataFrame, machine: str, cache="warm",
     if not op_list or not views:
         return not_measured(f"{PUBLISHED_LABEL} against {machine}", machine, "the published figures")
     first = first if first in views else views[0]
-    fig = make_subplots(rows=1, cols=len(op_list), horizontal_spacing=0.05, subplot_titles=[op_short(o) for o in op_list])
+    fig = make_subplots(rows=1, cols=len(op_list), horizontal_spacing=0.05,
+                        subplot_titles=[op_short(o) for o in op_list])
     owner = []
     for v in views:
         for c, op in enumerate(op_list, start=1):
@@ -208,8 +213,8 @@ def cards(df: pd.DataFrame, published: pd.DataFrame, machine: str, cache="warm",
         ax = _axis("x", c)
         narrow.update({f"{ax}.tickmode": "array", f"{ax}.tickvals": [short_label(i) for i in impls],
                        f"{ax}.ticktext": [initials[i] for i in impls]})
-    fig.layout.meta = {"narrow": narrow, "narrow_height": 420, "narrow_font": 9, "per_impl": True,
-                       "grid": {"by": ["view", "panel", "series"], "across": "x", "heads": ["view", "operation", "card"]}}
+    fig.layout.meta = {"narrow": narrow, "narrow_height": 420, "narrow_font": 9, "per_impl": True}
+    with_grid(fig, ["view", "panel", "series"], "x", ["view", "operation", "card"])
     fig.update_layout(barmode="group", height=440, template="plotly_white", margin=dict(t=60, b=40),
                       title=dict(text=f"{title}, {VIEW_LABEL[first]}", x=0, y=0.99, yanchor="top"),
                       legend=dict(orientation="h", y=-0.2, x=0, xanchor="left", yanchor="top"),
@@ -218,8 +223,8 @@ def cards(df: pd.DataFrame, published: pd.DataFrame, machine: str, cache="warm",
     order = ", ".join(f"{impl_label(i)} ({initials[i]})" for i in impls)
     return with_caption(fig, f"Hatched grey: the original note's published RTX 4090 figures (WSL, FP32; shapes not "
                              f"published; not measured by this project). Green: {machine}, field shapes, {cache} "
-                             f"cache. Bars left to right: {order}. Each column has its own scale. The shapes differ, so "
-                             "compare the pattern across implementations, not the heights.")
+                             f"cache. Bars left to right: {order}. Each column has its own scale. The shapes differ, "
+                             "so compare the pattern across implementations, not the heights.")
 
 
 def _initials(impls) -> dict:
