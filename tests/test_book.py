@@ -220,11 +220,20 @@ TOGGLED = """f => { const spec = JSON.parse(f.querySelector('script.mage-figure-
     return [per, labels.includes('GPU kernel time') && labels.includes('event span')]; }"""
 
 
+# The figure functions that draw the card's views per implementation, as a page's source calls them: the
+# page must show at least that many toggled figures (a figure that lost its marker is still counted).
+PER_IMPL_CALLS = ("F.main(", "F.op_views(", "F.cards(")
+
+
 def _check_toggles(page, path):
     found = [page.locator(".mage-figure").nth(i).evaluate(TOGGLED) for i in range(page.locator(".mage-figure").count())]
     missing = [i for i, (per, toggled) in enumerate(found) if per and not toggled]
     assert not missing, f"{path}: per-implementation figure(s) {missing} without the card's toggle"
-    return sum(1 for per, _ in found if per), sum(1 for _, toggled in found if toggled)
+    src = ROOT / path.replace(".html", ".md")
+    calls = sum(src.read_text().count(c) for c in PER_IMPL_CALLS) if src.is_file() else 0
+    toggled = sum(1 for per, t in found if per and t)
+    assert toggled >= calls, f"{path}: {calls} per-implementation figure(s) in the source, {toggled} with the toggle"
+    return sum(1 for per, _ in found if per), toggled
 
 
 def _check_explorers(page, path, size):
@@ -341,6 +350,8 @@ def test_page(site, browser, path, size):
     (SCREENS / "figures").mkdir(exist_ok=True)
     for i in range(figs.count()):
         figs.nth(i).screenshot(path=str(SCREENS / "figures" / f"{size}-{stem}-{i}.png"))
+    for i in range(page.locator(".mage-tiles").count()):
+        page.locator(".mage-tiles").nth(i).screenshot(path=str(SCREENS / "figures" / f"{size}-{stem}-explorer-{i}.png"))
     _check_figures(page, path, size, "as drawn")
     per_impl, toggled = _check_toggles(page, path)
     (SCREENS / f"toggles-{size}-{stem}.json").write_text(json.dumps(dict(figures=figs.count(), per_impl=per_impl,
