@@ -44,8 +44,13 @@ def precision_map(df, checks, ceilings, op: str, machine: str, shape_set: str = 
         fig.add_annotation(text=f"{' and '.join(names)} tolerance", xref="paper", x=1, xanchor="right",
                            yref="y", y=math.log10(tol), yanchor="bottom", showarrow=False, font=dict(size=10))
     fig.update_xaxes(type="log", dtick=1, title_text="kernel time (µs), log scale")  # (a label a decade)
-    fig.update_yaxes(type="log", title_text="relative error against float64, log scale", exponentformat="power")
-    fig.layout.meta = {"narrow": {"margin.l": 60, "margin.r": 10}, "narrow_height": 420, "narrow_font": 10}
+    fig.update_yaxes(type="log", dtick=1, title_text="relative error against float64, log scale", exponentformat="power")
+    # On a phone: shorter axis titles (the long ones were cut off) and the legend's fourteen entries in
+    # rows under the plot (as a column they overflowed into a scrolling box).
+    fig.layout.meta = {"narrow": {"margin.l": 60, "margin.r": 10, "yaxis.title.text": "error against float64",
+                                  "xaxis.title.text": "kernel time (µs)", "legend.orientation": "h",
+                                  "legend.font.size": 9, "legend.y": -0.15, "legend.yanchor": "top", "height": 720},
+                       "narrow_height": 720, "narrow_font": 10}
     fig.update_layout(height=460, template="plotly_white", margin=dict(t=60, l=80),
                       legend=dict(orientation="h", y=-0.2), title=dict(text="Time against accuracy", x=0))
     kinds = sorted(set(checks.loc[checks["op"] == op, "dist"]), key=lambda k: (k not in CHECK_WORDS, k)) \
