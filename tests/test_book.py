@@ -8,7 +8,11 @@ and a phone size (390x844). For every page, at both sizes:
   fits the screen's height;
 - every figure has its table of plotted values, math renders, the page offers its notebook (.ipynb, which
   the server has) and links the source (the packed archive resolves);
-- a screenshot of the top of the page is saved under _build/html/_screens/ (plus the main figure).
+- no two text boxes of a figure overlap (before and after its controls are used), plotly's toolbar
+  covers no text (on a phone it is hidden), every figure that shows the card's views per implementation
+  has the toggle between them, and every position of every explorer slider shows a measurement;
+- a screenshot of the top of the page is saved under _build/html/_screens/ (plus the main figure), and
+  each figure's own screenshot under _screens/figures/.
 And the weight: each page's HTML at most 1.5 MB, the first page's whole first load at most 8 MB, and each
 further page at most 1.5 MB of new transfer, counted by the server with the browser's cache on.
 Builds the book first when _build/html is missing.
@@ -170,6 +174,114 @@ def _check_controls(page, path, size):
         assert moved, f"{path}: a tile explorer with no slider to move"
 
 
+# Every text box a figure draws (tick labels, titles, legend entries, bar labels, annotations), as
+# [text, left, top, right, bottom]; text made invisible (the title the page shows as HTML) is left out.
+TEXTS = """f => [...f.querySelectorAll('.js-plotly-plot svg text')].filter(t => {
+    if (!t.textContent.trim()) return false;
+    for (let e = t; e && e instanceof SVGElement; e = e.parentElement) {
+      const s = getComputedStyle(e);
+      if (s.display === 'none' || s.visibility === 'hidden' || parseFloat(s.opacity) === 0) return false;
+    }
+    const s = getComputedStyle(t);
+    if (parseFloat(s.fontSize) <= 2 || /rgba\\(.*,\\s*0\\)/.test(s.fill)) return false;
+    const r = t.getBoundingClientRect();
+    return r.width >= 1 && r.height >= 1;
+  }).map(t => { const r = t.getBoundingClientRect();
+                return [t.textContent.trim().slice(0, 40), r.left, r.top, r.right, r.bottom]; })"""
+
+TOOLBAR = """f => [...f.querySelectorAll('.modebar')].map(m => m.getBoundingClientRect())
+    .filter(r => r.width > 0 && r.height > 0).map(r => [r.left, r.top, r.right, r.bottom])"""
+
+SLACK = 1.5  # px: text boxes that touch are not overprinted
+
+
+def _overlap(a, b) -> bool:
+    return min(a[2], b[2]) - max(a[0], b[0]) > SLACK and min(a[3], b[3]) - max(a[1], b[1]) > SLACK
+
+
+def _check_figures(page, path, size, when):
+    """No two text boxes of a figure overlap, and plotly's toolbar covers none (hidden on a phone)."""
+    figs = page.locator(".mage-figure")
+    for i in range(figs.count()):
+        texts = figs.nth(i).evaluate(TEXTS)
+        hits = [(a[0], b[0]) for n, a in enumerate(texts) for b in texts[n + 1:] if _overlap(a[1:], b[1:])]
+        assert not hits, f"{path} at {size} ({when}): figure {i} overprints {hits[:4]}"
+        bars = figs.nth(i).evaluate(TOOLBAR)
+        if size == "phone":
+            assert not bars, f"{path} at {size}: figure {i} shows plotly's toolbar on a phone"
+        covered = [t[0] for t in texts for r in bars if _overlap(t[1:], r)]
+        assert not covered, f"{path} at {size}: figure {i}'s toolbar covers {covered[:4]}"
+
+
+# A figure that draws the card's views per implementation says so (meta.per_impl); it must offer the toggle.
+TOGGLED = """f => { const spec = JSON.parse(f.querySelector('script.mage-figure-json').textContent);
+    const per = !!((spec.layout || {}).meta || {}).per_impl;
+    const labels = [...f.querySelectorAll('.mage-buttons button')].map(b => b.textContent);
+    return [per, labels.includes('GPU kernel time') && labels.includes('event span')]; }"""
+
+
+# The figure functions that draw the card's views per implementation, as a page's source calls them: the
+# page must show at least that many toggled figures (a figure that lost its marker is still counted).
+PER_IMPL_CALLS = ("F.main(", "F.op_views(", "F.cards(")
+
+
+def _check_toggles(page, path):
+    found = [page.locator(".mage-figure").nth(i).evaluate(TOGGLED) for i in range(page.locator(".mage-figure").count())]
+    missing = [i for i, (per, toggled) in enumerate(found) if per and not toggled]
+    assert not missing, f"{path}: per-implementation figure(s) {missing} without the card's toggle"
+    src = ROOT / path.replace(".html", ".md")
+    calls = sum(src.read_text().count(c) for c in PER_IMPL_CALLS) if src.is_file() else 0
+    toggled = sum(1 for per, t in found if per and t)
+    assert toggled >= calls, f"{path}: {calls} per-implementation figure(s) in the source, {toggled} with the toggle"
+    return sum(1 for per, _ in found if per), toggled
+
+
+def _check_explorers(page, path, size):
+    """Every position of every slider of every explorer shows a measurement: the static tile explorers
+    (a recorded config at each step) and plotly's sliders (a readout line under the slider at each step)."""
+    tiles = page.locator(".mage-tiles")
+    for i in range(tiles.count()):
+        out = tiles.nth(i).locator(".mage-tiles-out")
+        ranges = tiles.nth(i).locator("input[type=range]")
+        for s in range(ranges.count()):
+            rng = ranges.nth(s)
+            rng.focus()
+            page.keyboard.press("Home")
+            for step in range(int(rng.get_attribute("max")) + 1):
+                if step:
+                    page.keyboard.press("ArrowRight")
+                text = out.inner_text()
+                assert "Recorded on" in text and "not in the recorded" not in text, \
+                    f"{path} at {size}: explorer {i} slider {rng.get_attribute('name')} position {step}: {text[:120]}"
+            page.keyboard.press("Home")
+    figs = page.locator(".mage-figure")
+    for i in range(figs.count()):
+        for s in range(figs.nth(i).locator("input[type=range]").count()):
+            rng = figs.nth(i).locator("input[type=range]").nth(s)
+            readout = figs.nth(i).locator(".mage-readout").nth(s)
+            rng.focus()
+            page.keyboard.press("Home")
+            for step in range(int(rng.get_attribute("max")) + 1):
+                if step:
+                    page.keyboard.press("ArrowRight")
+                assert readout.inner_text().strip(), f"{path} at {size}: figure {i} slider position {step}: no readout"
+            page.keyboard.press("Home")  # back where the reader found it
+
+
+def _check_math(page, path, size):
+    """Display equations fit the column or scroll sideways inside themselves, and none is cut off at the
+    top or bottom."""
+    if not page.locator('mjx-container[display="true"]').count():
+        return
+    page.wait_for_timeout(300)  # (the loader scales wide equations once MathJax has typeset them)
+    bad = page.evaluate("""() => [...document.querySelectorAll('mjx-container[display="true"]')].filter(m => {
+        const s = getComputedStyle(m);
+        const wide = m.scrollWidth > m.clientWidth + 1 && !/auto|scroll/.test(s.overflowX);
+        const cut = m.scrollHeight > m.clientHeight + 1 && !/auto|scroll|visible/.test(s.overflowY);
+        return wide || cut; }).map(m => m.textContent.slice(0, 40))""")
+    assert not bad, f"{path} at {size}: equations cut off: {bad[:3]}"
+
+
 def _check_content(page, path, size, site):
     figs = page.locator(".mage-figure")
     tables = page.evaluate("""() => [...document.querySelectorAll('.mage-figure')].map(f => {
@@ -234,8 +346,21 @@ def test_page(site, browser, path, size):
     if path == PAGES[0]:  # the main figure as the reader first sees it, before any control is used
         assert page.locator(".mage-figure").count() >= 1, f"{path}: the opening page has no figure"
         page.locator(".mage-figure").first.screenshot(path=str(SCREENS / f"{size}-main.png"))
+    figs = page.locator(".mage-figure")
+    (SCREENS / "figures").mkdir(exist_ok=True)
+    for i in range(figs.count()):
+        figs.nth(i).screenshot(path=str(SCREENS / "figures" / f"{size}-{stem}-{i}.png"))
+    for i in range(page.locator(".mage-tiles").count()):
+        page.locator(".mage-tiles").nth(i).screenshot(path=str(SCREENS / "figures" / f"{size}-{stem}-explorer-{i}.png"))
+    _check_figures(page, path, size, "as drawn")
+    per_impl, toggled = _check_toggles(page, path)
+    (SCREENS / f"toggles-{size}-{stem}.json").write_text(json.dumps(dict(figures=figs.count(), per_impl=per_impl,
+                                                                         toggled=toggled)))
     _check_content(page, path, size, site)
+    _check_math(page, path, size)
+    _check_explorers(page, path, size)
     _check_controls(page, path, size)
+    _check_figures(page, path, size, "after its controls")
     _check_layout(page, path, size)  # the controls did not widen the page either
     page.wait_for_timeout(200)
     assert not problems, f"{path} at {size}: " + "; ".join(problems[:6])

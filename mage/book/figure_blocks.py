@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from mage import views as V
 from mage.ops import OPS
 
-from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption
+from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption, with_grid
 
 PERCENTILES = {"p50": "p50", "p90": "p90", "p99": "p99", "p999": "p99.9", "max": "max"}
 PART_COLORS = {"h2d": "#4c78a8", "compute": "#f58518", "d2h": "#54a24b", "other": "#b8b8b8", "queue": "#e45756"}
@@ -29,26 +29,39 @@ def _blocks(values) -> list[str]:
 
 
 def _buttoned(title: str, groups: list[tuple[str, list]], height: int = 460, y_title: str = "", x_title: str = "",
-              log_x: bool = False, barmode: str = "group"):
-    """One figure holding every group's traces, the first group shown, one button a group."""
+              log_x: bool = False, barmode: str = "group", active: int = 0):
+    """One figure holding every group's traces, one button a group, group ``active`` shown first."""
     fig = go.Figure()
     owner = []
     for g, (label, traces) in enumerate(groups):
         for t in traces:
-            t.visible = g == 0
+            t.visible = g == active
             fig.add_trace(t)
             owner.append(label)
     buttons = [dict(label=label, method="update", args=[{"visible": [o == label for o in owner]},
                                                        {"title.text": f"{title}: {label}"}])
                for label, _ in groups]
     fig.update_layout(
-        height=height, template="plotly_white", barmode=barmode, title=dict(text=f"{title}: {groups[0][0]}", x=0),
+        height=height, template="plotly_white", barmode=barmode, title=dict(text=f"{title}: {groups[active][0]}", x=0),
         margin=dict(t=120, l=60, r=20, b=50), legend=dict(orientation="h", x=0, y=-0.18, yanchor="top"),
-        updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=0, x=0, y=1.02,
+        updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=active, x=0, y=1.02,
                           xanchor="left", yanchor="bottom", showactive=True)] if len(groups) > 1 else [])
     fig.update_xaxes(title=x_title, type="log" if log_x else None)
     fig.update_yaxes(title=y_title, rangemode="tozero")
     fig.layout.meta = {"narrow": dict(NARROW), "narrow_height": height + 80}
+    return fig
+
+
+def short_ticks(fig, axis: str = "xaxis"):
+    """On a phone, category ticks 'block name<br>shape' become the block's short name: the two-line
+    labels of neighbouring bars ran into one another and into the legend."""
+    ticks = list(dict.fromkeys(x for t in fig.data for x in (t.x if t.x is not None else ()) if isinstance(x, str)))
+    short = {o.label: (o.short or o.label) for o in OPS.values()}
+    text = [short.get(x.split("<br>")[0], x.split("<br>")[0]) for x in ticks]
+    meta = dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}
+    meta["narrow"] = {**meta.get("narrow", {}), f"{axis}.tickmode": "array", f"{axis}.tickvals": ticks,
+                      f"{axis}.ticktext": text}
+    fig.layout.meta = meta
     return fig
 
 
@@ -70,6 +83,8 @@ def amdahl_bars(t: pd.DataFrame, machine: str):
         groups.append((dtype, traces))
     fig = _buttoned("Block speedup of the custom column over eager", groups, y_title="speedup (x)")
     fig.add_hline(y=1.0, line=dict(color="#777", dash="dot"))
+    short_ticks(fig)
+    with_grid(fig, ["view", "x"], "name", ["precision", "block"])
     return with_caption(fig, f"{machine}, kernel time, warm inputs. Predicted: 1 / ((1 - sum p_i) + sum p_i / s_i), "
                              "p_i from the eager block's profile, s_i from each operation alone at the block's shapes; "
                              "a missing bar was not measured.")
@@ -98,6 +113,9 @@ def amdahl_shares(t: pd.DataFrame, machine: str):
     fig = _buttoned("Share of the eager block's kernel time", groups, height=380, x_title="share of kernel time",
                     barmode="stack")
     fig.update_xaxes(tickformat=".0%", range=[0, 1])
+    fig.update_layout(legend_y=-0.3)  # below the axis title, which it overprinted
+    fig.layout.meta["narrow"]["legend.y"] = -0.35
+    with_grid(fig, ["view", "x"], "name", ["precision", "block"])
     return with_caption(fig, f"{machine}, kernel time of eager PyTorch, warm inputs; kernels assigned to operations by "
                              "name (each block's spec lists the patterns).")
 
@@ -123,15 +141,28 @@ def _cases(d: pd.DataFrame, by=("op", "dtype")):
     return out
 
 
-def throughput(df: pd.DataFrame, machine: str):
+# The case a service figure opens on: the one the chapter's text discusses (FP32, inputs in pinned memory).
+TEXT_CASE = {"dtype": "fp32", "host_mem": "pinned"}
+
+
+def _opening(cases: list, case: dict | None) -> int:
+    """The index of the first case whose rows all match ``case`` (0 when none does)."""
+    for i, (_, rows) in enumerate(cases):
+        if all(k in rows and set(rows[k].astype(str)) == {str(v)} for k, v in (case or {}).items()):
+            return i
+    return 0
+
+
+def throughput(df: pd.DataFrame, machine: str, case: dict | None = None):
     """Items per second end to end against the batch size (requests per batch), one line per
     implementation; one button per block, precision and host memory."""
     d = _service(df, view="throughput", stat="mean")
     d = d[d["loop"] == "batch_sweep"] if len(d) else d
     if d.empty:
         return not_measured("Throughput against batch", machine, "the batch sweep (python -m mage serve)")
-    groups = []
-    for label, rows in _cases(d, ("op", "dtype", "host_mem")):
+    groups, cases = [], _cases(d, ("op", "dtype", "host_mem"))
+    active = _opening(cases, TEXT_CASE if case is None else case)
+    for label, rows in cases:
         traces = []
         for impl in impls_in(rows["impl"]):
             r = rows[rows["impl"] == impl].sort_values("batch")
@@ -139,41 +170,46 @@ def throughput(df: pd.DataFrame, machine: str):
                                      line=dict(color=impl_color(impl))))
         groups.append((label, traces))
     fig = _buttoned("Throughput against batch", groups, y_title="items per second", x_title="requests per batch",
-                    log_x=True)
+                    log_x=True, active=active)
+    with_grid(fig, ["view", "x"], "name", ["case", "requests per batch"])
     return with_caption(fig, f"{machine}, service shapes: a request's inputs from host memory to its output back "
                              "there, batches of B requests back to back.")
 
 
-def latency(df: pd.DataFrame, machine: str, loop: str = "closed"):
+def latency(df: pd.DataFrame, machine: str, loop: str = "closed", case: dict | None = None):
     """Closed-loop latency percentiles (p50 to max) per implementation; one button per block,
     precision and host memory."""
     d = _service(df, view="latency")
     d = d[(d["loop"] == loop) & d["stat"].isin(list(PERCENTILES))] if len(d) else d
     if d.empty:
         return not_measured("Latency percentiles", machine, f"the {loop}-loop service run (python -m mage serve)")
-    groups = []
-    for label, rows in _cases(d, ("op", "dtype", "host_mem")):
+    groups, cases = [], _cases(d, ("op", "dtype", "host_mem"))
+    active = _opening(cases, TEXT_CASE if case is None else case)
+    for label, rows in cases:
         traces = []
         for impl in impls_in(rows["impl"]):
             r = rows[rows["impl"] == impl].set_index("stat").reindex(list(PERCENTILES))
             traces.append(go.Scatter(x=list(PERCENTILES.values()), y=r["value"], mode="lines+markers",
                                      name=impl_label(impl), line=dict(color=impl_color(impl))))
         groups.append((label, traces))
-    fig = _buttoned(f"{loop.capitalize()}-loop latency", groups, y_title="latency (µs)", x_title="percentile")
-    fig.update_yaxes(type="log", rangemode=None)
+    fig = _buttoned(f"{loop.capitalize()}-loop latency", groups, y_title="latency (µs)", x_title="percentile",
+                    active=active)
+    with_grid(fig, ["view", "x"], "name", ["case", "percentile"])
+    fig.update_yaxes(type="log", rangemode=None, dtick="D2")  # (labels at 1, 2, 5: the 9 ran into the 1000)
     return with_caption(fig, f"{machine}, one request at a time, from its inputs in host memory to its output back "
                              "there; nearest-rank percentiles (each one a latency a request really had).")
 
 
-def open_loop(df: pd.DataFrame, machine: str, stat: str = "p99"):
+def open_loop(df: pd.DataFrame, machine: str, stat: str = "p99", case: dict | None = None):
     """The open loop's tail (p99 by default) against offered load, one line per implementation; one
     button per block, precision and host memory."""
     d = _service(df, view="latency", stat=stat)
     d = d[d["loop"] == "open"] if len(d) else d
     if d.empty:
         return not_measured("Tail latency against load", machine, "the open-loop service run (python -m mage serve)")
-    groups = []
-    for label, rows in _cases(d, ("op", "dtype", "host_mem")):
+    groups, cases = [], _cases(d, ("op", "dtype", "host_mem"))
+    active = _opening(cases, TEXT_CASE if case is None else case)
+    for label, rows in cases:
         traces = []
         for impl in impls_in(rows["impl"]):
             r = rows[rows["impl"] == impl].sort_values("load")
@@ -181,14 +217,15 @@ def open_loop(df: pd.DataFrame, machine: str, stat: str = "p99"):
                                      line=dict(color=impl_color(impl))))
         groups.append((label, traces))
     fig = _buttoned(f"Open-loop {PERCENTILES.get(stat, stat)} latency against load", groups,
-                    y_title="latency (µs)", x_title="offered load (share of the measured peak)")
+                    y_title="latency (µs)", x_title="offered load (share of the measured peak)", active=active)
+    with_grid(fig, ["view", "x"], "name", ["case", "offered load (share of the peak)"])
     fig.update_xaxes(tickformat=".0%")
-    fig.update_yaxes(type="log", rangemode=None)
+    fig.update_yaxes(type="log", rangemode=None, dtick="D2")  # (labels at 1, 2, 5: the 9 ran into the 1000)
     return with_caption(fig, f"{machine}: Poisson arrivals, a dynamic batcher (up to B requests or D µs after the "
                              "first); latency includes the time a request waits in the queue.")
 
 
-def latency_parts(df: pd.DataFrame, machine: str, loop: str = "closed"):
+def latency_parts(df: pd.DataFrame, machine: str, loop: str = "closed", case: dict | None = None):
     """Where a request's time goes: the mean share of each part (copy in, compute, copy out, other,
     and the queue in the open loop) per implementation; one button per block, precision and host memory."""
     d = _service(df, view="latency_share")
@@ -197,8 +234,9 @@ def latency_parts(df: pd.DataFrame, machine: str, loop: str = "closed"):
         return not_measured("Where a request's time goes", machine, f"the {loop}-loop service run")
     if loop == "open":  # the heaviest load the run offered: where the queue matters most
         d = d[d["load"] == d["load"].max()]
-    groups = []
-    for label, rows in _cases(d, ("op", "dtype", "host_mem")):
+    groups, cases = [], _cases(d, ("op", "dtype", "host_mem"))
+    active = _opening(cases, TEXT_CASE if case is None else case)
+    for label, rows in cases:
         impls = impls_in(rows["impl"])
         traces = []
         for stage in [s for s in PART_COLORS if s in set(rows["stage"])]:
@@ -207,7 +245,8 @@ def latency_parts(df: pd.DataFrame, machine: str, loop: str = "closed"):
                                  marker_color=PART_COLORS[stage]))
         groups.append((label, traces))
     fig = _buttoned(f"Where a request's time goes ({loop} loop)", groups, height=400, barmode="stack",
-                    x_title="share of the mean latency")
+                    x_title="share of the mean latency", active=active)
+    with_grid(fig, ["view", "x"], "name", ["case", "implementation"])
     fig.update_xaxes(tickformat=".0%")
     return with_caption(fig, f"{machine}: the mean of each part over the mean latency; h2d and d2h are the copies "
                              "to and from the device.")

@@ -8,7 +8,8 @@ from plotly.subplots import make_subplots
 
 from mage import views as V
 
-from .figure_style import VIEW_LABEL, caption, impl_color, impl_label, impls_in, not_measured, op_short, with_caption
+from .figure_style import (VIEW_LABEL, caption, impl_color, impl_label, impls_in, not_measured, op_short, with_caption,
+                           with_grid)
 
 
 def warm_cold(df: pd.DataFrame, machine: str, view="kernel_time"):
@@ -31,8 +32,8 @@ def warm_cold(df: pd.DataFrame, machine: str, view="kernel_time"):
                 x=[impl], y=[r["ratio"]], name=impl_label(impl), legendgroup=impl, showlegend=impl not in seen,
                 marker_color=impl_color(impl), marker_line=dict(color="#333", width=0.6),
                 customdata=[[r["value_warm"], r["value_cold"], r["shape"], impl_label(impl)]],
-                hovertemplate="%{customdata[3]}<br>cold / warm %{y:.3g}<br>warm %{customdata[0]:.3g} µs, cold "
-                              "%{customdata[1]:.3g} µs<br>shape %{customdata[2]}<extra></extra>"), row=1, col=i)
+                hovertemplate="%{customdata[3]}<br>cold / warm %{y:,.3~r}<br>warm %{customdata[0]:,.3~r} µs, cold "
+                              "%{customdata[1]:,.3~r} µs<br>shape %{customdata[2]}<extra></extra>"), row=1, col=i)
             seen.add(impl)
         fig.update_xaxes(showticklabels=False, row=1, col=i)
     fig.add_hline(y=1, line=dict(color="#555", dash="dot"))
@@ -41,6 +42,7 @@ def warm_cold(df: pd.DataFrame, machine: str, view="kernel_time"):
                       title=dict(text="What a warm cache was worth", x=0),
                       legend=dict(orientation="h", x=0, y=-0.05, yanchor="top"))
     fig.layout.meta = {"narrow": {"margin.l": 45, "margin.r": 8}, "narrow_height": 480, "narrow_font": 9}
+    with_grid(fig, ["panel"], "name", ["operation"])
     return with_caption(fig, caption("field", "cold against warm", machine, {o: V.first_shape(df, o) for o in op_list},
                                      "Cold: each call finds its inputs evicted from L2 (rotating among enough input "
                                      "sets to overflow it). 1 means the cache made no difference."))

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 from mage import facets
 from mage import views as V
 from .figure_style import (VIEW_LABEL, caption, impl_color, impl_info, impl_label, impls_in, not_measured,
-                           op_label, with_caption)
+                           op_label, op_short, plain, with_caption, with_grid)
 from mage.ops import OPS
 
 
@@ -40,7 +40,7 @@ def roofline(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, shape_sets=
     x = np.logspace(math.log10(lo), math.log10(hi), 200)
     fig.add_trace(go.Scatter(x=x, y=np.minimum(bw * x, peak), mode="lines", line=dict(color="#444", width=2),
                              name=f"roof: {bw:.0f} GB/s copy, {peak / 1e3:.1f} TFLOP/s FP32", meta={"table": False},
-                             hovertemplate="AI %{x:.3g} FLOP/B<br>roof %{y:.4g} GFLOP/s<extra></extra>"))
+                             hovertemplate="AI %{x:,.3~r} FLOP/B<br>roof %{y:,.4~r} GFLOP/s<extra></extra>"))
     marker = {o: facets.get(o, "marker", "circle") for o in OPS}
     for impl in impls_in(d["impl"]):
         g = V.select(d, impl=impl)
@@ -51,7 +51,7 @@ def roofline(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, shape_sets=
             customdata=np.stack([g["op"].map(op_label), g["shape"], g["value"],
                                  100 * g["gflops"] / np.minimum(bw * g["ai"], peak)], axis=-1),
             hovertemplate="<b>%{customdata[0]}</b> " + impl_label(impl) +
-                          "<br>shape %{customdata[1]}<br>%{customdata[2]:.3g} µs, %{y:.4g} GFLOP/s"
+                          "<br>shape %{customdata[1]}<br>%{customdata[2]:,.3~r} µs, %{y:,.4~r} GFLOP/s"
                           "<br>%{customdata[3]:.0f}% of the roof<extra></extra>"))
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOPs per compulsory byte)")
     fig.update_yaxes(type="log", title="achieved GFLOP/s (kernel time)")
@@ -84,7 +84,7 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
     owner = []
     empty = {"kernel_time": ceiling_or_none(ceilings, "empty_kernel_us"),
              "event_span": ceiling_or_none(ceilings, "empty_span_us")}
-    seen = set()
+    seen, narrow_ticks = set(), {}
     for n, op in enumerate(op_list):
         rc = dict(row=n // ncols + 1, col=n % ncols + 1)
         g = V.select(d, op=op)
@@ -100,7 +100,7 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
                     line=dict(color=impl_color(impl)), marker=dict(size=6),
                     customdata=np.stack([s["shape"], s["floor_us"]], axis=-1),
                     hovertemplate=f"<b>{impl_label(impl)}</b><br>shape %{{customdata[0]}}"
-                                  f"<br>{VIEW_LABEL[v]} %{{y:.3g}} µs<br>floor %{{customdata[1]:.3g}} µs<extra></extra>"),
+                                  f"<br>{VIEW_LABEL[v]} %{{y:,.3~r}} µs<br>floor %{{customdata[1]:,.3~r}} µs<extra></extra>"),
                     **rc)
                 seen.add(impl)
                 owner.append(v)
@@ -108,29 +108,39 @@ def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
             fig.add_trace(go.Scatter(x=floor[xcol], y=floor["floor_us"], mode="lines", name="floor",
                                      legendgroup="floor", showlegend="floor" not in seen, visible=v == views[0],
                                      line=dict(color="black", dash="dash", width=1.5),
-                                     hovertemplate="floor %{y:.3g} µs<extra></extra>"), **rc)
+                                     hovertemplate="floor %{y:,.3~r} µs<extra></extra>"), **rc)
             seen.add("floor")
             owner.append(v)
             if empty.get(v) and len(floor):
                 fig.add_trace(go.Scatter(x=[floor[xcol].min(), floor[xcol].max()], y=[empty[v]] * 2, mode="lines",
                                          name="empty kernel", legendgroup="empty", showlegend="empty" not in seen,
                                          visible=v == views[0], line=dict(color="#999", dash="dot", width=1.5),
-                                         hovertemplate=f"empty kernel, {VIEW_LABEL[v]}: %{{y:.3g}} µs<extra></extra>"),
+                                         hovertemplate=f"empty kernel, {VIEW_LABEL[v]}: %{{y:,.3~r}} µs<extra></extra>"),
                               **rc)
                 seen.add("empty")
                 owner.append(v)
-        fig.update_xaxes(type="log", title_text="FLOPs" if xcol == "flops" else "bytes", **rc)
-        fig.update_yaxes(type="log", title_text="µs" if rc["col"] == 1 else None, **rc)
+        # a label a decade (every other one over more than five): plotly's digit labels between decades
+        # and its tilted labels ran into their neighbours
+        xs = g[xcol][g[xcol] > 0]
+        decades = math.log10(xs.max() / xs.min()) if len(xs) else 0
+        fig.update_xaxes(type="log", dtick=2 if decades > 5 else 1, tickangle=0,
+                         title_text="FLOPs" if xcol == "flops" else "bytes", **rc)
+        ax = "xaxis" if n == 0 else f"xaxis{n + 1}"
+        narrow_ticks.update({f"{ax}.dtick": 3 if decades > 5 else 2, f"{ax}.tickfont.size": 9})
+        fig.update_yaxes(type="log", dtick=1, title_text="µs" if rc["col"] == 1 else None, **rc)
     fig.update_layout(
         height=330 * nrows + 220, template="plotly_white", margin=dict(t=130),
         title=dict(text=f"Cost against size, {VIEW_LABEL[views[0]]}", x=0, y=0.99, yanchor="top"),
         legend=dict(orientation="h", y=-0.1, yanchor="top"),
-        meta={"narrow": {"margin.l": 45, "margin.r": 8}, "narrow_height": 700, "narrow_font": 10},
+        meta={"narrow": {"margin.l": 45, "margin.r": 8, **narrow_ticks,  # short panel titles: long ones ran together
+                         **{f"annotations.{i}.text": op_short(o) for i, o in enumerate(op_list)}},
+              "narrow_height": 700, "narrow_font": 10},
         updatemenus=[dict(type="buttons", direction="right", active=0, x=0, y=1.07, xanchor="left", yanchor="bottom",
                           buttons=[dict(label=VIEW_LABEL[v], method="update",
                                         args=[{"visible": [o == v for o in owner]},
                                               {"title.text": f"Cost against size, {VIEW_LABEL[v]}"}])
                                    for v in views])])
+    with_grid(fig, ["view", "panel", "x"], "name", ["view", "operation", "size (bytes or FLOPs)"])
     return with_caption(fig, caption("sweep", cache, machine, extra="FP32. Dashed: the floor, the larger of compulsory "
                                      "bytes over measured copy bandwidth and FLOPs over measured FP32 rate; dotted: "
                                      "an empty kernel measured the same way."))
@@ -182,15 +192,20 @@ def launch_paths(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
         colors = [impl_color(i) if v == "event_span" else "#5b8c5a" for i, v in zip(g["impl"], g["view"])]
         fig.add_trace(go.Bar(
             y=g["path"], x=g["overhead_us"], orientation="h", marker_color=colors, showlegend=False,
-            text=[f"{v:.3g}" for v in g["overhead_us"]], textposition="outside", cliponaxis=False,
+            text=[plain(v) for v in g["overhead_us"]], textposition="outside", cliponaxis=False,
             customdata=np.stack([g["span_us"], g["kernel_us"], g["launches"]], axis=-1),
-            hovertemplate="<b>%{y}</b><br>span - kernel: %{x:.3g} µs<br>span %{customdata[0]:.3g} µs, kernel "
-                          "%{customdata[1]:.3g} µs<br>launches per call %{customdata[2]:.3g}<extra></extra>"),
+            hovertemplate="<b>%{y}</b><br>span - kernel: %{x:,.3~r} µs<br>span %{customdata[0]:,.3~r} µs, kernel "
+                          "%{customdata[1]:,.3~r} µs<br>launches per call %{customdata[2]:,.3~r}<extra></extra>"),
             row=r, col=1)
         if empty is not None:
             fig.add_vline(x=empty, line=dict(color="#999", dash="dot"), row=r, col=1)
         fig.update_yaxes(autorange="reversed", row=r, col=1)
-        fig.update_xaxes(title_text="µs" if r == len(op_list) else None, row=r, col=1)
+        # room inside the plot for a label beside a negative bar (a replay a hair under its kernel time),
+        # which otherwise ran into the path names
+        lo_x, hi_x = min(0.0, float(g["overhead_us"].min())), max(0.0, float(g["overhead_us"].max()))
+        pad = 0.18 * (hi_x - lo_x or 1.0)
+        fig.update_xaxes(title_text="µs" if r == len(op_list) else None, row=r, col=1,
+                         range=[lo_x - (pad if lo_x < 0 else 0), hi_x + pad])
     fig.layout.meta = {"narrow": {"margin.l": 120, "margin.r": 30}, "narrow_height": 180 * len(op_list),
                        "narrow_font": 10}
     fig.update_layout(height=300 * len(op_list), template="plotly_white", margin=dict(t=60, l=170),
@@ -198,4 +213,5 @@ def launch_paths(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="
     extra = "Green: CUDA-graph replay (the same kernels, launched as one graph)."
     if empty is not None:
         extra += f" Dotted: an empty kernel's span minus its kernel time ({empty:.3g} µs)."
+    with_grid(fig, ["panel"], "x", ["operation"])
     return with_caption(fig, caption("field", cache, machine, {o: V.first_shape(df, o) for o in op_list}, extra))

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from mage import views as V
 from mage.ext.launch_path.breakdown import AFTER_SYNC, OTHER, VIEW, WHOLE
 
-from .figure_style import GREY, impl_color, impl_label, not_measured, op_label, with_caption
+from .figure_style import GREY, impl_color, impl_label, not_measured, op_label, with_caption, with_grid
 
 # The launch-path target: a custom call's host time at most this multiple of the library's
 # one-launch call (a goal set before measuring, not a measurement).
@@ -125,15 +125,15 @@ def launch_breakdown(df: pd.DataFrame, machine: str, shape_set: str = "field", c
                 y=[y[(custom, d)] for d in r["dtype"]], x=[max(v, 0.0) for v in r["value"]], orientation="h",
                 name=s, legendgroup=s, marker_color=color[s], marker_line=dict(color="#333", width=0.5),
                 customdata=[[v, w, v / w if w else math.nan] for v, w in zip(r["value"], r["whole"])],
-                hovertemplate=f"<b>%{{y}}</b><br>{s}: %{{customdata[0]:.3g}} µs "
-                              "(%{customdata[2]:.0%} of %{customdata[1]:.3g} µs)<extra></extra>"))
+                hovertemplate=f"<b>%{{y}}</b><br>{s}: %{{customdata[0]:,.3~r}} µs "
+                              "(%{customdata[2]:.0%} of %{customdata[1]:,.3~r} µs)<extra></extra>"))
         b = g[g["impl"] == baseline]
         fig.add_trace(go.Bar(
             y=[y[(baseline, d)] for d in b["dtype"]], x=list(b["value"]), orientation="h",
             name=f"{impl_label(baseline)}: whole call", marker_color=impl_color(baseline),
             marker_line=dict(color="#333", width=0.5), text=[_fmt(v) for v in b["value"]],
             textposition="outside", cliponaxis=False,
-            hovertemplate="<b>%{y}</b><br>whole call: %{x:.3g} µs<extra></extra>"))
+            hovertemplate="<b>%{y}</b><br>whole call: %{x:,.3~r} µs<extra></extra>"))
         c = g[g["impl"] == custom].drop_duplicates(["dtype"])
         fig.add_trace(go.Scatter(
             y=[y[(custom, d)] for d in c["dtype"]], x=list(TARGET * c["base"]), mode="markers+text",
@@ -142,8 +142,8 @@ def launch_breakdown(df: pd.DataFrame, machine: str, shape_set: str = "field", c
             text=[f"{w / base:.2f}x" if base == base and base else "" for w, base in zip(c["whole"], c["base"])],
             textposition="middle right", meta={"series": f"{TARGET:g} x {impl_label(baseline)}"},
             customdata=[[w, base] for w, base in zip(c["whole"], c["base"])],
-            hovertemplate="<b>%{y}</b><br>whole call %{customdata[0]:.3g} µs, "
-                          f"{impl_label(baseline)} %{{customdata[1]:.3g}} µs<br>target: at most %{{x:.3g}} µs"
+            hovertemplate="<b>%{y}</b><br>whole call %{customdata[0]:,.3~r} µs, "
+                          f"{impl_label(baseline)} %{{customdata[1]:,.3~r}} µs<br>target: at most %{{x:,.3~r}} µs"
                           "<extra></extra>"))
         owner += [label] * (len(fig.data) - before)
     first = labels[0]
@@ -164,6 +164,7 @@ def launch_breakdown(df: pd.DataFrame, machine: str, shape_set: str = "field", c
     fig.layout.meta = {"narrow": {"margin.l": 100, "margin.r": 20, "legend.font.size": 10},
                        "narrow_height": height + 120, "narrow_font": 10}
     shapes = ", ".join(f"{op_label(o)} {t.loc[t['op'] == o, 'shape'].iloc[0]}" for o in V.ops_in(t["op"]))
+    with_grid(fig, ["view", "x"], "name", ["operation", "column"])
     return with_caption(fig, (
         f"{machine}, {shape_set} shapes ({shapes}): host time per call, median of batches of back-to-back "
         "calls. Each stage is timed alone; the grey remainder is the whole call less the stages, the work "

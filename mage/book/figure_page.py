@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import html
 import json
-import math
+
+from .figure_style import plain
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
@@ -20,9 +21,7 @@ def _fmt(v) -> str:
             f = float(v)
         except (TypeError, ValueError):
             return html.escape(str(v))
-        if not math.isfinite(f):
-            return ""
-        return f"{f:.3g}" if abs(f) < 1e4 else f"{f:,.0f}"
+        return plain(f)  # plain notation (1,520, not 1.52e+03); '' for a value not measured
     return html.escape(str(v).replace("<br>", " "))
 
 
@@ -66,10 +65,10 @@ def _unit(fig, key: str) -> str:
     return t or ""
 
 
-def values_table(fig, max_rows: int = 400) -> str:
-    """An HTML table of every plotted value: panel, view, series, category (or x) and value. Traces
-    marked ``meta={"table": False}`` (formula curves, roofs) are left out; so are hidden helper traces
-    without values."""
+def _rows(fig) -> list[dict]:
+    """Every plotted value with what names it: panel, view (the buttons that show it), series, trace name,
+    category (or x), value and unit. Traces marked ``meta={"table": False}`` (formula curves, roofs) are
+    left out; so are hidden helper traces without values."""
     panels, views = _panels(fig), _views(fig)
     rows = []
     for i, t in enumerate(fig.data):
@@ -81,23 +80,63 @@ def values_table(fig, max_rows: int = 400) -> str:
         if horizontal:
             xs, ys = ys, xs
         xk, yk = _axis_key(getattr(t, "xaxis", None), "x"), _axis_key(getattr(t, "yaxis", None), "y")
-        unit = _unit(fig, xk if horizontal else yk)
+        unit = meta.get("unit") or _unit(fig, xk if horizontal else yk)
         step = int(meta.get("table_step", 1))
         for x, y in list(zip(xs, ys))[::step]:
-            rows.append((panels.get((xk, yk), ""), " / ".join(views[i]), meta.get("series", t.name or ""), x, y, unit))
-    if not rows:
-        return ""
-    cols = [("panel", 0), ("view", 1), ("series", 2)]
-    cols = [(n, k) for n, k in cols if any(r[k] for r in rows)]
-    head = "".join(f"<th>{n}</th>" for n, _ in cols) + "<th>x</th><th>value</th><th>unit</th>"
-    body = []
-    for r in rows[:max_rows]:
-        cells = "".join(f"<td>{_fmt(r[k])}</td>" for _, k in cols)
-        body.append(f"<tr>{cells}<td>{_fmt(r[3])}</td><td>{_fmt(r[4])}</td><td>{_fmt(r[5])}</td></tr>")
-    more = f"<p>... and {len(rows) - max_rows} more values.</p>" if len(rows) > max_rows else ""
-    return ("<details class=\"mage-values\"><summary>The plotted values</summary>"
+            rows.append(dict(panel=meta.get("panel") or panels.get((xk, yk), ""), view=" / ".join(views[i]),
+                             series=meta.get("series", t.name or ""), name=t.name or "", x=x, value=y, unit=unit))
+    return rows
+
+
+def _wrap(head: str, body: list[str], more: str = "", unit: str = "") -> str:
+    title = f"The plotted values ({html.escape(unit)})" if unit else "The plotted values"
+    return (f"<details class=\"mage-values\"><summary>{title}</summary>"
             f"<div class=\"mage-table-scroll\"><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}"
             f"</tbody></table></div>{more}</details>")
+
+
+def grid_table(rows: list[dict], by: list[str], across: str, heads: list[str] | None = None) -> str:
+    """The values as a grid, the way the original note printed its table: one row per combination of
+    the ``by`` fields (e.g. view and operation; the unit beside the view), one column per value of
+    ``across`` (e.g. the implementation), a blank cell where a case was not measured."""
+    heads = heads or by
+    with_unit = "view" in heads  # the unit beside each view; otherwise one unit for the table, when it has one
+
+    def cell(r, k):
+        v = (r["view"] or r["series"]) if k == "view" else r[k]
+        return f"{v} ({r['unit']})" if with_unit and k == "view" and r["unit"] and r["unit"] not in v else v
+
+    def key(r):
+        return tuple(cell(r, k) for k in by)
+    units = {r["unit"] for r in rows}
+    cols = list(dict.fromkeys(str(r[across]) for r in rows))
+    cells = {}
+    for r in rows:
+        cells.setdefault(key(r), {})[str(r[across])] = r["value"]
+    head = "".join(f"<th>{_fmt(h)}</th>" for h in heads) + "".join(f"<th>{_fmt(c)}</th>" for c in cols)
+    body = ["<tr>" + "".join(f"<th>{_fmt(v)}</th>" for v in k)
+            + "".join(f"<td>{_fmt(got.get(c))}</td>" for c in cols) + "</tr>" for k, got in cells.items()]
+    return _wrap(head, body, unit="" if with_unit or len(units) != 1 else units.pop())
+
+
+def values_table(fig, max_rows: int = 400) -> str:
+    """An HTML table of every plotted value: panel, view, series, category (or x) and value; or, for a
+    figure that is a grid of cases (``meta={"grid": {"by": [...], "across": ...}}``), that grid."""
+    rows = _rows(fig)
+    if not rows:
+        return ""
+    meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
+    if meta.get("grid"):
+        g = meta["grid"]
+        return grid_table(rows, list(g["by"]), g["across"], g.get("heads"))
+    cols = [n for n in ("panel", "view", "series") if any(r[n] for r in rows)]
+    head = "".join(f"<th>{n}</th>" for n in cols) + "<th>x</th><th>value</th><th>unit</th>"
+    body = []
+    for r in rows[:max_rows]:
+        cells = "".join(f"<td>{_fmt(r[k])}</td>" for k in cols)
+        body.append(f"<tr>{cells}<td>{_fmt(r['x'])}</td><td>{_fmt(r['value'])}</td><td>{_fmt(r['unit'])}</td></tr>")
+    more = f"<p>... and {len(rows) - max_rows} more values.</p>" if len(rows) > max_rows else ""
+    return _wrap(head, body, more)
 
 
 def to_html(fig) -> str:

@@ -82,18 +82,18 @@ def impl_bars(fig, b, impls: list, view: str, row: int, col: int, seen: set, vis
             showlegend=impl not in seen, visible=visible, marker_color=impl_color(impl),
             marker_line=dict(color="#333", width=0.6), text=[fmt(float(r["value"]), unit)] if text else None,
             textposition="outside" if text else "none", cliponaxis=False,
-            meta={"series": VIEW_LABEL.get(view, view)},
+            meta={"series": VIEW_LABEL.get(view, view), "unit": unit},
             customdata=[[str(r.get("shape", "")), kernel_list(r.get("kernel_names", "")), impl_label(impl)]],
-            hovertemplate=f"<b>%{{customdata[2]}}</b><br>{VIEW_LABEL.get(view, view)}: %{{y:.3g}} {unit}"
+            hovertemplate=f"<b>%{{customdata[2]}}</b><br>{VIEW_LABEL.get(view, view)}: %{{y:,.3~r}} {unit}"
                           "<br>shape %{customdata[0]}<br>kernels:<br>%{customdata[1]}<extra></extra>"),
             row=row, col=col)
         seen.add(impl)
 
 
-def log_toggle(fig, values, y_axes, x: float = 1.0):
-    """Add a linear / log scale menu for ``y_axes`` (layout keys) when one value dwarfs another."""
+def log_toggle(fig, values, y_axes, x: float = 1.0, ratio: float = LOG_TOGGLE_RATIO):
+    """Add a linear / log scale menu for ``y_axes`` (layout keys) when one value is ``ratio`` times another."""
     v = [float(x) for x in values if x is not None and float(x) > 0]
-    if len(v) < 2 or max(v) / min(v) < LOG_TOGGLE_RATIO:
+    if len(v) < 2 or max(v) / min(v) < ratio:
         return fig
     menus = list(fig.layout.updatemenus or [])
     menus.append(dict(type="buttons", direction="right", active=0, x=x, y=1.0, xanchor="right", yanchor="bottom",
@@ -131,9 +131,30 @@ def fmt(v: float, unit: str) -> str:
     """A bar's label: three significant digits, whole microseconds from 100 up."""
     if v is None or not math.isfinite(float(v)):
         return ""
-    if unit == "launches":
-        return f"{v:.3g}"
-    return f"{v:.3g}" if v < 100 else f"{v:.0f}"
+    return plain(v) if unit == "launches" or v < 100 else f"{v:,.0f}"
+
+
+SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
+
+
+def plain(v: float, digits: int = 3) -> str:
+    """A number as a reader writes it: ``digits`` significant digits in plain notation with thousands
+    separators (1,520, not 1.52e+03); below a thousandth, as a power of ten (1.2×10⁻⁷)."""
+    if v is None or not math.isfinite(float(v)):
+        return ""
+    v = float(v)
+    if v == 0:
+        return "0"
+    exp = math.floor(math.log10(abs(v)))
+    if abs(v) < 1e-3:
+        m = round(v / 10 ** exp, digits - 1)
+        if abs(m) >= 10:  # 9.999e-5 rounds to 1.00e-4
+            m, exp = m / 10, exp + 1
+        return f"{m:.{digits - 1}f}".rstrip("0").rstrip(".") + "×10" + str(exp).translate(SUPERSCRIPT)
+    r = round(v, digits - 1 - exp)
+    decimals = max(digits - 1 - math.floor(math.log10(abs(r))), 0)  # 99.96 rounds up to 100: 0 decimals
+    text = f"{r:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text  # as %g writes it: 0.5, not 0.500
 
 
 def kernel_list(s: str, n: int = 3) -> str:
@@ -154,6 +175,16 @@ def with_caption(fig, text: str):
     meta = dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}
     meta["caption"] = text
     fig.layout.meta = meta
+    return fig
+
+
+def with_grid(fig, by: list[str], across: str, heads: list[str] | None = None):
+    """The figure's values table as a grid (``mage.figure_page.grid_table``): a row per combination of
+    ``by`` (panel, view, series, name or x), a column per value of ``across``; ``heads`` name the row keys."""
+    meta = dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}
+    if not meta.get("not_measured"):
+        meta["grid"] = {"by": list(by), "across": across, "heads": list(heads or by)}
+        fig.layout.meta = meta
     return fig
 
 

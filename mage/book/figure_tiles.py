@@ -2,7 +2,6 @@
 (``tile_explorer``). The reuse count of a tile comes from the op's ``reuse`` facet."""
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from pathlib import Path
@@ -15,7 +14,8 @@ from plotly.subplots import make_subplots
 from mage import facets
 from mage import views as V
 from mage.ops import OPS
-from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, with_caption
+
+from .figure_style import impl_color, impl_label, impls_in, not_measured, op_label, plain, with_caption
 
 BLOCK_ORDER = ["BLOCK_M", "BLOCK_N", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_R", "BLOCK_C", "MAX_BLOCK_C"]
 
@@ -128,15 +128,15 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
     fig.add_trace(go.Bar(x=t["label"], y=t["kernel_us"], marker_color=colors(0), showlegend=False,
                          name="kernel time", meta={"series": "kernel time (µs)"},
                          customdata=np.stack([t["span_us"], t["gbps"], t["tflops"]], axis=-1),
-                         hovertemplate="<b>%{x}</b><br>kernel %{y:.3g} µs<br>span %{customdata[0]:.3g} µs"
-                                       "<br>%{customdata[1]:.0f} GB/s, %{customdata[2]:.3g} TFLOP/s<extra></extra>"),
+                         hovertemplate="<b>%{x}</b><br>kernel %{y:,.3~r} µs<br>span %{customdata[0]:,.3~r} µs"
+                                       "<br>%{customdata[1]:.0f} GB/s, %{customdata[2]:,.3~r} TFLOP/s<extra></extra>"),
                   row=1, col=1)
     if has_reuse:
         fig.add_trace(go.Scatter(x=t["fmas_per_load"], y=t["kernel_us"], mode="markers", showlegend=False,
                                  text=t["label"], name="kernel time against reuse", meta={"table": False},
                                  marker=dict(color=colors(0), size=12, line=dict(color="#555", width=1)),
-                                 hovertemplate="<b>%{text}</b><br>%{x:.3g} multiply-adds per load"
-                                               "<br>kernel %{y:.3g} µs<extra></extra>"),
+                                 hovertemplate="<b>%{text}</b><br>%{x:,.3~r} multiply-adds per load"
+                                               "<br>kernel %{y:,.3~r} µs<extra></extra>"),
                       row=1, col=2)
     shape = t["shape"].iloc[0]
     ref = _reference(df, op, shape, impl, tile_of)
@@ -146,21 +146,22 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
 
     def note(i):
         r = t.iloc[i]
-        txt = f"<b>{r['label']}</b>: kernel {r['kernel_us']:.3g} µs, span {r['span_us']:.3g} µs"
+        txt = f"{r['label']}: kernel {plain(r['kernel_us'])} µs, span {plain(r['span_us'])} µs"
         if has_reuse:
             txt += f"; per K step {int(r['loads']):,} loads serve {int(r['fmas']):,} multiply-adds " \
-                   f"({r['fmas_per_load']:.3g} per load)"
+                   f"({plain(r['fmas_per_load'])} per load)"
         else:
-            txt += f"; {r['gbps']:.0f} GB/s"
+            txt += f"; {r['gbps']:,.0f} GB/s"
         return txt
 
     traces = [0, 1] if has_reuse else [0]
     steps = [dict(label=t["label"].iloc[i], method="update",
-                  args=[{"marker.color": [colors(i)] * len(traces)}, {"title.text": note(i)}, traces])
+                  args=[{"marker.color": [colors(i)] * len(traces)}, {}, traces])
              for i in range(len(t))]
     fig.update_layout(
         height=480, template="plotly_white", margin=dict(t=90, b=150),
-        title=dict(text=note(0), x=0, font=dict(size=13)),
+        title=dict(text=f"{impl_label(impl)} tile sweep of {op_label(op)}: one config at a time", x=0,
+                   font=dict(size=13)),
         sliders=[dict(active=0, steps=steps, x=0, y=-0.32, len=1.0, pad=dict(t=10),
                       currentvalue=dict(prefix="config: ", font=dict(size=12)))])
     # Config labels are long: no tick labels (the slider and the table name each config).
@@ -169,8 +170,12 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
     if has_reuse:
         fig.update_xaxes(type="log", title_text="multiply-adds per load", row=1, col=2)
     fig.update_yaxes(title_text="kernel time (µs)", row=1, col=1)
-    fig.layout.meta = {"top": 30, "bottom": 50, "narrow": {"margin.l": 40, "margin.r": 10}, "narrow_height": 380,
-                       "narrow_font": 10}
+    # The readout under the slider: the chosen config's numbers (every step is a recorded config).
+    narrow = {"margin.l": 40, "margin.r": 10}
+    if has_reuse:  # (the full axis title is wider than the panel on a phone)
+        narrow["xaxis2.title.text"] = "per load"
+    fig.layout.meta = {"top": 30, "bottom": 50, "narrow": narrow, "narrow_height": 380,
+                       "narrow_font": 10, "readout": [note(i) for i in range(len(t))]}
     blocks = " x ".join(k for k in BLOCK_ORDER if k in t.columns)
     return with_caption(fig, f"{machine}, recorded {impl_label(impl)} tile sweep of {op_label(op)} at {shape} "
                              f"({tile_of} shape), warm cache, FP32. Labels: {blocks}, then warps (w), stages (s) and "
@@ -179,7 +184,6 @@ def tile_explorer(tiles: pd.DataFrame, df: pd.DataFrame, op: str, machine: str, 
 
 # ------------------------------------------------------------------------ the explorer without a kernel
 EXPLORER_JS = Path(__file__).resolve().parents[2] / "notes" / "js" / "tile-explorer.js"
-MAX_COMBOS = 20000
 
 
 def slider_keys(t: pd.DataFrame) -> list[str]:
@@ -189,21 +193,21 @@ def slider_keys(t: pd.DataFrame) -> list[str]:
 
 
 def explorer_table(t: pd.DataFrame, op: str) -> tuple[list[str], dict, dict]:
-    """(keys, options per key, {"v1|v2|...": {reuse, rec}}) over every combination of the recorded values
-    of each parameter: the reuse count from the op's reuse facet, the recorded times where the sweep ran it."""
+    """(keys, options per key, {"v1|v2|...": {reuse, rec}}) over the recorded configs only, so that every
+    position a slider offers is a measurement: a key's options are the values some recorded config has,
+    and the page moves the other sliders to the nearest recorded config holding the chosen value. The
+    reuse count comes from the op's reuse facet."""
     keys = slider_keys(t)
     options = {k: sorted({int(v) for v in t[k].dropna()}) for k in keys}
-    recorded = {}
+    combos = {}
     for r in t.itertuples(index=False):
         c = json.loads(r.config)
-        recorded["|".join(str(int(c[k])) for k in keys if k in c)] = dict(
-            kernel_us=float(r.kernel_us), span_us=float(r.span_us), gbps=float(r.gbps))
-    combos = {}
-    for values in itertools.islice(itertools.product(*(options[k] for k in keys)), MAX_COMBOS):
-        key = "|".join(str(v) for v in values)
-        ru = reuse(op, dict(zip(keys, values)))
-        combos[key] = dict(reuse={k: (int(v) if k != "fmas_per_load" else float(v)) for k, v in ru.items()}
-                           if ru else None, rec=recorded.get(key))
+        if not all(k in c for k in keys):
+            continue
+        ru = reuse(op, {k: int(c[k]) for k in keys})
+        combos["|".join(str(int(c[k])) for k in keys)] = dict(
+            reuse={k: (int(v) if k != "fmas_per_load" else float(v)) for k, v in ru.items()} if ru else None,
+            rec=dict(kernel_us=float(r.kernel_us), span_us=float(r.span_us), gbps=float(r.gbps)))
     return keys, options, combos
 
 
@@ -215,8 +219,9 @@ def tile_explorer_html(tiles: pd.DataFrame, op: str, machine: str, why: str, til
         return ""
     keys, options, combos = explorer_table(t, op)
     first = json.loads(t["config"].iloc[0])
+    # (``why`` the live widget cannot run is the building machine's state, not the reader's: not shown)
     spec = dict(label=f"{op_label(op)}, {impl_label(t['impl'].iloc[0])}", shape=str(t["shape"].iloc[0]),
-                machine=machine, why=why, keys=keys, options=options,
+                machine=machine, keys=keys, options=options,
                 start={k: int(first[k]) for k in keys}, combos=combos)
     data = json.dumps(spec, separators=(",", ":")).replace("</", "<\\/")
     return (f"<div class=\"mage-tiles\" data-op=\"{op}\">"

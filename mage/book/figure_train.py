@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 
 from mage.book import training as TR
 
-from .figure_blocks import NARROW, _buttoned
+from .figure_blocks import NARROW, _buttoned, short_ticks
 from .figure_style import (
     impl_color,
     impl_label,
@@ -19,9 +19,11 @@ from .figure_style import (
     op_label,
     op_short,
     with_caption,
+    with_grid,
 )
 
-PASS_LABEL = {"forward": "forward", "backward": "backward", "both": "both"}
+PASS_LABEL = {"forward": "fwd", "backward": "bwd", "both": "both"}  # (short: five panels share a column)
+SHORT_PASS = {"forward": "F", "backward": "B", "both": "F+B"}
 
 
 def passes(df: pd.DataFrame, machine: str, shape_sets=("field", "large")):
@@ -48,7 +50,7 @@ def passes(df: pd.DataFrame, machine: str, shape_sets=("field", "large")):
                     showlegend=(impl, shape_set) not in seen, visible=g == 0, marker_color=impl_color(impl),
                     marker_line=dict(color="#333", width=0.6),
                     customdata=[[op_label(op), str(s), impl_label(impl)] for s in r["shape"]],
-                    hovertemplate="<b>%{customdata[2]}</b>, %{customdata[0]} %{x}<br>kernel time %{y:.3g} µs"
+                    hovertemplate="<b>%{customdata[2]}</b>, %{customdata[0]} %{x}<br>kernel time %{y:,.3~r} µs"
                                   "<br>shape %{customdata[1]}<extra></extra>"), row=1, col=c)
                 owner.append(shape_set)
                 seen.add((impl, shape_set))
@@ -62,13 +64,23 @@ def passes(df: pd.DataFrame, machine: str, shape_sets=("field", "large")):
                           xanchor="left", yanchor="bottom", showactive=True)] if len(buttons) > 1 else [])
     fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(title="kernel time (µs)", row=1, col=1)
-    fig.layout.meta = {"narrow": dict(NARROW), "narrow_height": 560}
+    fig.update_xaxes(tickangle=0, tickfont=dict(size=10))
+    # On a phone a panel is about 55 px wide: the passes' initials (spelled out in the caption) and
+    # smaller panel titles, which otherwise ran into one another.
+    narrow = dict(NARROW)
+    for c in range(1, len(ops) + 1):
+        ax = "xaxis" if c == 1 else f"xaxis{c}"
+        narrow.update({f"{ax}.tickmode": "array", f"{ax}.tickvals": list(PASS_LABEL.values()),
+                       f"{ax}.ticktext": [SHORT_PASS[p] for p in PASS_LABEL], f"{ax}.tickfont.size": 9})
+    fig.layout.meta = {"narrow": narrow, "narrow_height": 560, "narrow_font": 9}
+    with_grid(fig, ["view", "panel", "x"], "name", ["shapes", "operation", "pass"])
     shapes = "; ".join(f"{s}: " + ", ".join(f"{op_label(o)} {sh}" for o, sh in
                                            t[["op", "shape"]].drop_duplicates().itertuples(index=False))
                        for s, t in tables.items())
     return with_caption(fig, f"{machine}, FP32, warm inputs, kernel time per call (a profile of many "
                              f"calls, so no rounds and no whiskers). Backward: the gradients of every floating input "
-                             f"with the forward outside the timed call; both: the two in one call. Shapes: {shapes}.")
+                             f"with the forward outside the timed call; both: the two in one call (fwd, bwd, "
+                             f"both; on a phone F, B, F+B). Shapes: {shapes}.")
 
 
 def steps(df: pd.DataFrame, machine: str):
@@ -92,7 +104,9 @@ def steps(df: pd.DataFrame, machine: str):
         label = "FP32" if dtype == "fp32" else "bf16 mixed precision"
         groups.append((label, traces))
     fig = _buttoned("Training step throughput", groups, y_title="items per second")
-    fig.update_yaxes(type="log", rangemode=None)
+    fig.update_yaxes(type="log", rangemode=None, dtick=1)  # a label a decade (digit labels ran together)
+    short_ticks(fig)
+    with_grid(fig, ["view", "x"], "name", ["precision", "block"])
     return with_caption(fig, f"{machine}: one training step is a forward, a backward and a fused AdamW update of the "
                              "block's weights, timed as event spans; items are tokens, pairs or nodes per step. "
                              "Log scale: the blocks' items differ by orders of magnitude; compare within a block.")

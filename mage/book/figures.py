@@ -24,9 +24,10 @@ from .figure_cache import warm_cold  # noqa: F401 - the one namespace
 from .figure_costs import cost_vs_size, launch_overhead, launch_paths, roofline  # noqa: F401
 from .figure_choices import precision_map  # noqa: F401
 from .figure_launch import launch_breakdown, launch_sentence  # noqa: F401
+from .figure_op import op_views, view_menu  # noqa: F401
 from .figure_style import (NOT_MEASURED, PUBLISHED_LABEL, US, VIEW_LABEL, VIEW_UNIT, caption, fmt,  # noqa: F401
                            impl_bars, impl_color, impl_label, impls_in, kernel_list, log_toggle, not_measured,
-                           op_label, op_short, short_label, use_notebook_renderer, with_caption)
+                           op_label, op_short, short_label, use_notebook_renderer, with_caption, with_grid)
 from .figure_tiles import config_label, reuse, tile_explorer, tile_table  # noqa: F401
 from .figure_train import passes as train_passes, steps as train_steps  # noqa: F401
 
@@ -90,7 +91,8 @@ def main(df: pd.DataFrame, machine: str, cache="warm", views=("kernel_time", "ev
     narrow.update({"showlegend": True, "margin.l": 45, "margin.r": 8, "margin.b": 20, "legend.yref": "container",
                    "legend.y": 1.0, "legend.yanchor": "top", "legend.font.size": 10})
     fig.layout.meta = {"narrow": narrow, "narrow_height": 150 * n_ops + 160, "narrow_top": 130, "top": 40,
-                       "narrow_font": 10}
+                       "narrow_font": 10, "per_impl": True, "grid": {"by": ["view", "panel"], "across": "name",
+                                                             "heads": ["view", "operation"]}}
     shapes = {o: V.first_shape(df, o) for o in op_list}
     return with_caption(fig, caption("field", cache, machine, shapes,
                                      "FP32, forward only. Bars: mean; whiskers: range of the three round means "
@@ -117,7 +119,10 @@ def combined(df: pd.DataFrame, machine: str, cache="warm"):
         for r, v in enumerate(("kernel_time", "event_span"), start=1):
             rows = V.select(b, op=op, view=v)
             values += list(rows["value"])
+            before = len(fig.data)
             impl_bars(fig, rows, impls, v, r, c, seen, text=False)
+            for t in fig.data[before:]:  # (the values table's row: the bottom row's panels have no title)
+                t.meta = {**t.meta, "panel": op_label(op)}
             fig.update_xaxes(categoryorder="array", categoryarray=impls, showticklabels=False, row=r, col=c)
         fig.update_yaxes(rangemode="tozero", col=c)
     fig.update_annotations(font_size=12)
@@ -140,52 +145,9 @@ def combined(df: pd.DataFrame, machine: str, cache="warm"):
         for r in range(2):
             narrow[f"{_axis('x', r * n + c + 1)}.domain"] = [c * (width + gap), c * (width + gap) + width]
     fig.layout.meta = {"narrow": narrow, "narrow_height": 560, "narrow_font": 9}
+    with_grid(fig, ["view", "panel"], "name", ["view", "operation"])
     return with_caption(fig, caption("field", cache, machine, {o: V.first_shape(df, o) for o in op_list},
                                      "FP32. Each column has its own scale, shared by its two rows."))
-
-
-def op_views(df: pd.DataFrame, op: str, machine: str, cache="warm", views=("kernel_time", "event_span", "launches")):
-    """One operation in three views side by side: a bar group per listed field shape, one bar per
-    implementation in its colour (named by the legend)."""
-    d = V.select(df, op=op, shape_set="field", cache=cache, dtype="fp32", stat="mean")
-    have = set(d["shape"])
-    shapes = [s for s in V.shapes_of(op, "field") if s in have] or sorted(have)
-    if not shapes:
-        return not_measured(f"{op_label(op)} in three views", machine, f"{op_label(op)} at the field shapes")
-    fig = make_subplots(rows=1, cols=len(views), subplot_titles=[f"{VIEW_LABEL[v]} ({VIEW_UNIT[v]})" for v in views],
-                        horizontal_spacing=0.08)
-    top = V.headline(d, view=list(views))
-    impls = impls_in(top["impl"], op)
-    tick = {s: s.replace(",", ",<br>") for s in shapes}
-    seen, values = set(), []
-    for c, v in enumerate(views, start=1):
-        for impl in impls:
-            g = V.select(top, view=v, impl=impl).set_index("shape").reindex(shapes)
-            if g["value"].isna().all():
-                continue
-            values += [x for x in g["value"] if v != "launches"]
-            err = None
-            if g["lo"].notna().any():
-                err = dict(type="data", symmetric=False, array=(g["hi"] - g["value"]).clip(lower=0).fillna(0).tolist(),
-                           arrayminus=(g["value"] - g["lo"]).clip(lower=0).fillna(0).tolist(), color="#333")
-            fig.add_trace(go.Bar(
-                x=[tick[s] for s in shapes], y=g["value"].tolist(), error_y=err, name=impl_label(impl),
-                legendgroup=impl, showlegend=impl not in seen, marker_color=impl_color(impl),
-                marker_line=dict(color="#333", width=0.6), meta={"series": impl_label(impl)},
-                hovertemplate=f"{impl_label(impl)}<br>{VIEW_LABEL[v]} %{{y:.3g}} {VIEW_UNIT[v]}<br>shape %{{x}}"
-                              "<extra></extra>"), row=1, col=c)
-            seen.add(impl)
-        fig.update_xaxes(tickangle=0, row=1, col=c, showticklabels=len(shapes) > 1)
-        fig.update_yaxes(rangemode="tozero", row=1, col=c)
-    fig.update_layout(barmode="group", height=480, template="plotly_white", margin=dict(t=90, b=40),
-                      title=dict(text=f"{op_label(op)} in three views", x=0, y=0.98, yanchor="top"),
-                      legend=dict(orientation="h", y=-0.08 if len(shapes) == 1 else -0.2, x=0, yanchor="top",
-                                  font=dict(size=11)))
-    log_toggle(fig, values, [_axis("y", 1), _axis("y", 2)])
-    fig.layout.meta = {"narrow": {"margin.l": 35, "margin.r": 8, "legend.y": -0.15}, "narrow_height": 520,
-                       "narrow_font": 10}
-    return with_caption(fig, caption("field", cache, machine, {op: " and ".join(shapes)},
-                                     "FP32. Whiskers on event spans: range of the three round means."))
 
 
 def amdahl(speedup: float, machine: str, label: str = "the kernel", what: str = "the kernel",
@@ -197,7 +159,7 @@ def amdahl(speedup: float, machine: str, label: str = "the kernel", what: str = 
     for p in shares:
         fig.add_trace(go.Scatter(x=s, y=1 / ((1 - p) + p / s), mode="lines", name=f"kernel is {p:.0%} of the request",
                                  meta={"table_step": 40},
-                                 hovertemplate=f"share {p:.0%}<br>kernel x%{{x:.3g}} -> request x%{{y:.3g}}<extra></extra>"))
+                                 hovertemplate=f"share {p:.0%}<br>kernel x%{{x:,.3~r}} -> request x%{{y:,.3~r}}<extra></extra>"))
     marked = bool(speedup and math.isfinite(speedup) and speedup > 0)
     if marked:
         fig.add_vline(x=speedup, line=dict(color=color, dash="dash"),
@@ -212,51 +174,62 @@ def amdahl(speedup: float, machine: str, label: str = "the kernel", what: str = 
     return with_caption(fig, f"Curves: S = 1 / ((1 - p) + p / s). {mark}")
 
 
-def cards(df: pd.DataFrame, published: pd.DataFrame, machine: str, cache="warm"):
-    """The original note's published RTX 4090 figures beside this card's, per operation and view, for the
-    implementations the published figures have."""
+def cards(df: pd.DataFrame, published: pd.DataFrame, machine: str, cache="warm", first: str = "kernel_time"):
+    """The original note's published RTX 4090 figures beside this card's, one column per operation, for
+    the implementations the published figures have; the card's toggle switches the view (``first`` shown)."""
     views = ["kernel_time", "event_span", "launches"]
     pub = V.headline(published, round=0, view=views)
     impls = impls_in(pub["impl"])
     ours = V.select(V.bars(df, cache=cache), view=views, impl=impls)
     op_list = V.ops_in(list(pub["op"]) + list(ours["op"]))
-    if not op_list:
+    views = [v for v in views if v in set(pub["view"]) | set(ours["view"])]
+    if not op_list or not views:
         return not_measured(f"{PUBLISHED_LABEL} against {machine}", machine, "the published figures")
-    fig = make_subplots(rows=len(views), cols=len(op_list), vertical_spacing=0.09, horizontal_spacing=0.05,
-                        subplot_titles=[op_short(o) for o in op_list] + [""] * (len(views) - 1) * len(op_list),
-                        row_titles=[VIEW_LABEL[v] if VIEW_UNIT[v] in VIEW_LABEL[v] else f"{VIEW_LABEL[v]} ({VIEW_UNIT[v]})"
-                                    for v in views])
-    for r, v in enumerate(views, start=1):
+    first = first if first in views else views[0]
+    fig = make_subplots(rows=1, cols=len(op_list), horizontal_spacing=0.05,
+                        subplot_titles=[op_short(o) for o in op_list])
+    owner = []
+    for v in views:
         for c, op in enumerate(op_list, start=1):
             for label, src, color in ((PUBLISHED_LABEL, pub, "#9a9a9a"), (machine, ours, "#2a7f62")):
                 s = V.select(src, op=op, view=v).set_index("impl")
                 s = s.reindex([i for i in impls if i in s.index])
                 fig.add_trace(go.Bar(
                     x=[short_label(i) for i in s.index], y=s["value"].tolist(), name=label, legendgroup=label,
-                    showlegend=r == 1 and c == 1, marker_color=color,
+                    showlegend=c == 1, visible=v == first, marker_color=color,
                     marker_pattern_shape="/" if label == PUBLISHED_LABEL else "",
+                    meta={"series": label, "unit": VIEW_UNIT[v]},
                     customdata=np.stack([s["shape"].astype(str).tolist()], axis=-1) if len(s) else None,
-                    hovertemplate=f"<b>{label}</b> %{{x}}<br>%{{y:.3g}} {VIEW_UNIT[v]}<br>shape %{{customdata[0]}}"
-                                  "<extra></extra>"), row=r, col=c)
-            fig.update_yaxes(rangemode="tozero", row=r, col=c)
-            fig.update_xaxes(tickangle=0, tickfont=dict(size=9), showticklabels=r == len(views), row=r, col=c)
-    # On a phone a column is about 60 px for three bar pairs: the names would overprint, so the bottom row's
-    # ticks become the labels' initials, spelled out in the caption.
+                    hovertemplate=f"<b>{label}</b> %{{x}}<br>%{{y:,.3~r}} {VIEW_UNIT[v]}<br>shape %{{customdata[0]}}"
+                                  "<extra></extra>"), row=1, col=c)
+                owner.append(v)
+            fig.update_yaxes(rangemode="tozero", row=1, col=c)
+            fig.update_xaxes(tickangle=0, tickfont=dict(size=9), row=1, col=c)
+    title = f"{PUBLISHED_LABEL} against {machine}"
+    # On a phone a column is about 60 px for three bar pairs: the names would overprint, so the ticks
+    # become the labels' initials, spelled out in the caption.
     initials = _initials(impls)
-    narrow = {"margin.l": 35, "margin.r": 30}
+    narrow = {"margin.l": 35, "margin.r": 10, "legend.font.size": 10}
+    gap = 0.09  # on a phone, room between columns for each one's tick labels (they sat on the bars before)
+    width = (1 - gap * (len(op_list) - 1)) / len(op_list)
     for c in range(1, len(op_list) + 1):
-        ax = _axis("x", (len(views) - 1) * len(op_list) + c)
+        ax = _axis("x", c)
         narrow.update({f"{ax}.tickmode": "array", f"{ax}.tickvals": [short_label(i) for i in impls],
-                       f"{ax}.ticktext": [initials[i] for i in impls]})
-    fig.layout.meta = {"narrow": narrow, "narrow_height": 700, "narrow_font": 9}
-    fig.update_layout(barmode="group", height=800, template="plotly_white", margin=dict(t=120),
-                      title=dict(text=f"{PUBLISHED_LABEL} against {machine}", x=0, y=0.99, yanchor="top"),
-                      legend=dict(orientation="h", y=1.07, x=0, xanchor="left", yanchor="bottom"))
+                       f"{ax}.ticktext": [initials[i] for i in impls],
+                       f"{ax}.domain": [(c - 1) * (width + gap), (c - 1) * (width + gap) + width],
+                       f"annotations.{c - 1}.x": (c - 1) * (width + gap) + width / 2})  # (its title over it)
+    fig.layout.meta = {"narrow": narrow, "narrow_height": 420, "narrow_font": 9, "per_impl": True}
+    with_grid(fig, ["view", "panel", "series"], "x", ["view", "operation", "card"])
+    fig.update_layout(barmode="group", height=440, template="plotly_white", margin=dict(t=60, b=40),
+                      title=dict(text=f"{title}, {VIEW_LABEL[first]}", x=0, y=0.99, yanchor="top"),
+                      legend=dict(orientation="h", y=-0.2, x=0, xanchor="left", yanchor="top"),
+                      updatemenus=[view_menu(owner, views, title, ["yaxis"], first)])
+    fig.update_yaxes(title_text=VIEW_UNIT[first], row=1, col=1)
     order = ", ".join(f"{impl_label(i)} ({initials[i]})" for i in impls)
     return with_caption(fig, f"Hatched grey: the original note's published RTX 4090 figures (WSL, FP32; shapes not "
                              f"published; not measured by this project). Green: {machine}, field shapes, {cache} "
-                             f"cache. Bars left to right: {order}. The shapes differ, so compare the pattern across "
-                             "implementations, not the heights.")
+                             f"cache. Bars left to right: {order}. Each column has its own scale. The shapes differ, "
+                             "so compare the pattern across implementations, not the heights.")
 
 
 def _initials(impls) -> dict:

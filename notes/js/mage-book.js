@@ -9,6 +9,7 @@
   var here = document.currentScript ? document.currentScript.src : "";
   var base = here.slice(0, here.lastIndexOf("/") + 1);
   var NARROW = 700;
+  var TOOLBAR = 30;  // px: the height of plotly's toolbar, kept free of text above a desktop plot
 
   function loadPlotly(done) {
     if (window.Plotly) return done();
@@ -78,7 +79,11 @@
     var title = el("p", "mage-title", plainText(titleText(layout)));
     setPath(layout, "title.font.color", "rgba(0,0,0,0)");
     setPath(layout, "title.font.size", 1);
-    setPath(layout, "margin.t", narrow ? (meta.narrow_top || 30) : (meta.top || 40));
+    // Plotly's toolbar sits in the top right corner of the plot. On a phone or a touch screen it is
+    // hidden (it covered legends and titles there); on a desk it gets a band of its own above the plot.
+    var touch = window.matchMedia && window.matchMedia("(pointer: coarse)").matches;
+    var toolbar = !(narrow || touch);
+    setPath(layout, "margin.t", narrow ? (meta.narrow_top || 30) : (meta.top || 40) + (toolbar ? TOOLBAR : 0));
     if (sliders.length) setPath(layout, "margin.b", meta.bottom || 60);  // plotly's slider is drawn as HTML
     layout.autosize = true;
     delete layout.width;
@@ -139,7 +144,8 @@
       show(Number(input.value));
     });
 
-    var config = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+    var config = { responsive: true, displaylogo: false, displayModeBar: toolbar ? "hover" : false,
+                   modeBarButtonsToRemove: ["lasso2d", "select2d"] };
     return Plotly.newPlot(plot, spec.data || [], layout, config);
   }
 
