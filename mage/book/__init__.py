@@ -142,6 +142,13 @@ def show(fig) -> None:
     show_figure(fig)
 
 
+def blocks(df) -> list[str]:
+    """The model blocks the data holds rows of, in figure order: a block defined here but not yet measured
+    on this card stays out of the pages until a run records it."""
+    have = set(df["op"]) if len(df) else set()
+    return [n for n, s in ops.OPS.items() if s.kind == "block" and n in have]
+
+
 def ratio(a: float, b: float) -> float:
     return a / b if b else math.nan
 

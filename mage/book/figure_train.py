@@ -93,7 +93,7 @@ def steps(df: pd.DataFrame, machine: str):
     groups = []
     for dtype in [d for d in ("fp32", "bf16") if d in set(t["dtype"])]:
         d = t[t["dtype"] == dtype]
-        blocks = [b for b in TR.blocks() if b in set(d["block"])]
+        blocks = [b for b in TR.blocks(df) if b in set(d["block"])]
         traces = []
         for impl in impls_in(d["impl"]):
             r = d[d["impl"] == impl].set_index("block").reindex(blocks)

@@ -23,8 +23,10 @@ def role(name: str) -> str:
         return ""
 
 
-def blocks() -> list[str]:
-    return [n for n, s in OPS.items() if s.kind == "block"]
+def blocks(df) -> list[str]:
+    """The blocks whose training steps the data holds, in figure order."""
+    have = set(df["op"]) if len(df) else set()
+    return [n for n, s in OPS.items() if s.kind == "block" and n in have]
 
 
 def verdict_words(verdict: str, a: float, b: float, tol: float, what: str = "the time") -> str:
@@ -148,7 +150,7 @@ def train_findings(df: pd.DataFrame) -> str:
     PyTorch variant (a tie counts), and which are not."""
     parts = []
     for dtype in ("fp32", "bf16"):
-        res = {b: custom_against_fastest(df, b, dtype) for b in blocks()}
+        res = {b: custom_against_fastest(df, b, dtype) for b in blocks(df)}
         res = {b: r for b, r in res.items() if r[0].verdict != "not measured"}
         if not res:
             parts.append(f"In {dtype} no block's training step was measured for both the custom column and "
