@@ -19,10 +19,14 @@ CONFIGS = RECORD["configs"]  # the record's own ids for distinct configs (no lau
 
 
 def _module(op):
-    try:
-        return importlib.import_module(f"kernels.{op}.triton_kernel")
-    except ModuleNotFoundError:
-        return importlib.import_module(f"kernels.{op}.triton_block")
+    """The op's Triton launcher module; None for an operation with no Triton column (no tiles)."""
+    for leaf in ("triton_kernel", "triton_block"):
+        try:
+            return importlib.import_module(f"kernels.{op}.{leaf}")
+        except ModuleNotFoundError as e:
+            if e.name != f"kernels.{op}.{leaf}":
+                raise
+    return None
 
 
 def _chooser(op, dtype):
@@ -37,7 +41,7 @@ def _chooser(op, dtype):
 def _tables():
     """Every tile table of every launcher."""
     for op in ops.OPS:
-        tiles = getattr(_module(op), "TILES", None)
+        tiles = getattr(_module(op), "TILES", None) if _module(op) else None
         for dtype, table in (tiles.items() if isinstance(tiles, dict) else [("all", tiles)]):
             if isinstance(table, TileTable):
                 yield f"{op}/{dtype}", table

@@ -6,8 +6,8 @@ import torch.nn.functional as F
 
 from mage.errors import MageInputError
 
-from .spec import EPS
-from . import triton_backward  # noqa: F401 - registers the operators' autograd
+from kernels.layernorm.spec import EPS
+from kernels.layernorm import triton_backward  # noqa: F401 - registers the operators' autograd
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() or __import__("os").environ.get("TRITON_INTERPRET") == "1"),
                                 reason="the Triton kernel needs CUDA or TRITON_INTERPRET=1")
