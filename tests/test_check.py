@@ -177,16 +177,16 @@ def test_a_gradient_left_partly_unwritten_is_nan_under_poisoned_allocations():
 
 
 def _zero_one(y, which):
-    flat = y.view(-1)
-    order = flat.float().abs().argsort()
-    flat[order[len(order) // 2] if which == "median" else order[-1]] = 0
+    """y with one element zeroed: the largest, or a typical one (the nearest to the root-mean-square)."""
+    flat, a = y.view(-1), y.view(-1).float().abs()
+    flat[a.argmax() if which == "largest" else (a - a.pow(2).mean().sqrt()).abs().argmin()] = 0
     return y
 
 
-@pytest.mark.parametrize("which", ["median", "largest"])
+@pytest.mark.parametrize("which", ["typical", "largest"])
 def test_bf16_with_one_element_zeroed_fails(which):
-    """One element of 6144 zeroed moves the norm-wise error of a median-sized element by about 1e-2,
-    inside bf16's 2e-2: the elementwise bound catches it (a norm-wise verdict alone passed it)."""
+    """One typical element of 6144 zeroed moves the norm-wise error by about 1e-2, inside bf16's 2e-2:
+    the elementwise bound catches it (a norm-wise verdict alone passed it)."""
     def zeroed(x, b, out=None):
         return _write(out, _zero_one(torch.nn.functional.gelu(x.float() + b.float()).bfloat16(), which))
     r = check(_impl("bias_gelu", zeroed, dtype="bf16"), dict(R=64, C=96))
