@@ -14,6 +14,7 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
+from mage import facets
 from mage import views as V
 from mage.ops import OPS
 
@@ -56,7 +57,7 @@ def short_ticks(fig, axis: str = "xaxis"):
     """On a phone, category ticks 'block name<br>shape' become the block's short name: the two-line
     labels of neighbouring bars ran into one another and into the legend."""
     ticks = list(dict.fromkeys(x for t in fig.data for x in (t.x if t.x is not None else ()) if isinstance(x, str)))
-    short = {o.label: (o.short or o.label) for o in OPS.values()}
+    short = {facets.of(o).label: (facets.of(o).get("short", "") or facets.of(o).label) for o in OPS}
     text = [short.get(x.split("<br>")[0], x.split("<br>")[0]) for x in ticks]
     meta = dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}
     meta["narrow"] = {**meta.get("narrow", {}), f"{axis}.tickmode": "array", f"{axis}.tickvals": ticks,
