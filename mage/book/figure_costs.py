@@ -64,8 +64,9 @@ def roofline(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, shape_sets=
     return with_caption(fig, caption(" and ".join(shape_sets), cache, machine,
                                      extra=f"Marker shape: operation ({legend}); small markers field shapes, large "
                                            "markers large shapes. Roofs are this card's measured copy bandwidth and "
-                                           "FP32 rate of a dense matrix product, not datasheet peaks, measured once per run: a point a "
-                                           "few percent above its roof means that reading came out low."))
+                                           "FP32 rate of a dense matrix product, not datasheet peaks, measured once per run. The FP32 "
+                                           "roof is the FMA units' rate: a point well above it runs on the tensor "
+                                           "cores (a bf16 or split-precision GEMM), a different roof."))
 
 
 def cost_vs_size(df: pd.DataFrame, ceilings: pd.DataFrame, machine: str, cache="warm", op_list=None):
