@@ -28,7 +28,7 @@ def _op():
 
 
 def _block():
-    return TR.blocks()[0]
+    return next(n for n, s in ops.OPS.items() if s.kind == "block")  # the first block in figure order
 
 
 def _pass_rows(op, times, which=0):

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from bs4 import BeautifulSoup
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BACK_MATTER = {"notes/appendix", "notes/glossary", "notes/references", "notes/runs"}
 LIMITS = {"chapters": 3600, "book": 6000}  # prose words: the opening page and chapters; everything
 
