@@ -7,26 +7,9 @@ import pytest
 from mage.book import guards as K
 from mage import views as V
 from mage.ops import OPS
+from tests.support.claim_rows import OP, frame, rows
 
-OP = next(iter(OPS))  # any operation with listed shapes; the guards name none of their own
 BLOCK = next(n for n, s in OPS.items() if s.kind == "block")
-
-
-def rows(values: dict, view="kernel_time", op=OP, shape_set="field", spread=None, dtype="fp32"):
-    """Round-0 means (and, with ``spread``, three round means) for each impl -> value."""
-    out = []
-    for impl, v in values.items():
-        base = dict(op=op, impl=impl, dtype=dtype, shape=V.shapes_of(op, shape_set)[0], shape_set=shape_set,
-                    cache="warm", view=view, stat="mean", run="r1", config="", tile_of="", flags="",
-                    kernel_names="")
-        out.append(dict(base, round=0, value=v))
-        if spread is not None:
-            out += [dict(base, round=k, value=v * f) for k, f in ((1, 1 - spread), (2, 1.0), (3, 1 + spread))]
-    return out
-
-
-def frame(*parts):
-    return pd.DataFrame([r for p in parts for r in p])
 
 
 def test_verdict_holds_flips_and_ties():
