@@ -45,7 +45,7 @@ def _error(out, ref) -> float:
 
 def measure(case: Case, iters: int, n_spans: int, log) -> tuple[list, list]:
     base = dict(op=case.op, dtype=case.dtype, shape=case.shape, shape_set="model", cache="warm", round=0)
-    rows, checks, kernel, live = [], [], {}, {}
+    rows, checks, kernel, live, stock_kinds = [], [], {}, {}, Counter()
     ref = case.reference()
     for name, fn in case.columns.items():
         try:
@@ -56,8 +56,12 @@ def measure(case: Case, iters: int, n_spans: int, log) -> tuple[list, list]:
                                reason=f"{type(e).__name__}: {e}"[:300]))
             log(f"  {name}: failed to run ({type(e).__name__}: {e})")
             continue
+        passed = err <= TOLERANCE[case.dtype]
         checks.append(dict(op=case.op, impl=name, dtype=case.dtype, shape=case.shape, dist="normal", error=err,
-                           tolerance=TOLERANCE[case.dtype], passed=err <= TOLERANCE[case.dtype], trials=1, reason=""))
+                           tolerance=TOLERANCE[case.dtype], passed=passed, trials=1, reason=""))
+        if not passed:  # never time what fails its check
+            log(f"  {name}: error {err:.3g} against float64 is over {TOLERANCE[case.dtype]:g}; not timed")
+            continue
         p = profile(fn, iters=iters)
         kernel[name], live[name] = p, fn
         rows += [dict(base, impl=name, view="kernel_time", stat="mean", value=p.kernel_us, unit="us"),
@@ -69,12 +73,16 @@ def measure(case: Case, iters: int, n_spans: int, log) -> tuple[list, list]:
                  for k, us in sorted(kinds.items())]
         if name == "stock":
             stock_kinds = kinds
+    if not live:
+        return rows, checks
     sr = spans(live, n=n_spans, rounds=3, warmup=3)
     for name in live:
         means = sr.round_means(name)
         rows.append(dict(base, impl=name, view="event_span", stat="mean", value=sum(means) / 3, unit="us"))
         rows += [dict(base, impl=name, view="event_span", stat="mean", round=i + 1, value=v, unit="us")
                  for i, v in enumerate(means)]
+    if "stock" not in kernel:  # nothing to predict from: the failed check says why
+        return rows, checks
     stock_us = sum(n * profile(s, iters=iters).kernel_us for s, _, n in case.replaced)
     ours_us = sum(n * profile(o, iters=iters).kernel_us for _, o, n in case.replaced)
     replaced = stock_us + sum(stock_kinds.get(k, 0.0) for k in case.fused_kinds)
@@ -92,7 +100,9 @@ def arguments(ap) -> None:
     ap.add_argument("--out", required=True, help="the machine's data folder; rows go to <out>/models/")
     ap.add_argument("--models", nargs="+", default=["vjepa2", "schnet"], choices=["vjepa2", "schnet"])
     ap.add_argument("--frames", type=int, nargs="+", default=[16, 64], help="V-JEPA 2 clip lengths")
-    ap.add_argument("--atoms", type=int, nargs="+", default=[3000, 100000], help="SchNet box sizes")
+    # 30,000 atoms: about 1.6 M edges; the float64 reference's forces at 100,000 atoms would need over
+    # 100 GB (six interactions' saved messages), so larger boxes are asked for by name
+    ap.add_argument("--atoms", type=int, nargs="+", default=[3000, 30000], help="SchNet box sizes")
     ap.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--spans", type=int, default=30)
