@@ -63,10 +63,10 @@ class _Column:
         self.precision = precision
 
     def prepare(self, *inputs):
+        torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32-class: tf32x3, not TF32
         return library_arguments(*inputs), inputs[0].dim() == 4
 
     def __call__(self, kw, batched, out=None):
-        torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32-class: tf32x3, not TF32
         y = call(kw, batched, self.precision)
         if out is None:
             return y
