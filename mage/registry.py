@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -76,8 +76,7 @@ class Impl:
             return "needs CUDA" + (" (or TRITON_INTERPRET=1)" if self.interpret else "")
         return None
 
-    def with_config(self, **kw) -> "Impl":
-        return replace(self, **kw)
+
 
 
 _REGISTRY: dict[tuple, Impl] = {}

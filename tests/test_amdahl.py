@@ -226,7 +226,6 @@ def test_the_gpu_half_wires_operations_and_the_split(monkeypatch, dtype):
 
 def test_the_gather_of_eager_aggregation_is_the_aggregation():
     # the eager message-passing layer's gather kernel, as the H200 profile named it, left unclaimed before
-    from mage.ops import OPS
     name = "void at::native::vectorized_gather_kernel<16, int>(char*, char*, int*, int, long, long, long, long, bool)"
     assert amdahl.classify(name, facets.get("mp_block", "parts")) == "neighbor_agg"
 

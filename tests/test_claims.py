@@ -1,4 +1,4 @@
-"""The book's computed sentences (mage/claims.py): each says what small hand-made data says, flips when
+"""The book's computed sentences (mage/book/claims.py): each says what small hand-made data says, flips when
 the data flips, reads a tie within the harness's precision, and never compares unlike with like."""
 import json
 import math

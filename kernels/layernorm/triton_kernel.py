@@ -3,6 +3,8 @@ one block stays in registers (read once); a longer row is reduced in chunks and 
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 import triton
 import triton.language as tl
@@ -199,10 +201,12 @@ def _good(x, gamma, beta) -> bool:
             and x.device == gamma.device and x.device == beta.device)
 
 
-def check_eps(eps) -> None:
-    """eps keeps the square root away from zero: a positive, finite number (a bool is not one)."""
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < float("inf"):
+def check_eps(eps) -> float:
+    """eps keeps the square root away from zero: a positive, finite real number (a bool is not one),
+    returned as the float the kernel takes."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 < float(eps) < float("inf"):
         raise MageInputError("layernorm", "eps", f"must be a positive finite number, got {eps!r}")
+    return float(eps)
 
 
 def _checked(x, gamma, beta) -> None:
@@ -226,8 +230,8 @@ def layernorm(x, gamma, beta, out=None, stats=None, eps=EPS, **config):
     brings its own (V-JEPA 2 uses 1e-6). ``stats``: a pair of float32 tensors [R] that receive each
     row's mean and 1 / sqrt(var + eps) (the training path's)."""
     _checked(x, gamma, beta)
-    if eps is not EPS:
-        check_eps(eps)
+    if eps != EPS:  # the spec's own needs no check (and a NaN is never equal to it)
+        eps = check_eps(eps)
     R, C = x.shape
     if stats is not None:  # the kernel writes one value per row into each: refuse what it would misplace
         if not isinstance(stats, (tuple, list)) or len(stats) != 2:

@@ -11,7 +11,7 @@ PARTS = (Part("layernorm", LAYERNORM, lambda s: [dict(R=s.get("B", 1) * s["N"] *
                                                   dict(R=s.get("B", 1) * s["N"] ** 2, C=s["H"])]),
          Part("gate", (r"sigmoid", r"mulfunctor")),
          Part("triangle", (r"_batched_gemm", r"_transpose", r"_triangle", r"copy", r"clone"),
-              lambda s: [dict(N=s["N"], C=s["H"])], split_from="matmul"),
+              lambda s: [dict(N=s["N"], C=s.get("B", 1) * s["H"])], split_from="matmul"),  # B complexes: B x H contractions
          Part("matmul", GEMM, lambda s: [dict(M=s.get("B", 1) * s["N"] ** 2, K=s["D"], N=5 * s["H"]),
                                          dict(M=s.get("B", 1) * s["N"] ** 2, K=s["H"], N=s["D"])]),
          Part("elementwise", ELEMENTWISE))

@@ -1,6 +1,6 @@
 """One operation per implementation in the card's views (kernel time, event span, launches per call)
 behind one toggle, with a log scale where one bar dwarfs the rest: each chapter's figure of its
-operation (a figure of ``mage.figures``, which re-exports it)."""
+operation (a figure of ``mage.book.figures``, which re-exports it)."""
 from __future__ import annotations
 
 import plotly.graph_objects as go

@@ -179,7 +179,7 @@ def with_caption(fig, text: str):
 
 
 def with_grid(fig, by: list[str], across: str, heads: list[str] | None = None):
-    """The figure's values table as a grid (``mage.figure_page.grid_table``): a row per combination of
+    """The figure's values table as a grid (``mage.book.figure_page.grid_table``): a row per combination of
     ``by`` (panel, view, series, name or x), a column per value of ``across``; ``heads`` name the row keys."""
     meta = dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}
     if not meta.get("not_measured"):

@@ -1,5 +1,5 @@
-"""A speed target an operation states (its ``targets`` facet), which ``mage.targets`` checks against a
-recorded run. Here until the book's package can hold it (``mage/book.py`` is still a module)."""
+"""A speed target an operation states (its ``targets`` facet), which ``mage.book.targets`` checks against a
+recorded run."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -14,7 +14,6 @@ import pandas as pd
 
 from mage.book import claims as C
 from mage import views as V
-from mage.errors import MageInputError
 from mage.ext.training.passes import grad_cost
 from mage.ops import OPS, parse_shape, peak_tflops
 

@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 
 @dataclass(frozen=True)
 class Part:
-    """One operation a block calls, for the Amdahl attribution (``mage.amdahl``): which operation, the
+    """One operation a block calls, for the Amdahl attribution (``mage.ext.amdahl``): which operation, the
     shapes the block calls it at, and the kernel names that are its work in a profile of the block.
 
     A kernel belongs to the first part, in the block's order, with a pattern that finds it in the

@@ -93,9 +93,3 @@ def findings(t: pd.DataFrame, dtype: str = "fp32") -> str:
             head += "; no prediction (an operation it calls was not measured at this precision)"
         out.append(head + ".")
     return " ".join(out)
-
-
-def parts_text(parts: dict) -> str:
-    """'layernorm 10%, 2.00x; matmul 65%, 1.00x; elementwise 5%, n/m': each part's p and s."""
-    return "; ".join(f"{k} {v['p']:.0%}, " + (f"{v['s']:.2f}x" if v["s"] == v["s"] else "n/m")
-                     for k, v in parts.items() if v["p"] == v["p"])

@@ -2,9 +2,10 @@
 its modules in place (the model's source is not edited). Each swapped module calls a ``torch.library``
 operator, so eager runs and torch.compile graphs both reach the kernel.
 
-The swap is for inference: the operators for Linear have no backward. A module the kernels cannot
-compute exactly (a LayerNorm over several dimensions or without affine parameters, a tanh-approximate
-GELU) is left as it is and counted, never replaced by something that computes another function.
+The swap is for inference: the operators for Linear have no backward, and a swapped Linear refuses to
+run where autograd would record it. A module the kernels cannot compute exactly (a LayerNorm over
+several dimensions or without affine parameters, a tanh-approximate GELU, a gated MLP) is left as it is
+and counted, never replaced by something that computes another function.
 """
 from __future__ import annotations
 
@@ -52,6 +53,9 @@ class KernelLinear(nn.Module):
         self.weight, self.bias, self.gelu = lin.weight, lin.bias, gelu
 
     def forward(self, x):
+        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+            raise MageInputError("swap", "model", "a swapped Linear has no backward: run the swapped model under "
+                                 "torch.inference_mode() or torch.no_grad()")
         y = _ops().triton_linear(_rows(x), self.weight, self.bias, self.gelu)
         return y.view(*x.shape[:-1], self.weight.shape[0])
 
@@ -111,7 +115,12 @@ def swap(model: nn.Module, *, layernorm: bool = True, linear: bool = True, mlp: 
             if act_name is None or not isinstance(fc1, nn.Linear) or not isinstance(fc2, nn.Linear):
                 continue
             act = getattr(parent, act_name)
-            why = _linear_ok(fc1) or ("" if _exact_gelu(act) else f"activation {type(act).__name__} is not the exact GELU")
+            # fc1 -> act -> fc2 in a row: fc2 reads all of fc1's width. A gated MLP (GEGLU) splits fc1's
+            # output in two and gates one half with the other: fc1 is twice fc2's input, and fusing the
+            # activation into all of fc1 would compute another function
+            why = (_linear_ok(fc1) or ("" if fc1.out_features == fc2.in_features else "a gated MLP (fc1 wider than "
+                                       "fc2's input)") or ("" if _exact_gelu(act) else
+                                                           f"activation {type(act).__name__} is not the exact GELU"))
             if why:
                 done.kept[f"MLP ({why})"] += 1
                 continue

@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 @dataclass(frozen=True)
 class Batching:
-    """How requests to a block batch, for the service experiment (``mage.service``).
+    """How requests to a block batch, for the service experiment (``mage.ext.service``).
 
     One request is the spec's inputs at a shape whose ``size`` entry is ``items`` (a sequence of tokens,
     a complex, a graph). The inputs named in ``axes`` belong to the request; every other input is a

@@ -31,17 +31,6 @@ def differentiable(op: str, name: str, dtype: str = "fp32", autocast: bool = Fal
     return registry.declare(TABLE, op, name, dtype, **info)
 
 
-def train_as_graph(op: str, plain: str, name: str, dtypes=("fp32", "bf16")) -> None:
-    """``name`` (a column replayed from CUDA graphs) trains as ``plain`` does, with the whole step recorded
-    as one graph: the same path, autocast behaviour, kept buffers and input preparation (not ``name``'s
-    own, whose forward capture the step does not use). Training paths are FP32's (bf16 is autocast over
-    them), so ``name`` at every other dtype has none: its forward is a graph, not differentiable."""
-    registry.declare(TABLE, op, name, "fp32", as_graph_of=plain)(None)
-    for dtype in dtypes:
-        if dtype != "fp32":
-            registry.declare(TABLE, op, name, dtype)(None)
-
-
 def _entry(key) -> Optional[dict]:
     """The table's entry for ``key`` with a graphed column's resolved to its plain column's path."""
     e = registry.declared(TABLE).get(key)

@@ -62,6 +62,26 @@ def test_a_tanh_gelu_is_kept_not_swapped():
     assert sum(n for k, n in done.kept.items() if "not the exact GELU" in k) == 1
 
 
+def test_a_gated_mlp_is_kept_whole():
+    """GEGLU: fc1 makes twice fc2's input and one half gates the other; fusing GELU into fc1 would apply
+    it to both halves."""
+    mlp = torch.nn.Module()
+    mlp.fc1, mlp.act, mlp.fc2 = torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(16, 8)
+    done = S.swap(mlp)
+    assert isinstance(mlp.act, torch.nn.GELU) and not mlp.fc1.gelu
+    assert sum(n for k, n in done.kept.items() if "gated MLP" in k) == 1
+
+
+@needs_kernels
+def test_a_swapped_linear_refuses_to_record_autograd():
+    lin = torch.nn.Linear(4, 4)
+    S.swap(m := torch.nn.Sequential(lin))
+    with pytest.raises(MageInputError, match="swap.*model.*no backward"):
+        m(torch.randn(2, 4))
+    with torch.no_grad():
+        assert m(torch.randn(2, 4)).shape == (2, 4)
+
+
 def test_modules_the_kernels_cannot_compute_are_kept():
     m = torch.nn.Sequential(torch.nn.LayerNorm((4, 8)), torch.nn.LayerNorm(8, elementwise_affine=False),
                             torch.nn.Linear(8, 8, bias=False))
