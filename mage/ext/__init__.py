@@ -10,7 +10,8 @@ a package listed in ``EXTENSIONS``; importing it plugs it into the core's extens
   it without importing any extension;
 - roles (``mage.registry.set_role``): which column is the baseline, the custom one, the library family.
 
-The core imports none of them; the command line loads this list (``load``). A new experiment is a new
+The core's modules import none of them (discovering the operations imports their facets, which name
+the extensions' types); the command line loads this list (``load``). A new experiment is a new
 package here and a line in ``EXTENSIONS``; ``Op`` and the registry do not grow.
 """
 from __future__ import annotations
