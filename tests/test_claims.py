@@ -44,11 +44,9 @@ def test_views_disagree_compares_like_with_like():
     # rust_native has spans but no kernel time of its own: it cannot make the views disagree
     agree, lk, ls = C.views_disagree(frame(k, s), OP)
     assert agree is False and lk.leaders == ("triton",) and ls.leaders == ("triton",)
-    assert "In none of the 1 operations" in C.disagreement(frame(k, s))
     # flip the span order: now they disagree
     s2 = rows({"pytorch": 50.0, "triton": 60.0, "rust_ptx_py": 40.0}, view="event_span", spread=0.001)
     assert C.views_disagree(frame(k, s2), OP)[0] is True
-    assert "In 1 of the 1 operations" in C.disagreement(frame(k, s2))
 
 
 def test_views_disagree_tie_counts_as_agreement():
@@ -60,16 +58,6 @@ def test_views_disagree_tie_counts_as_agreement():
 def test_not_measured_is_not_a_winner():
     assert C.leaders(frame(rows({"pytorch": 5.0})), OP, "event_span").words() == "not measured"
     assert C.views_disagree(frame(rows({"pytorch": 5.0})), OP)[0] is None
-    assert "cannot be compared" in C.disagreement(frame(rows({"pytorch": 5.0})))
-
-
-def test_library_or_kernel_flips():
-    lib = C.library_or_kernel(frame(rows({"pytorch": 5.0, "triton": 10.0})))
-    assert "library path has the least kernel time" in lib
-    hand = C.library_or_kernel(frame(rows({"pytorch": 10.0, "triton": 5.0})))
-    assert "hand-written kernel leads" in hand and "library path" not in hand
-    tie = C.library_or_kernel(frame(rows({"pytorch": 5.0, "triton": 5.01})))
-    assert "tie within 3%" in tie
 
 
 def test_launch_path_same_ptx_only():
@@ -78,17 +66,6 @@ def test_launch_path_same_ptx_only():
     assert "in 1 of 1 operations" in text and "6.7" in text
     s = rows({"rust_ptx_py": 60.0, "rust_native": 60.5}, view="event_span", spread=0.001)
     assert "in 0 of 1 operations" in C.launch_path(frame(s))
-
-
-def test_ratio_words_and_dtype():
-    df = frame(rows({"rust_scalar": 500.0, "rust": 100.0}))
-    assert C.ratio_words(df, OP, "rust_scalar", "rust").startswith("5 times")
-    assert "about the same" in C.ratio_words(frame(rows({"rust_scalar": 100.0, "rust": 101.0})), OP,
-                                             "rust_scalar", "rust")
-    d = frame(rows({"triton": 100.0}, dtype="tf32"), rows({"triton": 50.0}))
-    assert C.dtype_against(d, OP, "triton", "tf32").verdict == "slower"
-    d = frame(rows({"triton": 20.0}, dtype="tf32"), rows({"triton": 50.0}))
-    assert C.dtype_against(d, OP, "triton", "tf32").verdict == "faster"
 
 
 def test_checks_say_only_what_was_tested():

@@ -56,9 +56,7 @@ def test_numbers_and_sentences_are_the_fp32_rows(frames):
                 got, want = (V.value(d, op, impl, shape_set=shape_set) for d in (df, fp32))
                 assert got == want, (op, impl, shape_set)
         assert C.leaders(df, op).words() == C.leaders(fp32, op).words()
-        assert C.ratio_words(df, op, "triton", "pytorch") == C.ratio_words(fp32, op, "triton", "pytorch")
         assert V.first_shape(df, op) == V.first_shape(fp32, op)
-    for claim in (C.library_or_kernel, C.disagreement, C.launch_path):
-        assert claim(df) == claim(fp32), claim.__name__
+    assert C.launch_path(df) == C.launch_path(fp32)
     assert C.smallest_sweep(df, ceil) == C.smallest_sweep(fp32, ceil)
     assert F.bars(df).equals(F.bars(fp32))

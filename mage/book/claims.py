@@ -136,48 +136,6 @@ def views_disagree(df: pd.DataFrame, op: str, a: str = "kernel_time", b: str = "
     return not (set(la.leaders) & set(lb.leaders)), la, lb
 
 
-def disagreement(df: pd.DataFrame, **where) -> str:
-    """How many operations' kernel-time and event-span leaders differ, like with like."""
-    res = {op: views_disagree(df, op, **where) for op in V.ops_in(df["op"])}
-    res = {op: r for op, r in res.items() if r[0] is not None}
-    if not res:
-        return "No operation was measured in both views, so the views cannot be compared."
-    diff = [op for op, r in res.items() if r[0]]
-    n = len(res)
-    head = (f"In {len(diff)} of the {n} operations measured in both views" if diff else
-            f"In none of the {n} operations measured in both views")
-    tail = (f" ({join(op_name(o) for o in diff)})" if diff and len(diff) < n else "")
-    return (f"{head}{tail}, the implementation with the least time inside the GPU is not the one with the "
-            f"shortest span around the call (comparing only implementations measured both ways; a tie within "
-            f"{pct(V.PRECISION)} counts as agreement).")
-
-
-def library_or_kernel(df: pd.DataFrame, library: str | None = None, **where) -> str:
-    """Which operations the library family (default: the registry's) leads (or ties for the lead) in
-    kernel time, and which a hand-written kernel of another family leads alone."""
-    from mage import registry
-    library = library or registry.role("library_family")
-    lib, hand, tie = [], [], []
-    for op in V.ops_in(df["op"]):
-        ld = leaders(df, op, "kernel_time", **where)
-        if not ld.measured:
-            continue
-        fams = {family(i) for i in ld.leaders}
-        (tie if len(fams) > 1 else lib if fams == {library} else hand).append(op)
-    if not (lib or hand or tie):
-        return "No kernel time was measured."
-    parts = []
-    if lib:
-        parts.append(f"the PyTorch library path has the least kernel time for {join(op_name(o) for o in lib)}")
-    if hand:
-        parts.append("a hand-written kernel leads for " + join(
-            f"{op_name(o)} ({leaders(df, o, **where).short()})" for o in hand))
-    if tie:
-        parts.append(join(f"for {op_name(o)} {leaders(df, o, **where).short()}" for o in tie))
-    s = "; ".join(parts)
-    return s[0].upper() + s[1:] + f". A lead smaller than {pct(V.PRECISION)} counts as a tie."
-
-
 def launch_path(df: pd.DataFrame, **where) -> str:
     """The same PTX's event span from a process that launches it itself against the span of the
     implementation whose kernels it shares (``Impl.kernels_of``): the launch path, like with like."""
@@ -200,24 +158,6 @@ def launch_path(df: pd.DataFrame, **where) -> str:
                        + (f", by a factor of {min(ratios):.2g} to {max(ratios):.2g}" if shorter else "")
                        + f" (ties within {pct(V.PRECISION)}).")
     return " ".join(out) or "No implementation took its own spans, so the launch paths cannot be compared."
-
-
-def ratio_words(df: pd.DataFrame, op: str, a: str, b: str, view: str = "kernel_time", **where) -> str:
-    """'5.0 times the kernel time of X' / 'about the same kernel time as X (within 3%)': a against b."""
-    c = V.compare(df, op, a, b, view, **where)
-    what = {"kernel_time": "kernel time", "event_span": "event span"}.get(view, view)
-    if c.verdict == "not measured":
-        return f"not comparable with {impl_name(b)} ({what} not measured for both)"
-    if c.verdict == "tie":
-        return f"about the same {what} as {impl_name(b)} (within {pct(c.tolerance)})"
-    return f"{c.a / c.b:.2g} times the {what} of {impl_name(b)}"
-
-
-def dtype_against(df: pd.DataFrame, op: str, impl: str, dtype: str, base: str = "fp32", **where) -> V.Comparison:
-    """One implementation at two precisions: ``dtype`` against ``base``, a tie within the precision."""
-    va = V.value(df, op, impl, "kernel_time", dtype=dtype, **where)
-    vb = V.value(df, op, impl, "kernel_time", dtype=base, **where)
-    return V.judge(va, vb)
 
 
 def checks(c: pd.DataFrame) -> str:

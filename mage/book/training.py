@@ -18,8 +18,8 @@ from mage.ext.training.passes import grad_cost
 from mage.ops import OPS, parse_shape, peak_tflops
 
 # the training steps' tables and sentences, and what the two share, in this chapter's one namespace
-from .training_steps import (blocks, custom_against_fastest, fastest_custom, loop_words, role,  # noqa: F401
-                             step_table, train_findings, train_rows, train_shape, train_table, verdict_words)
+from .training_steps import (blocks, custom_against_fastest, fastest_custom, role,  # noqa: F401
+                             train_rows, train_shape, train_table, verdict_words)
 
 # issue 16's targets: a memory-bound backward kernel at this share of the copy bandwidth at the large
 # shapes (and at least as fast as the compiled backward); the custom training step at least as fast as
@@ -39,10 +39,6 @@ def of_pass(df: pd.DataFrame, pass_: str) -> pd.DataFrame:
 
 def operations() -> list[str]:
     return [n for n, s in OPS.items() if s.kind == "operation"]
-
-
-def has_backward(df: pd.DataFrame) -> bool:
-    return not of_pass(df, "backward").empty or not of_pass(df, "both").empty
 
 
 # ------------------------------------------------------------------------------- cost (the specs)
@@ -114,20 +110,6 @@ def pass_times(df: pd.DataFrame, shape_set: str = "field", dtype: str = "fp32", 
     return pd.DataFrame(out, columns=cols).rename(columns={"pass_": "pass"})
 
 
-def ratio_table(t: pd.DataFrame) -> pd.DataFrame:
-    """From ``pass_times``: per (operation, implementation) forward, backward and both, and each over forward."""
-    if t.empty:
-        return pd.DataFrame(columns=["op", "impl", "shape", "forward", "backward", "both", "bwd_over_fwd",
-                                     "both_over_fwd"])
-    w = t.pivot_table(index=["op", "impl", "shape"], columns="pass", values="value", aggfunc="first")
-    w = w.reindex(columns=list(PASSES)).reset_index()
-    order = {o: i for i, o in enumerate(OPS)}
-    w = w.sort_values("op", key=lambda c: c.map(order), kind="stable").reset_index(drop=True)
-    w["bwd_over_fwd"] = w["backward"] / w["forward"]
-    w["both_over_fwd"] = w["both"] / w["forward"]
-    return w
-
-
 def copy_shares(df: pd.DataFrame, ceil: pd.DataFrame, shape_set: str = "large", dtype: str = "fp32"):
     """The custom column's backward at each memory-bound operation: its compulsory bytes over its kernel
     time as a share of the copy bandwidth of the run that recorded it, against ``COPY_TARGET``, and its
@@ -183,19 +165,3 @@ def case_names(s: pd.DataFrame) -> list[str]:
     return out
 
 
-def backward_findings(df: pd.DataFrame, ceil: pd.DataFrame) -> str:
-    """The memory-bound backward kernels against the copy target and the compiled backward, in words."""
-    s = copy_shares(df, ceil)
-    s = s[s["share"].notna() | (s["verdict"] != "not measured")]
-    if s.empty:
-        return ("No backward kernel of the custom column has been measured at the large shapes on this card, "
-                f"so the {COPY_TARGET:.0%} copy-bandwidth target is not yet answered.")
-    met = [C.op_name(o) for o, m in zip(s["op"], s["met"]) if m]
-    name = case_names(s)
-    words = C.join(f"{name[i]} {r.share:.0%}" if math.isfinite(r.share) else f"{name[i]} not measured"
-                   for i, r in enumerate(s.itertuples()))
-    vs = C.join(f"{name[i]} {verdict_words(r.verdict, r.custom_us, r.rival_us, r.tolerance)}"
-                + (f" against {C.impl_name(r.rival)}" if r.rival else "") for i, r in enumerate(s.itertuples()))
-    return (f"At the large shapes the custom memory-bound backward kernels reach {words} of the copy bandwidth "
-            f"on their compulsory bytes ({len(met)} of {len(s)} at or above the {COPY_TARGET:.0%} target); "
-            f"in kernel time: {vs}.")

@@ -40,8 +40,6 @@ def verdict_words(verdict: str, a: float, b: float, tol: float, what: str = "the
     return "not measured"
 
 
-
-
 def train_rows(df: pd.DataFrame) -> pd.DataFrame:
     return V.select(df, shape_set="train") if len(df) and "shape_set" in df.columns else df.iloc[:0]
 
@@ -68,21 +66,6 @@ def train_table(df: pd.DataFrame) -> pd.DataFrame:
                     rows.append(dict(block=block, dtype=dtype, shape=shape, impl=r["impl"], view=view,
                                      value=float(r["value"]), lo=r["lo"], hi=r["hi"]))
     return pd.DataFrame(rows, columns=["block", "dtype", "shape", "impl", "view", "value", "lo", "hi"])
-
-
-def step_table(t: pd.DataFrame) -> pd.DataFrame:
-    """``train_table`` wide: one row per (block, precision, implementation) with step time and items per
-    second, blocks in the specs' order, FP32 first, implementations in column order."""
-    from .figure_style import impls_in
-    cols = ["block", "dtype", "shape", "impl", "train_step", "throughput"]
-    if t.empty:
-        return pd.DataFrame(columns=cols)
-    w = t.pivot_table(index=["block", "dtype", "shape", "impl"], columns="view", values="value", aggfunc="first")
-    w = w.reindex(columns=["train_step", "throughput"]).reset_index()
-    order = {b: i for i, b in enumerate(OPS)}
-    rank = {i: k for k, i in enumerate(impls_in(w["impl"]))}
-    w = w.assign(_b=w["block"].map(order), _d=(w["dtype"] != "fp32").astype(int), _i=w["impl"].map(rank))
-    return w.sort_values(["_b", "_d", "_i"])[cols].reset_index(drop=True)
 
 
 def fastest_custom(df: pd.DataFrame, block: str, dtype: str) -> str:
@@ -121,54 +104,3 @@ def custom_against_fastest(df: pd.DataFrame, block: str, dtype: str, view: str =
     return c, rival, mine
 
 
-def loop_words(df: pd.DataFrame) -> str:
-    """Whether each step comparison that has a graphed custom column also has a PyTorch column whose whole
-    step is one CUDA graph (the span view credits the graph as much as the kernels), case by case."""
-    from mage.ext.training import paths
-    t = train_rows(df)
-    graphed = {(o, d, C.family(i)) for o, d, i, v in zip(t["op"], t["dtype"], t["impl"], t["value"])
-               if paths.trains_as_one_graph(o, i) and math.isfinite(float(v))} if len(t) else set()
-    mine = {(o, d) for o, d, f in graphed if f == C.family(role("custom"))}
-    if not mine:
-        return "no custom training step recorded here replays its whole step as one CUDA graph."
-    head = "the graphed custom column records its optimizer's update inside its graph"
-    bare = sorted(mine - {(o, d) for o, d, f in graphed if f == role("library_family")})
-    if not bare:
-        lib = sorted({C.impl_name(i) for o, i in zip(t["op"], t["impl"])
-                      if C.family(i) == role("library_family") and paths.trains_as_one_graph(o, i)})
-        return (f"{head}, and in every case measured so does {C.join(lib)} among the PyTorch columns, so the "
-                "step's span compares kernels and launch paths on equal terms.")
-    cases = C.join(f"{C.op_name(o)} ({d})" for o, d in bare)
-    return (f"{head}, while `torch.compile`'s CUDA graphs hold the forward and backward only and eager "
-            f"PyTorch holds none; in {cases} no PyTorch column captured whole the same way has a recorded row, "
-            "so where the custom step wins there on its span but not on its kernel time, the win belongs to "
-            "the graph, not to the kernels.")
-
-
-def train_findings(df: pd.DataFrame) -> str:
-    """One sentence per precision: in how many blocks the custom step is at least as fast as the fastest
-    PyTorch variant (a tie counts), and which are not."""
-    parts = []
-    for dtype in ("fp32", "bf16"):
-        res = {b: custom_against_fastest(df, b, dtype) for b in blocks(df)}
-        res = {b: r for b, r in res.items() if r[0].verdict != "not measured"}
-        if not res:
-            parts.append(f"In {dtype} no block's training step was measured for both the custom column and "
-                         "a PyTorch variant.")
-            continue
-        ok = [b for b, (c, _, _) in res.items() if c.verdict in ("faster", "tie")]
-        behind = [f"{C.op_name(b)} ({verdict_words(c.verdict, c.a, c.b, c.tolerance)} of "
-                  f"{C.impl_name(r)})" for b, (c, r, _) in res.items() if c.verdict == "slower"]
-        s = (f"In {dtype} the custom training step is at least as fast as the fastest PyTorch variant in "
-             f"{len(ok)} of the {len(res)} blocks measured by its event span")
-        s += f"; behind in {C.join(behind)}" if behind else ""
-        kern = {b: custom_against_fastest(df, b, dtype, "kernel_time")[0] for b in res}
-        kern = {b: c for b, c in kern.items() if c.verdict != "not measured"}
-        if kern:
-            k_ok = [b for b, c in kern.items() if c.verdict in ("faster", "tie")]
-            s += (f". In kernel time alone (the stable view; the spans carry the host's launches, which move "
-                  f"with a shared host) it is at least as fast in {len(k_ok)} of {len(kern)}")
-            s += "; " + C.join(f"{C.op_name(b)} {verdict_words(c.verdict, c.a, c.b, c.tolerance)}"
-                               for b, c in kern.items())
-        parts.append(s + ".")
-    return " ".join(parts)

@@ -68,28 +68,3 @@ def summary(t: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def findings(t: pd.DataFrame, dtype: str = "fp32") -> str:
-    """One sentence per block at ``dtype``: the custom column against eager (a tie within the harness's
-    precision), the measured and predicted speedups and whether they agree within the target; or that
-    it was not measured."""
-    from mage.ops import OPS
-    from mage.views import judge
-    d = t[t["dtype"] == dtype] if len(t) else t
-    if d.empty:
-        return f"No block has been attributed at {dtype} on this card yet."
-    out = []
-    for r in d.itertuples():
-        name = facets.get(r.block, "label") if r.block in OPS else r.block
-        verdict = judge(r.custom_us, r.baseline_us)
-        if verdict.verdict == "not measured":
-            head = f"The {name} ({r.shape}): the custom column was not measured"
-        else:
-            head = (f"The {name} ({r.shape}): the custom column is {verdict.words()} eager, "
-                    f"measured {r.measured:.2f}x")
-        if r.predicted == r.predicted:
-            agree = ("within" if r.within else "outside") + f" the {TARGET:.0%} target" if r.within is not None else ""
-            head += f"; Amdahl predicts {r.predicted:.2f}x" + (f" ({r.difference:+.0%}, {agree})" if agree else "")
-        else:
-            head += "; no prediction (an operation it calls was not measured at this precision)"
-        out.append(head + ".")
-    return " ".join(out)
