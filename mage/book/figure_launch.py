@@ -137,13 +137,13 @@ def launch_breakdown(df: pd.DataFrame, machine: str, shape_set: str = "field", c
         c = g[g["impl"] == custom].drop_duplicates(["dtype"])
         fig.add_trace(go.Scatter(
             y=[y[(custom, d)] for d in c["dtype"]], x=list(TARGET * c["base"]), mode="markers+text",
-            name=f"target: {TARGET:g} x {impl_label(baseline)}", marker=dict(symbol="diamond", size=11,
+            name=f"{TARGET:g} x {impl_label(baseline)}'s call", marker=dict(symbol="diamond", size=11,
                                                                               color="#000", line=dict(width=1, color="#fff")),
             text=[f"{w / base:.2f}x" if base == base and base else "" for w, base in zip(c["whole"], c["base"])],
             textposition="middle right", meta={"series": f"{TARGET:g} x {impl_label(baseline)}"},
             customdata=[[w, base] for w, base in zip(c["whole"], c["base"])],
             hovertemplate="<b>%{y}</b><br>whole call %{customdata[0]:,.3~r} µs, "
-                          f"{impl_label(baseline)} %{{customdata[1]:,.3~r}} µs<br>target: at most %{{x:,.3~r}} µs"
+                          f"{impl_label(baseline)} %{{customdata[1]:,.3~r}} µs<br>{TARGET:g} x that: %{{x:,.3~r}} µs"
                           "<extra></extra>"))
         owner += [label] * (len(fig.data) - before)
     first = labels[0]
@@ -170,29 +170,3 @@ def launch_breakdown(df: pd.DataFrame, machine: str, shape_set: str = "field", c
         "calls. Each stage is timed alone; the grey remainder is the whole call less the stages, the work "
         f"no stage names. Diamond: {TARGET:g} x {impl_label(baseline)}'s whole call at the same precision "
         "(FP32 where it has none), with the custom call's ratio to it."))
-
-
-def launch_sentence(df: pd.DataFrame, shape_set: str = "field", custom: str | None = None,
-                    baseline: str | None = None) -> str:
-    """Per operation: the custom column's whole call over the baseline's (the range over its
-    precisions), against TARGET, and the largest stage of its slowest column."""
-    custom, baseline = _roles(custom, baseline)
-    t = table(df, shape_set, custom, baseline)
-    c = t[(t["impl"] == custom) & t["base"].map(lambda b: b == b and b > 0)]
-    if c.empty:
-        return f"The launch path was not measured stage by stage on this card ({shape_set} shapes)."
-    clauses, met, total = [], 0, 0
-    for op in V.ops_in(c["op"]):
-        g = c[c["op"] == op]
-        ratio = (g.drop_duplicates("dtype").set_index("dtype")["whole"] / g.drop_duplicates("dtype").set_index("dtype")["base"])
-        met, total = met + int((ratio <= TARGET).sum()), total + len(ratio)
-        lo, hi = ratio.idxmin(), ratio.idxmax()
-        span = (f"{ratio[lo]:.2f}x" if len(ratio) == 1 else f"{ratio[lo]:.2f}x ({lo}) to {ratio[hi]:.2f}x ({hi})")
-        worst = g[g["dtype"] == hi]
-        big = worst.loc[worst["value"].idxmax()]
-        part = (f"the largest part of the{f' {hi}' if len(ratio) > 1 else ''} call: {big['stage']}, "
-                f"{_fmt(big['value'])} of {_fmt(big['whole'])} µs" if big["stage"] != WHOLE else "not broken down")
-        clauses.append(f"{op_label(op)} {span}, {part}")
-    return (f"A {impl_label(custom)} call's host time over {impl_label(baseline)}'s at the {shape_set} shapes "
-            f"(target: at most {TARGET:g}x): " + "; ".join(clauses) + f". {met} of {total} "
-            f"{impl_label(custom)} column{'s' if total != 1 else ''} meet{'s' if total == 1 else ''} the target.")

@@ -23,7 +23,7 @@ from mage import views as V
 from .figure_cache import warm_cold  # noqa: F401 - the one namespace
 from .figure_costs import cost_vs_size, launch_overhead, launch_paths, roofline  # noqa: F401
 from .figure_choices import precision_map  # noqa: F401
-from .figure_launch import launch_breakdown, launch_sentence  # noqa: F401
+from .figure_launch import launch_breakdown  # noqa: F401
 from .figure_op import op_views, view_menu  # noqa: F401
 from .figure_style import (NOT_MEASURED, PUBLISHED_LABEL, US, VIEW_LABEL, VIEW_UNIT, caption, fmt,  # noqa: F401
                            impl_bars, impl_color, impl_label, impls_in, kernel_list, log_toggle, not_measured,

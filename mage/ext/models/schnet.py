@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mage import registry
 from mage.errors import MageInputError
 
 # water's number density, about 0.1 atoms per cubic angstrom (33 molecules per nm^3, three atoms each)
@@ -103,7 +104,7 @@ class KernelSum(nn.Module):
                                  f"shape {tuple(x.shape)} and dim {dim}")
         n = int(dim_size) if dim_size is not None else int(index.max()) + 1
         rowptr, order, ones = self._grouping(index, n)
-        import kernels.neighbor_agg.triton_backward  # noqa: F401 - the operator and its autograd
+        registry.load()  # the kernel packages' operators and their autograd, found by discovery
         return torch.ops.mage.triton_neighbor_agg(rowptr, order, ones, x.contiguous())
 
 

@@ -15,15 +15,16 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from mage import registry
 from mage.errors import MageInputError
 
 _FLOATS = (torch.float32, torch.bfloat16)
 
 
 def _ops():
-    """The operators live in the kernel packages; importing them registers ``torch.ops.mage.*``."""
-    import kernels.layernorm.triton_kernel  # noqa: F401
-    import kernels.matmul.triton_epilogue  # noqa: F401
+    """The operators live in the kernel packages, which the registry's discovery imports (so this
+    extension names no kernel module): after it, ``torch.ops.mage.*`` holds them all."""
+    registry.load()
     return torch.ops.mage
 
 
