@@ -107,7 +107,8 @@ def cmd_compare(a):
 def add_measure(sub, common):
     sp = sub.add_parser("measure", help="check, then measure the three views into --out (needs CUDA)")
     common(sp)
-    sp.add_argument("--shapes", nargs="+", default=["field"], choices=["field", "large", "sweep"])
+    sp.add_argument("--shapes", nargs="+", default=["field"], choices=ops.shape_sets(),
+                    help="shape sets; an operation without a named set is left out of it")
     sp.add_argument("--cache", nargs="+", default=["warm", "cold"], choices=["warm", "cold"])
     sp.add_argument("--dtypes", nargs="+", default=None, choices=list(ops.PRECISIONS))
     sp.add_argument("--all", action="store_true", help="field, large and sweep shapes, and the tile sweep")

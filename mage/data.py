@@ -41,8 +41,9 @@ VIEWS = {"kernel_time": "us", "event_span": "us", "graph_span": "us", "launches"
          "kernel_part": "us"}  # a model's kernel time in one kind of work, named in 'stage' (mage.ext.models)
 # service: one request's shape; train: a block's training step (mage.ext.training.train), at its field or large shape
 # model: a whole model's forward at a published configuration (mage.ext.models); contest: a published
-# task's benchmark shapes (the triangle update's GPU MODE form)
-SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service", "train", "model", "contest"}
+# task's benchmark shapes (the triangle update's GPU MODE form); af3: the sizes AlphaFold 3-class models run
+# the triangle update at (the library comparison)
+SHAPE_SETS = {"field", "large", "sweep", "tiles", "published", "service", "train", "model", "contest", "af3"}
 CACHES = {"warm", "cold", "n/a"}
 CHECK_COLUMNS = ["op", "impl", "dtype", "shape", "dist", "error", "tolerance", "passed", "trials", "reason", "run"]
 CEILING_COLUMNS = ["name", "value", "unit", "detail", "run"]

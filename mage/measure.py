@@ -187,7 +187,7 @@ def plan(op_names, impl_names, shape_sets, caches, dtypes=None, log=None, where=
             # that opt out (torch.compile would compile every size anew, seconds each, to show the same
             # kernels as at field and large) or time themselves in a process of their own.
             sweep = shape_set == "sweep"
-            for shape in spec.shapes[shape_set]:
+            for shape in spec.shapes.get(shape_set, ()):  # a set of one operation's own (its contest's)
                 if not selected(shape, where):
                     continue
                 set_caches = ["warm"] if sweep else caches

@@ -56,7 +56,7 @@ class Op:
     validate: Callable  # (*inputs) -> None, raises MageInputError
     flops: Callable  # shape dict -> int
     bytes: Callable  # (shape dict, itemsize) -> int: compulsory, each input read once, each output written once
-    shapes: dict  # 'field' | 'large' | 'sweep' -> list of shape dicts
+    shapes: dict  # set name -> list of shape dicts: 'field', 'large', 'sweep' and any of its own ('contest')
     awkward: list  # small shapes that are not multiples of any tile, one row, empty
     random_shape: Callable  # (random.Random) -> one shape dict, sizes that are multiples of nothing
     # "operation", or "block": a model block built from operations (measured by the same harness, shown
@@ -178,3 +178,10 @@ def get(name: str) -> Op:
     if name not in OPS:
         raise MageInputError("mage", "op", f"must be one of {list(OPS)}, got {name!r}")
     return OPS[name]
+
+
+def shape_sets() -> list[str]:
+    """Every shape set some operation names, the three common ones first (the command line's choices)."""
+    names = {n for spec in OPS.values() for n in spec.shapes}
+    common = [n for n in ("field", "large", "sweep") if n in names]
+    return common + sorted(names - set(common))

@@ -93,6 +93,20 @@ def test_where_measures_one_case_again_without_its_set(monkeypatch):
     assert measure.plan(["neighbor_agg"], ["pytorch"], ["large"], ["warm"], ["fp32"], where={"graph": "x"}) == []
 
 
+def test_a_set_of_one_operations_own_is_a_choice_and_leaves_the_others_out(monkeypatch):
+    """``--shapes contest`` (the GPU MODE task's shapes) and ``af3`` were refused by a fixed list of three
+    sets; a set only some operations name measures those and leaves the rest out, not a KeyError."""
+    from mage import measure, ops, registry
+    from mage.__main__ import build_parser
+    monkeypatch.setattr(registry.Impl, "runs_on", lambda self, device: None)  # plan as on a GPU machine
+    assert {"contest", "af3"} <= set(ops.shape_sets()) and ops.shape_sets()[:3] == ["field", "large", "sweep"]
+    assert build_parser().parse_args(["measure", "--shapes", "contest", "af3", "--out", "x"]).shapes == ["contest", "af3"]
+    cases = measure.plan(["matmul", "trimul_gpumode", "trimul_block"], ["pytorch"], ["contest", "af3"], ["warm"], ["fp32"])
+    assert {c[0].name for c in cases} == {"trimul_gpumode", "trimul_block"}
+    assert [c[1]["N"] for c in cases if c[0].name == "trimul_block"] == [256, 512, 768, 1024]
+    assert measure.plan(["matmul"], ["pytorch"], ["contest"], ["warm"], ["fp32"]) == []
+
+
 def test_where_takes_key_value_pairs():
     from mage.cli_common import parse_where as _where
     from mage.errors import MageInputError

@@ -151,7 +151,10 @@ SPEC = Op(
     flops=flops, bytes=nbytes,
     # pair channels 128, hidden 128 (AlphaFold 3, Boltz); N = 384 is their training crop
     shapes={"field": [dict(N=128, C=128, H=128)], "large": [dict(N=384, C=128, H=128)],
-            "sweep": [dict(N=n, C=128, H=128) for n in (64, 128, 256, 384, 512, 768)]},
+            "sweep": [dict(N=n, C=128, H=128) for n in (64, 128, 256, 384, 512, 768)],
+            # what AlphaFold 3-class models run at inference: one complex, pair channels 128, masked,
+            # N up to a thousand tokens (the libraries' comparison, beside cuEquivariance)
+            "af3": [dict(N=n, C=128, H=128) for n in (256, 512, 768, 1024)]},
     # multiples of nothing, one token, the model's channels at a tiny N, empty
     # (small enough for Triton's CPU interpreter: the model's 128 channels are tested at N = 2 in the
     # block's own tests, and at random shapes on the GPU)
