@@ -64,7 +64,7 @@ def _call(kind, x_shape, w_shape, eps, dtype, ours: bool):
         mod = nn.LayerNorm(w_shape[0], eps=eps).to("cuda", dtype)
         fn = S.KernelLayerNorm(mod) if ours else mod
     else:
-        fn = lin = nn.Linear(w_shape[1], w_shape[0]).to("cuda", dtype)
+        lin = nn.Linear(w_shape[1], w_shape[0]).to("cuda", dtype)
         fn = S.KernelLinear(lin, gelu=kind == "linear_gelu") if ours else lin
     return lambda: fn(x)
 
