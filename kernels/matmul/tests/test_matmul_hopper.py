@@ -1,0 +1,114 @@
+"""matmul's Hopper road (``triton_hopper.py``): Triton 3.6's interpreter runs host-side tensor
+descriptors, so on the CPU the kernel itself is checked against float64: awkward shapes (sizes that are
+no multiple of the tiles, K below BLOCK_K, 1x1x1, rows whose strides TMA cannot take), a persistent
+grid that walks several tiles a program, B in both layouts, the fused epilogue, every sweep config. The
+interpreter computes TF32 and tf32x3 dots in full FP32 and bf16 through FP32 copies, so these check
+indexing and layouts, not precision, TMA or wgmma (the GPU sweep does)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mage import registry
+from mage.check import check
+from mage.errors import MageInputError
+from tests.support.kernel_checks import cpu_only, rel_err
+
+from kernels.matmul import triton_hopper as hop
+
+SMALL = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=3)
+AWKWARD = [(1, 1, 1), (67, 45, 33), (100, 70, 50), (37, 12, 29), (5, 3, 200), (130, 260, 300)]
+
+
+def _inputs(M, K, N, dtype=torch.float32):
+    g = torch.Generator().manual_seed(M * 7919 + K * 31 + N)
+    return torch.randn(M, K, generator=g).to(dtype), torch.randn(K, N, generator=g).to(dtype)
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", ["fp32x3", "tf32", "bf16"])
+def test_awkward_shapes_against_float64(dtype):
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
+    for M, K, N in AWKWARD:
+        A, B = _inputs(M, K, N, tdt)
+        out = torch.full((M, N), float("nan"), dtype=tdt)  # poisoned: every element must be written
+        got = hop.matmul(A, B, out=out, dtype=dtype, **SMALL)
+        # bf16 output rounds to 8 bits; FP32 sums agree to rounding
+        assert rel_err(got, A.double() @ B.double()) < (6e-3 if dtype == "bf16" else 1e-6), (dtype, M, K, N)
+
+
+@cpu_only
+def test_few_programs_walk_every_tile():
+    A, B = _inputs(70, 40, 90)
+    for nsm in (1, 3, 7):  # 5 x 3 tiles of 16 x 32: programs walk 15, 5, 2-3 tiles each
+        got = hop.gemm(A, B, precision="fp32x3", num_sms=nsm, **SMALL)
+        assert rel_err(got, A.double() @ B.double()) < 1e-6, nsm
+
+
+@cpu_only
+def test_b_in_both_layouts_and_views():
+    A, B = _inputs(33, 24, 41)
+    want = A.double() @ B.double()
+    assert rel_err(hop.gemm(A, B.t().contiguous(), precision="tf32", b_nk=True, **SMALL), want) < 1e-6
+    assert rel_err(hop.gemm(A, B.t().contiguous().t(), precision="tf32", **SMALL), want) < 1e-6  # K-major view
+    assert rel_err(hop.matmul(A.t().contiguous().t(), B, dtype="fp32x3", **SMALL), want) < 1e-6  # column-major A
+
+
+@cpu_only
+@pytest.mark.parametrize("switch", [dict(TMA_STORE=0), dict(EPILOGUE_SUBTILE=1), dict(FLATTEN=1)])
+def test_store_and_loop_switches(switch):
+    A, B = _inputs(50, 20, 72)
+    got = hop.gemm(A, B, precision="tf32", **SMALL, **switch)
+    assert rel_err(got, A.double() @ B.double()) < 1e-6
+
+
+@cpu_only
+@pytest.mark.parametrize("epi", ["bias", "gelu", "residual", "gate"])
+def test_fused_epilogue(epi):
+    A, W = _inputs(45, 28, 37)[0], torch.randn(37, 28)
+    b, r = torch.randn(37), torch.randn(45, 37)
+    z = A.double() @ W.double().T + b.double()
+    kw, want = dict(bias=b), z
+    if epi == "gelu":
+        kw, want = dict(bias=b, gelu=True), torch.nn.functional.gelu(z)
+    elif epi == "residual":
+        kw, want = dict(bias=b, gelu=True, residual=r), torch.nn.functional.gelu(z) + r.double()
+    elif epi == "gate":
+        kw, want = dict(bias=b, gate=r), z * torch.sigmoid(r.double())
+    got = hop.gemm(A, W, precision="fp32x3", b_nk=True, **kw, **SMALL)
+    assert rel_err(got, want) < 1e-6
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", ["fp32x3", "tf32"])
+def test_every_sweep_config(dtype):
+    impl = registry.get("matmul", hop.NAME, dtype)
+    for cfg in impl.sweep:
+        r = check(impl.variant(**cfg), dict(M=67, K=45, N=33), trials=1, device="cpu")
+        assert r.passed, f"{cfg}: {r.reason}"
+
+
+def test_tables_name_their_tiles_and_the_bases_avoid_risky_switches():
+    for dtype, table in hop.TILES.items():
+        for name, c in table.configs.items():
+            assert name.startswith(f"m{c['BLOCK_M']}_n{c['BLOCK_N']}_k{c['BLOCK_K']}_w{c['num_warps']}_s{c['num_stages']}")
+        base = table.base_config()
+        assert not (base["FLATTEN"] or base["WARP_SPEC"] or base["EPILOGUE_SUBTILE"]), dtype
+    assert registry.get("matmul", hop.NAME, "tf32").config_at(dict(M=4096, K=4096, N=4096)) == hop.TILES["tf32"].base_config()
+
+
+def test_programs_is_at_most_the_tiles():
+    cpu = torch.device("cpu")
+    assert hop.programs(cpu, 1) == 1 and hop.programs(cpu, 100) == 4
+
+
+def test_bad_input_is_refused_by_name():
+    A, B = torch.randn(4, 8), torch.randn(8, 4)
+    with pytest.raises(MageInputError, match="dtype"):
+        hop.matmul(A, B, dtype="fp32")  # IEEE FP32 has no tensor-core road
+    with pytest.raises(MageInputError, match="precision"):
+        hop.gemm(A, B, precision="fp16")
+    with pytest.raises(MageInputError, match="config"):
+        hop.gemm(A, B, precision="tf32", BLOCK_Q=3)
+    with pytest.raises(MageInputError):
+        hop.matmul(A, torch.randn(7, 4))  # K disagrees

@@ -1,0 +1,292 @@
+"""matmul's Hopper road: a persistent GEMM whose operands arrive through tensor descriptors (TMA), so
+the main loop is TMA loads into shared memory and tl.dot, which on sm_90 lowers to wgmma.
+
+Why a second road: the plain kernel (``triton_kernel.py``) loads tiles through pointers (cp.async) and
+launches one program per output tile; at 4096^3 that is a few waves of programs with a prologue and an
+epilogue each. Here grid = min(#SMs, #tiles): each program walks tiles pid, pid + NUM_SMS, ... in grouped
+order, so one program's epilogue overlaps its next tile's first loads, and TMA moves a whole tile per
+instruction (no address arithmetic in registers, which the fp32x3 split needs for its operands).
+
+Layouts. wgmma reads a 4-byte operand from shared memory only K-major, so the TF32 and fp32x3 roads read
+B through a descriptor over B^T ([N, K], K contiguous) and transpose the loaded tile (``.T``, a view of
+the shared-memory tile, not a copy). A caller that already holds W [N, K] (a Linear's weight) passes it
+with ``b_nk=True`` and nothing is copied; a [K, N] B is copied K-major once per call (a launch, timed with
+the call). bf16 wgmma reads B N-major too, so bf16 reads a [K, N] B as it comes.
+
+Descriptors are built on the host (``TensorDescriptor``) and passed as kernel arguments: that needs no
+device allocator and also runs in Triton's CPU interpreter. TMA asks for a 16-byte-aligned base and
+16-byte-aligned row strides: an operand that has neither (K not a multiple of 4 at FP32, say) is copied
+into a buffer whose rows are padded (the padding is never read: the descriptor's shape stops at K and TMA
+fills what lies past the edge with zeros). Edges in M and N need no masks for the same reason; the
+output is stored through a descriptor where it is aligned (TMA clips the edge), else by masked stores.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from mage import facets
+from mage.errors import MageInputError
+from mage.registry import Impl, register
+
+from kernels._triton import TileTable, common
+from kernels._triton.tiles import grouped_tile
+
+from . import triton_kernel as plain
+
+PRECISION = {"fp32x3": "tf32x3", "tf32": "tf32", "bf16": "ieee"}
+
+
+def _cfg(bm, bn, bk, warps, stages, group=8, store=1, subtile=0, flatten=0, ws=0):
+    """One config: tiles, warps, stages, GROUP_M, and the switches (TMA store of C, its two-half
+    subtile, the tile loop's flatten and warp-specialize options; the last three risky, off by default)."""
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps, num_stages=stages,
+                TMA_STORE=store, EPILOGUE_SUBTILE=subtile, FLATTEN=flatten, WARP_SPEC=ws)
+
+
+# Names: tiles, warps (w), stages (s); suffixes: '_ps' plain masked stores instead of the TMA store,
+# '_sub' the TMA store in two halves, '_fl' a flattened tile loop, '_ws' warp specialization, '_g16'
+# GROUP_M 16. Shared memory (227 KB a block): stages * (BM + BN) * BK * bytes for the operands, plus
+# BM * BN * bytes for a TMA store's staging tile (half with '_sub'). At 4 bytes 128x128x32 is 32 KB a
+# stage (4 stages + 64 KB of C: 192 KB), 128x256x32 48 KB (3 stages: 144 KB, so C must be stored plainly
+# or in halves), 128x128x64 64 KB (3 stages, plain stores). At bf16 128x256x64 is 48 KB a stage, 3
+# stages + 64 KB of C: 208 KB.
+_TF32 = {
+    "m128_n128_k32_w8_s4": _cfg(128, 128, 32, 8, 4),
+    "m128_n128_k32_w4_s4": _cfg(128, 128, 32, 4, 4),
+    "m128_n128_k32_w8_s3": _cfg(128, 128, 32, 8, 3),
+    "m128_n128_k64_w8_s3_ps": _cfg(128, 128, 64, 8, 3, store=0),
+    "m128_n256_k32_w8_s3_ps": _cfg(128, 256, 32, 8, 3, store=0),
+    "m128_n256_k32_w8_s3_sub": _cfg(128, 256, 32, 8, 3, subtile=1),
+    "m256_n128_k32_w8_s3_ps": _cfg(256, 128, 32, 8, 3, store=0),
+    "m128_n128_k32_w8_s4_g16": _cfg(128, 128, 32, 8, 4, group=16),
+    "m128_n128_k32_w8_s4_fl": _cfg(128, 128, 32, 8, 4, flatten=1),
+}
+# fp32x3 holds each operand's TF32 high part and remainder in registers next to the accumulator: the
+# plain road found 128x128 tiles fit with 8 warps and spill with 4, bigger tiles spill with 8.
+_FP32X3 = {
+    "m128_n128_k32_w8_s4": _cfg(128, 128, 32, 8, 4),
+    "m128_n128_k32_w8_s3": _cfg(128, 128, 32, 8, 3),
+    "m128_n128_k32_w4_s4": _cfg(128, 128, 32, 4, 4),
+    "m128_n128_k64_w8_s3_ps": _cfg(128, 128, 64, 8, 3, store=0),
+    "m128_n128_k32_w8_s4_ps": _cfg(128, 128, 32, 8, 4, store=0),
+    "m128_n128_k32_w8_s4_g16": _cfg(128, 128, 32, 8, 4, group=16),
+    "m128_n64_k32_w4_s4": _cfg(128, 64, 32, 4, 4),
+    "m128_n256_k32_w8_s3_sub": _cfg(128, 256, 32, 8, 3, subtile=1),
+}
+_BF16 = {
+    "m128_n256_k64_w8_s3": _cfg(128, 256, 64, 8, 3),
+    "m128_n128_k64_w8_s3": _cfg(128, 128, 64, 8, 3),
+    "m128_n128_k64_w4_s4": _cfg(128, 128, 64, 4, 4),
+    "m128_n128_k64_w8_s4": _cfg(128, 128, 64, 8, 4),
+    "m256_n128_k64_w8_s3": _cfg(256, 128, 64, 8, 3),
+    "m128_n256_k64_w8_s4_sub": _cfg(128, 256, 64, 8, 4, subtile=1),
+    "m128_n256_k64_w8_s3_g16": _cfg(128, 256, 64, 8, 3, group=16),
+    "m128_n256_k64_w8_s3_fl": _cfg(128, 256, 64, 8, 3, flatten=1),
+    "m128_n256_k64_w8_s3_ws": _cfg(128, 256, 64, 8, 3, ws=1),
+}
+# Bases: untuned guesses (no GPU run yet) that compile without the risky switches: bf16 128x256x64 (the
+# widest reuse that fits with a TMA store), TF32 and fp32x3 128x128x32 with 8 warps and 4 stages.
+_SIZES = ("M", "K", "N")
+TILES = {
+    "fp32x3": TileTable("matmul", _FP32X3, base="m128_n128_k32_w8_s4", sizes=_SIZES),
+    "tf32": TileTable("matmul", _TF32, base="m128_n128_k32_w8_s4", sizes=_SIZES),
+    "bf16": TileTable("matmul", _BF16, base="m128_n256_k64_w8_s3", sizes=_SIZES),
+}
+
+
+# <kernel>
+@triton.jit
+def _hopper_gemm_kernel(
+    a_desc, b_desc, c_desc,  # descriptors: A [M, K]; B [N, K] (B_NK) or [K, N]; C [M, N] (None: plain stores)
+    C, Bias, Res,  # output pointer (plain stores), bias [N] and Res [M, N] (read where the epilogue asks)
+    M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,  # tile rows walked before moving right (the programs at work share B's panels in L2)
+    NUM_SMS: tl.constexpr,  # programs launched: each walks tiles pid, pid + NUM_SMS, ...
+    PRECISION: tl.constexpr,  # "tf32x3", "tf32", or "ieee" (bf16 operands)
+    B_NK: tl.constexpr,  # 1: b_desc is over B^T [N, K] (K-major, what wgmma needs for 4-byte types)
+    BIAS: tl.constexpr, GELU: tl.constexpr,  # add bias[N]; exact (erf) GELU after it
+    EPILOGUE: tl.constexpr,  # 0 nothing, 1 add Res, 2 multiply by sigmoid(Res)
+    TMA_STORE: tl.constexpr,  # store through c_desc (aligned C) rather than masked pointer stores
+    SUBTILE: tl.constexpr,  # TMA store in two halves of BLOCK_N / 2 (fewer live registers at the store)
+    FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,  # the tile loop's compiler options (off unless a config asks)
+):
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(pid, tiles_m * tiles_n, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPEC):
+        tile_m, tile_n = grouped_tile(tile, tiles_m, tiles_n, GROUP_M)
+        om = tile_m * BLOCK_M
+        on = tile_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ks in range(k_steps):
+            a = a_desc.load([om, ks * BLOCK_K])  # past K (or M) TMA reads zeros: no masks
+            if B_NK:
+                b = b_desc.load([on, ks * BLOCK_K]).T
+            else:
+                b = b_desc.load([ks * BLOCK_K, on])
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        rows = om + tl.arange(0, BLOCK_M)
+        cols = on + tl.arange(0, BLOCK_N)
+        mask = (rows < M)[:, None] & (cols < N)[None, :]
+        if BIAS:
+            acc += tl.load(Bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        if GELU:
+            acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))  # erf(z / sqrt 2)
+        if EPILOGUE != 0:
+            r = tl.load(Res + rows[:, None] * stride_rm + cols[None, :] * stride_rn, mask=mask, other=0.0)
+            if EPILOGUE == 1:
+                acc += r.to(tl.float32)
+            else:
+                acc *= tl.sigmoid(r.to(tl.float32))
+        out = acc.to(C.dtype.element_ty)
+        if TMA_STORE:
+            if SUBTILE:  # [BM, BN] -> [BM, 2, BN/2] -> two [BM, BN/2] halves, each its own TMA store
+                lo, hi = tl.split(tl.permute(tl.reshape(out, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+                c_desc.store([om, on], lo)
+                c_desc.store([om, on + BLOCK_N // 2], hi)
+            else:
+                c_desc.store([om, on], out)  # TMA clips the rows and columns past M and N
+        else:
+            tl.store(C + rows[:, None] * stride_cm + cols[None, :] * stride_cn, out, mask=mask)
+# </kernel>
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def programs(device, tiles: int) -> int:
+    """min(#SMs, #tiles): one program per SM, none idle at small sizes. The interpreter (no SMs; it
+    runs programs one after another) gets 4, so each program still walks several tiles."""
+    sms = _sm_count(device.index or 0) if device.type == "cuda" else 4
+    return max(1, min(sms, tiles))
+
+
+def available(device=None) -> bool:
+    """Whether the Hopper road can run here: an sm_90 card (TMA and wgmma), or the interpreter."""
+    if common.interpreting():
+        return True
+    return torch.cuda.is_available() and torch.cuda.get_device_capability(device) == (9, 0)
+
+
+def _tma_ready(t) -> bool:
+    """What a descriptor needs: last stride 1, other strides and the base 16-byte aligned."""
+    es = t.element_size()
+    return t.stride(-1) == 1 and (t.stride(0) * es) % 16 == 0 and t.data_ptr() % 16 == 0
+
+
+def _k_major(t, rows: int, cols: int, transpose: bool):
+    """``t`` (or ``t.t()``) as a [rows, cols] view with cols contiguous and 16-byte-aligned rows:
+    the tensor itself where it already is, else a copy into row-padded storage."""
+    v = t.t() if transpose else t
+    if _tma_ready(v):
+        return v
+    pad = max(1, 16 // v.element_size())
+    buf = v.new_empty((rows, common.cdiv(cols, pad) * pad))[:, :cols]
+    return buf.copy_(v)
+
+
+def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residual=None, gate=None,
+         num_sms=None, **config):
+    """out = act(A @ B + bias) (+ residual, or * sigmoid(gate)); B is [K, N], or [N, K] with ``b_nk``
+    (a Linear's W). ``precision``: 'fp32x3', 'tf32' or 'bf16' (bf16 operands); all accumulate in FP32.
+    ``config``: overrides of the table's tile choice. The caller has checked shapes, dtypes and devices."""
+    if precision not in PRECISION:
+        raise MageInputError("matmul_hopper", "precision", f"must be one of {sorted(PRECISION)}, got {precision!r}")
+    if residual is not None and gate is not None:
+        raise MageInputError("matmul_hopper", "gate", "a residual or a gate, not both")
+    (M, K), N = A.shape, (B.shape[0] if b_nk else B.shape[1])
+    if out is None:
+        out = A.new_empty((M, N))
+    if M == 0 or N == 0:
+        return out
+    if K == 0:
+        out.zero_()
+        if bias is None and residual is None and gate is None and not gelu:
+            return out
+        A, B, K = A.new_zeros((M, 1)), B.new_zeros((N, 1) if b_nk else (1, N)), 1  # epilogue over zeros
+    cfg = TILES[precision].choose(dict(M=M, K=K, N=N), config)
+    consts, launch = common.split(cfg)
+    bm, bn, bk = consts["BLOCK_M"], consts["BLOCK_N"], consts["BLOCK_K"]
+    if precision == "bf16" and common.interpreting():
+        # Triton 3.6's interpreter multiplies bf16 tiles as raw 16-bit patterns; a bf16 x bf16 product is
+        # exact in FP32, so FP32 copies give the sums the tensor cores form (checks indexing on the CPU)
+        A, B = A.float(), B.float()
+    a = _k_major(A, M, K, transpose=False)
+    # B^T [N, K] K-major for 4-byte types (or where a bf16 [K, N] cannot be read as it is)
+    nk = b_nk or A.element_size() == 4 or not _tma_ready(B)
+    if nk:
+        b = _k_major(B, N, K, transpose=not b_nk)
+        b_desc = TensorDescriptor(b, [N, K], [b.stride(0), 1], [bn, bk])
+    else:
+        b_desc = TensorDescriptor(B, [K, N], [B.stride(0), 1], [bk, bn])
+    a_desc = TensorDescriptor(a, [M, K], [a.stride(0), 1], [bm, bk])
+    subtile = consts.pop("EPILOGUE_SUBTILE", 0)
+    c_desc = None
+    if consts.pop("TMA_STORE", 1) and _tma_ready(out) and out.dtype == A.dtype:
+        c_desc = TensorDescriptor(out, [M, N], [out.stride(0), 1], [bm, bn // 2 if subtile else bn])
+    res = residual if residual is not None else gate
+    tiles = common.cdiv(M, bm) * common.cdiv(N, bn)
+    nsm = num_sms or programs(A.device, tiles)
+    _hopper_gemm_kernel[(nsm,)](
+        a_desc, b_desc, c_desc, out, bias if bias is not None else out, res if res is not None else out,
+        M, N, K, out.stride(0), out.stride(1), *(res.stride() if res is not None else (0, 0)),
+        NUM_SMS=nsm, PRECISION=PRECISION[precision], B_NK=int(nk), BIAS=bias is not None, GELU=bool(gelu),
+        EPILOGUE=1 if residual is not None else 2 if gate is not None else 0,
+        TMA_STORE=c_desc is not None, SUBTILE=bool(subtile and c_desc is not None),
+        FLATTEN=bool(consts.pop("FLATTEN", 0)), WARP_SPEC=bool(consts.pop("WARP_SPEC", 0)), **consts, **launch)
+    return out
+
+
+def matmul(A, B, out=None, dtype=None, **config):
+    """C = A @ B on the Hopper road. ``dtype``: 'fp32x3' (the default for FP32 inputs), 'tf32' or 'bf16'.
+    IEEE FP32 has no tensor-core road: 'fp32' is refused here (the plain road serves it)."""
+    plain._checked(A, B)
+    dtype = dtype or ("bf16" if A.dtype == torch.bfloat16 else "fp32x3")
+    if dtype not in PRECISION:
+        raise MageInputError("matmul", "dtype", f"the Hopper road runs {sorted(PRECISION)}, got {dtype!r}")
+    if (dtype == "bf16") != (A.dtype is torch.bfloat16):
+        raise MageInputError("matmul", "A", f"has dtype {A.dtype}, which does not fit precision {dtype!r}")
+    (M, K), N = A.shape, B.shape[1]
+    if out is None:
+        out = A.new_empty((M, N))
+    else:
+        plain.ops.check_out("matmul", out, (M, N), A.dtype, A.device)
+    return gemm(A, B, precision=dtype, out=out, **config)
+
+
+# The road as a column of its own, 'triton_hopper' (same family as 'triton'): the plain road keeps the
+# 'triton' column on every card, and a figure shows both on the H200.
+NAME = "triton_hopper"
+facets.declare_column(NAME, label="Triton (Hopper: TMA, persistent)", order=12, color="#F5C710")
+
+
+def _unavailable():
+    return None if available() else "needs an sm_90 (Hopper) GPU, or TRITON_INTERPRET=1"
+
+
+def _variant(dtype, **config) -> Impl:
+    full = TILES[dtype].complete(config)
+    return Impl(op="matmul", name=NAME, fn=functools.partial(matmul, dtype=dtype, **full), dtype=dtype,
+                family="triton", needs_cuda=True, interpret=dtype != "bf16", available=_unavailable,
+                config=dict(full))
+
+
+for _dtype, _tiles in TILES.items():
+    def _fn(A, B, out=None, _dtype=_dtype):
+        return matmul(A, B, out=out, dtype=_dtype)
+
+    _fn.__name__ = f"matmul_{NAME}_{_dtype}"
+    # bf16 runs under the interpreter through FP32 copies (see ``gemm``), but the column is measured
+    # on the GPU only, as the plain road's bf16 row
+    register("matmul", NAME, dtype=_dtype, family="triton", interpret=_dtype != "bf16", needs_cuda=True,
+             available=_unavailable, config_for=_tiles.choose, sweep=_tiles.sweep_configs(),
+             variant=functools.partial(_variant, _dtype))(_fn)

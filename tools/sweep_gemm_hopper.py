@@ -1,0 +1,159 @@
+"""A development sweep of matmul's Hopper road (kernels/matmul/triton_hopper.py) against the plain road
+and cuBLAS, on one sm_90 GPU:
+
+    python3 tools/sweep_gemm_hopper.py --out hopper_sweep.csv          # from the repository root
+    python3 tools/sweep_gemm_hopper.py --quick --out smoke.csv         # one small size, base configs only
+
+For each size (2048^3, 4096^3, 8192^3) and precision (tf32, fp32x3, bf16): every config of the Hopper
+road's table, the base config again with B handed over K-major ('hopper_bnk': a Linear's W, no copy),
+the plain road's default, and cuBLAS (torch.matmul: TF32 off for the FP32 baseline fp32x3 is compared
+with, on for TF32; bf16 inputs for bf16). Each Triton call first writes into an output poisoned with
+NaN and is checked against a float64 product of the same inputs (relative error in norm); a config with
+a NaN or an error over twice the plain road's is rejected (timed nonetheless, marked). Times are kernel
+time from triton.testing.do_bench (median, L2 flushed between calls), the B copy included where a road
+makes one. A config that fails to compile or launch is printed and skipped. Not the record (that is
+``mage measure``); its numbers go to kernels/NOTES.md as a development run.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from pathlib import Path
+
+SIZES = (2048, 4096, 8192)
+PRECISIONS = ("tf32", "fp32x3", "bf16")
+BASELINE = {"tf32": "tf32", "fp32x3": "fp32", "bf16": "bf16"}  # the cuBLAS row each precision is compared with
+REP_MS = {1024: 50, 2048: 80, 4096: 150, 8192: 250}  # do_bench's time budget a case (8192^3 FP32 cuBLAS: ~22 ms a call)
+COLUMNS = ("size", "precision", "road", "config", "ms", "tflops", "ratio_to_cublas", "cublas", "rel_error",
+           "status", "torch", "triton", "gpu")
+
+
+def _cublas(A, B, baseline):
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = baseline == "tf32"
+    return lambda: torch.matmul(A, B)
+
+
+def _error(fn, out, want):
+    """(relative error in norm against float64, NaN seen) of one call into a NaN-poisoned output."""
+    import torch
+    if out is not None:
+        out.fill_(float("nan"))
+    got = fn()
+    torch.cuda.synchronize()
+    nan = bool(torch.isnan(got).any())
+    return float((got.double() - want).norm() / want.norm()), nan
+
+
+def _cases(n, prec, quick):
+    """(road, config name, make(A, B, out) -> fn) of one size and precision: the plain road's default,
+    the Hopper road's configs, the Hopper base with B K-major already."""
+    from kernels.matmul import triton_hopper as hop
+    from kernels.matmul import triton_kernel as plain
+    sizes = dict(M=n, K=n, N=n)
+    yield "plain", plain.TILES[prec].name_at(sizes), lambda A, B, out: (lambda: plain.matmul(A, B, out=out, dtype=prec))
+    table = hop.TILES[prec]
+    names = [table.base] if quick else list(table.sweep)
+    for name in names:
+        cfg = table[name]
+        yield "hopper", name, lambda A, B, out, cfg=cfg: (lambda: hop.gemm(A, B, precision=prec, out=out, **cfg))
+    cfg = table.base_config()
+    yield "hopper_bnk", table.base, lambda A, B, out, cfg=cfg: (
+        lambda Bt=B.t().contiguous(): hop.gemm(A, Bt, precision=prec, b_nk=True, out=out, **cfg))
+
+
+def run(sizes, quick, out_path):
+    import torch
+    import triton
+    from triton.testing import do_bench
+    env = dict(torch=torch.__version__, triton=triton.__version__, gpu=torch.cuda.get_device_name())
+    if torch.cuda.get_device_capability() != (9, 0):
+        print(f"warning: {env['gpu']} is not sm_90; the Hopper road's TMA and wgmma need Hopper", flush=True)
+    rows, t0 = [], time.time()
+    for n in sizes:
+        rep = REP_MS.get(n, 150) // (3 if quick else 1)
+        flops = 2.0 * n ** 3
+        g = torch.Generator(device="cuda").manual_seed(n)
+        A32 = torch.randn(n, n, device="cuda", generator=g)
+        B32 = torch.randn(n, n, device="cuda", generator=g)
+        for prec in PRECISIONS:
+            A, B = (A32.bfloat16(), B32.bfloat16()) if prec == "bf16" else (A32, B32)
+            want = A.double() @ B.double()
+            fn = _cublas(A, B, BASELINE[prec])
+            cub_err, _ = _error(fn, None, want)
+            cub_ms = do_bench(fn, warmup=max(rep // 4, 10), rep=rep, return_mode="median")
+            torch.backends.cuda.matmul.allow_tf32 = False
+            base = dict(size=n, precision=prec, cublas=f"cuBLAS {BASELINE[prec]}", **env)
+            rows.append(dict(base, road="cublas", config=BASELINE[prec], ms=cub_ms, tflops=flops / cub_ms / 1e9,
+                             ratio_to_cublas=1.0, rel_error=cub_err, status="ok"))
+            _print(rows[-1])
+            plain_err = None
+            out = torch.empty(n, n, device="cuda", dtype=A.dtype)
+            for road, name, make in _cases(n, prec, quick):
+                try:
+                    fn = make(A, B, out)
+                    err, nan = _error(fn, out, want)
+                    ms = do_bench(fn, warmup=max(rep // 4, 10), rep=rep, return_mode="median")
+                except Exception as e:  # noqa: BLE001 - a config that does not compile or launch: report, go on
+                    print(f"{n} {prec} {road} {name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+                    rows.append(dict(base, road=road, config=name, ms="", tflops="", ratio_to_cublas="",
+                                     rel_error="", status=f"failed: {type(e).__name__}"))
+                    continue
+                if road == "plain":
+                    plain_err = err
+                bad = nan or (plain_err is not None and road != "plain" and err > 2 * plain_err)
+                rows.append(dict(base, road=road, config=name, ms=ms, tflops=flops / ms / 1e9,
+                                 ratio_to_cublas=cub_ms / ms, rel_error=err,
+                                 status="rejected: NaN" if nan else "rejected: error" if bad else "ok"))
+                _print(rows[-1])
+            del want, out
+            torch.cuda.empty_cache()
+        _write(out_path, rows)  # after each size: a run cut short keeps what it measured
+    print(f"done in {time.time() - t0:.0f} s; {len(rows)} rows in {out_path}")
+    _summary(rows)
+
+
+def _print(r):
+    print(f"{r['size']:>5} {r['precision']:>6} {r['road']:>10} {r['config']:<28} {r['ms']:8.3f} ms "
+          f"{r['tflops']:7.1f} TFLOP/s  x{r['ratio_to_cublas']:.2f} of {r['cublas']}  err {r['rel_error']:.2e}  {r['status']}",
+          flush=True)
+
+
+def _summary(rows):
+    """The best accepted Triton row per size and precision, against cuBLAS."""
+    print("\nbest per size and precision (ratio: cuBLAS time / Triton time)")
+    best = {}
+    for r in rows:
+        if r["road"] != "cublas" and r["status"] == "ok":
+            k = (r["size"], r["precision"])
+            if k not in best or r["ms"] < best[k]["ms"]:
+                best[k] = r
+    for (n, prec), r in sorted(best.items()):
+        print(f"{n:>5} {prec:>6} {r['road']:>10} {r['config']:<28} x{r['ratio_to_cublas']:.2f} of {r['cublas']}")
+
+
+def _write(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="CSV file to write")
+    p.add_argument("--quick", action="store_true", help="smoke test: 1024^3, base configs only, short timings")
+    p.add_argument("--sizes", type=int, nargs="*", help=f"cube sizes (default {SIZES})")
+    a = p.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: kernels, mage
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit("sweep_gemm_hopper: needs a CUDA GPU (an sm_90 one for the Hopper road)")
+    run(a.sizes or ((1024,) if a.quick else SIZES), a.quick, a.out)
+
+
+if __name__ == "__main__":
+    main()
