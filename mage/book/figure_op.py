@@ -55,16 +55,20 @@ def _grouped(fig, top, shapes, impls, view, visible):
                           "<extra></extra>"))
 
 
-def op_views(df, op: str, machine: str, cache="warm", views=VIEWS, first: str = "kernel_time"):
-    """One operation at its field shapes, one bar per implementation in its colour (named by the legend),
-    one view at a time: ``first`` is the view the figure opens on (the one the text beside it reads)."""
-    d = V.select(df, op=op, shape_set="field", cache=cache, dtype="fp32", stat="mean")
+def op_views(df, op: str, machine: str, cache="warm", views=VIEWS, first: str = "kernel_time",
+             shape_set: str = "field", dtype: str = "fp32", impls=None):
+    """One operation at the shapes of ``shape_set`` (its field shapes unless told), one bar per
+    implementation in its colour (named by the legend; ``impls``: these only), one view at a time:
+    ``first`` is the view the figure opens on (the one the text beside it reads)."""
+    d = V.select(df, op=op, shape_set=shape_set, cache=cache, dtype=dtype, stat="mean")
+    if impls is not None:
+        d = d[d["impl"].isin(impls)]
     have = set(d["shape"])
-    shapes = [s for s in V.shapes_of(op, "field") if s in have] or sorted(have)
+    shapes = [s for s in V.shapes_of(op, shape_set) if s in have] or sorted(have)
     top = V.headline(d, view=list(views)) if shapes else d
     views = [v for v in views if v in set(top["view"])]
     if not shapes or not views:
-        return not_measured(f"{op_label(op)} per implementation", machine, f"{op_label(op)} at the field shapes")
+        return not_measured(f"{op_label(op)} per implementation", machine, f"{op_label(op)} at the {shape_set} shapes")
     first = first if first in views else views[0]
     impls = impls_in(top["impl"], op)
     title = op_label(op)
@@ -99,5 +103,6 @@ def op_views(df, op: str, machine: str, cache="warm", views=VIEWS, first: str = 
     fig.layout.meta = {"narrow": narrow, "narrow_height": 520, "narrow_font": 10, "per_impl": True,
                        "grid": {"by": ["view"] + ([] if one else ["x"]), "across": "name",
                                 "heads": ["view"] + ([] if one else ["shape"])}}
-    return with_caption(fig, caption("field", cache, machine, {op: " and ".join(shapes)},
-                                     "FP32. Whiskers on event spans: range of the three round means."))
+    precision = {"fp32": "FP32", "bf16": "bf16"}.get(dtype, dtype)
+    return with_caption(fig, caption(shape_set, cache, machine, {op: " and ".join(shapes)},
+                                     f"{precision}. Whiskers on event spans: range of the round means."))
