@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.support.mutations import graph_mutations, out_mutations, tensor_mutations
 
 CALLS = 200  # malformed calls per implementation through mage.run (more through its operator): the full tier
 QUICK_CALLS = 10  # the fast tier's fixed budget: every implementation and entry point, a twentieth of the calls
@@ -30,86 +31,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 # ---- the child process ---------------------------------------------------------------------------
-def _other_device(device):
-    return ["meta"] + (["cpu"] if device == "cuda" else [])
-
-
-def tensor_mutations(t, rnd, device):
-    """(description, replacement) for one tensor argument: wrong dtypes, ranks, sizes, strides,
-    devices, or not a tensor. Some are legal (a strided view), and must then be answered right."""
-    float_t = t.is_floating_point()
-    out = [("float64", t.double()), ("float16", t.half()), ("int64", t.long()),
-           ("int32" if float_t else "float32", t.int() if float_t else t.float()),
-           ("bfloat16", t.bfloat16()),
-           ("rank+1", t.unsqueeze(0)), ("not a tensor", t.tolist()), ("None", None)]
-    if t.dim() >= 1:
-        d = rnd.randrange(t.dim())
-        out.append(("rank-1", t.reshape(-1) if t.dim() > 1 else t.sum()))
-        out.append((f"size+1 dim {d}", torch.cat([t, t.narrow(d, 0, 1)], d) if t.shape[d] else t.new_zeros(
-            t.shape[:d] + (1,) + t.shape[d + 1:])))
-        if t.shape[d] > 1:
-            out.append((f"size-1 dim {d}", t.narrow(d, 0, t.shape[d] - 1)))
-        wide = torch.zeros(t.shape[:-1] + (2 * t.shape[-1],), dtype=t.dtype, device=t.device)
-        wide[..., ::2] = t
-        out.append(("every other column of a wider tensor", wide[..., ::2]))
-        if t.shape[-1]:
-            out.append(("stride 0 (expanded)", t[..., :1].expand(t.shape)))
-    if t.dim() >= 2:
-        out.append(("column-major layout", t.transpose(-1, -2).contiguous().transpose(-1, -2)))
-    for dev in _other_device(device):
-        out.append((f"on {dev}", t.to(dev)))
-    return out
-
-
-def out_mutations(ref_out, rnd, device):
-    shape, dt = tuple(ref_out.shape), ref_out.dtype
-    nan = float("nan")
-    out = [("no out", None), ("exact out", torch.full(shape, nan, dtype=dt, device=device)),
-           ("broadcast-shaped out", torch.full((2,) + shape, nan, dtype=dt, device=device)),
-           ("float64 out", torch.full(shape, nan, dtype=torch.float64, device=device)),
-           ("bfloat16 out" if dt != torch.bfloat16 else "float32 out",
-            torch.full(shape, nan, dtype=torch.bfloat16 if dt != torch.bfloat16 else torch.float32, device=device)),
-           ("out of one more row", torch.full((shape[0] + 1,) + shape[1:], nan, dtype=dt, device=device)),
-           ("out as a list", ref_out.tolist())]
-    if len(shape) >= 2:
-        out.append(("column-major out", torch.full(shape[::-1], nan, dtype=dt, device=device).transpose(-1, -2)
-                    if len(shape) == 2 else torch.full(shape, nan, dtype=dt, device=device).transpose(0, 1)))
-    if shape and shape[-1]:
-        out.append(("expanded out", torch.full(shape[-1:], nan, dtype=dt, device=device).expand(shape)))
-    for dev in _other_device(device):
-        out.append((f"out on {dev}", torch.full(shape, nan, dtype=dt, device=dev)))
-    return out
-
-
-def graph_mutations(g, rnd, device):
-    """(description, thunk): CSRGraph.build called with a malformed graph, or a graph made invalid."""
-    from kernels.neighbor_agg.graph import CSRGraph
-    rp, col, w, n_src = g.rowptr.clone(), g.col.clone(), g.w.clone(), g.n_src
-    cases = [("rowptr shifted by 1", lambda: CSRGraph.build(rp + 1, col, w, n_src)),
-             ("rowptr int64", lambda: CSRGraph.build(rp.long(), col, w, n_src)),
-             ("col int64", lambda: CSRGraph.build(rp, col.long(), w, n_src)),
-             ("w float64", lambda: CSRGraph.build(rp, col, w.double(), n_src)),
-             ("w one short", lambda: CSRGraph.build(rp, col, w[:-1] if len(w) else w.new_ones(1), n_src)),
-             ("rowptr 2-d", lambda: CSRGraph.build(rp[None], col, w, n_src)),
-             ("rowptr ends past E", lambda: CSRGraph.build(torch.cat([rp, rp[-1:] + 1]), col, w, n_src)),
-             ("negative n_src", lambda: CSRGraph.build(rp, col, w, -1)),
-             ("plain constructor", lambda: CSRGraph(rp, col, w))]
-    for dev in _other_device(device):
-        cases.append((f"col on {dev}", lambda dev=dev: CSRGraph.build(rp, col.to(dev), w, n_src)))
-    if len(col):
-        k = rnd.randrange(len(col))
-        bad = col.clone()
-        bad[k] = rnd.choice([n_src, n_src + 1000, -1])
-        cases.append((f"col[{k}] = {int(bad[k])}", lambda: CSRGraph.build(rp, bad, w, n_src)))
-        cases.append(("n_src below the largest column", lambda: CSRGraph.build(rp, col, w, int(col.max()))))
-    if len(rp) > 2 and int(rp[-1]) > 0:
-        i = rnd.randrange(1, len(rp) - 1)
-        down = rp.clone()
-        down[i] = int(rp[-1]) + 1 if rnd.random() < 0.5 else -1
-        cases.append((f"rowptr[{i}] out of order", lambda: CSRGraph.build(down, col, w, n_src)))
-    return cases
-
-
 def _expect(op, fn, ref_fn, allowed):
     """Call fn; return ('refused'|'answered', problem or None)."""
     from mage.errors import MageInputError
@@ -311,7 +232,7 @@ def _run_child(device, seed=0, calls=CALLS, only=(), timeout=1200):
     env = dict(os.environ)
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
-    p = subprocess.run([sys.executable, __file__, device, str(seed), str(calls), *only], cwd=ROOT, env=env,
+    p = subprocess.run([sys.executable, "-m", "tests.test_fuzz", device, str(seed), str(calls), *only], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=timeout)
     last = [ln for ln in p.stderr.splitlines() if ln.startswith("CASE ")][-1:]
     assert p.returncode == 0, f"the fuzz child died (exit {p.returncode}) at {last}:\n{p.stderr[-3000:]}"
@@ -363,7 +284,6 @@ def test_fuzz_gpu():
     _assert_clean(counts, problems)
 
 
-if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
+if __name__ == "__main__":  # the child: ``python -m tests.test_fuzz`` from the root, so ``tests.support`` imports
     dev, seed_arg, calls_arg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     print(json.dumps(worker(dev, seed_arg, calls_arg, sys.argv[4:])))
