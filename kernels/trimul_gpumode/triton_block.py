@@ -159,3 +159,21 @@ def trimul_gpumode(x, mask, norm_w, norm_b, left_proj, right_proj, left_gate, ri
 
 for _dtype, _tiles in TILES.items():
     register_kernel(NAME, trimul_gpumode_prepared, _tiles, precision=_dtype, prepare=prepare)
+
+
+@torch.library.custom_op("mage::triton_trimul_gpumode", mutates_args=())
+def trimul_gpumode_op(x: torch.Tensor, mask: torch.Tensor, norm_w: torch.Tensor, norm_b: torch.Tensor,
+                      left_proj: torch.Tensor, right_proj: torch.Tensor, left_gate: torch.Tensor,
+                      right_gate: torch.Tensor, out_gate: torch.Tensor, out_norm_w: torch.Tensor,
+                      out_norm_b: torch.Tensor, to_out: torch.Tensor) -> torch.Tensor:
+    """The update on the task's arguments as a PyTorch operator, so torch.compile graphs can call it."""
+    return trimul_gpumode(x, mask, norm_w, norm_b, left_proj, right_proj, left_gate, right_gate, out_gate,
+                          out_norm_w, out_norm_b, to_out)
+
+
+@trimul_gpumode_op.register_fake
+def _(x, mask, norm_w, norm_b, left_proj, right_proj, left_gate, right_gate, out_gate, out_norm_w, out_norm_b,
+      to_out):
+    SPEC.validate(x, mask, norm_w, norm_b, left_proj, right_proj, left_gate, right_gate, out_gate, out_norm_w,
+                  out_norm_b, to_out)  # metadata only
+    return torch.empty_like(x)
