@@ -73,11 +73,15 @@ def _watch(seen: dict):
 
 
 def _module(op: str):
+    """The op's launcher module: an operation's triton_kernel, or a block's triton_block (one whose
+    column takes prepared inputs has its own ``_checked`` for them)."""
     import importlib
-    try:
-        return importlib.import_module(f"kernels.{op}.triton_kernel")
-    except ModuleNotFoundError:
-        return None
+    for leaf in ("triton_kernel", "triton_block"):
+        try:
+            return importlib.import_module(f"kernels.{op}.{leaf}")
+        except ModuleNotFoundError:
+            pass
+    return None
 
 
 def hook(op: str, fixed: dict, impl, inputs) -> dict:

@@ -202,10 +202,26 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
     zn = _nearest(layernorm(z.reshape(R, C).to(sdt), gamma_in.to(sdt), beta_in.to(sdt), **ln_cfg), z.dtype)
     p = _nearest(proj.project_in(zn, w_in, b_in, consts, sdt), z.dtype, keep=True)  # [R, 4H + C]: five in one
-    at = torch.empty((B, H, N, N), dtype=sdt, device=z.device)
-    bt = torch.empty((B, H, N, N), dtype=sdt, device=z.device)
-    o = torch.empty((B, N, N, H), dtype=sdt, device=z.device)
-    scratch = None if consts["STORE"] == "direct" else torch.empty((H, N, N), dtype=sdt, device=z.device)
+    o, offs_64 = gated_contraction(p, mask, N, H, consts, launch, z.dtype, sdt)
+    on = layernorm(_nearest(o, z.dtype, keep=True).view(R, H), gamma_out.to(sdt), beta_out.to(sdt), **ln_cfg)
+    # (under the interpreter y is an FP32 buffer: the bf16 projection is gated in FP32, then rounded once)
+    y = out.view(R, C) if sdt == z.dtype else torch.empty((R, C), dtype=sdt, device=z.device)
+    proj.project_out(_nearest(on, z.dtype), w_out, b_out, p, H, y, consts, offs_64)
+    if y.dtype != out.dtype:
+        out.view(R, C).copy_(y)  # rounded to nearest even, once
+    return out
+
+
+def gated_contraction(p, mask, N: int, H: int, consts: dict, launch: dict, dtype, sdt):
+    """(o [B, N, N, H], whether offsets need 64 bits): per complex, the gate kernel makes a and b from
+    p's first 4H columns (left gate, left value, right gate, right value; rows are the B N^2 pairs) and
+    the mask [B, N, N], then the triangle's batched GEMM contracts them. The task's form of the update
+    (kernels/trimul_gpumode) calls this too. ``sdt``: the dtype the kernels store (see trimul_block)."""
+    B = mask.shape[0]
+    at = torch.empty((B, H, N, N), dtype=sdt, device=p.device)
+    bt = torch.empty((B, H, N, N), dtype=sdt, device=p.device)
+    o = torch.empty((B, N, N, H), dtype=sdt, device=p.device)
+    scratch = None if consts["STORE"] == "direct" else torch.empty((H, N, N), dtype=sdt, device=p.device)
     offs_64 = common.offsets_64(p, at, o, mask) or p.numel() >= common.INT32_LIMIT
     # K_INNER: the copies hold [c, i, k] (k innermost, as the tensor cores read), else [c, k, i]
     if consts["K_INNER"]:
@@ -219,15 +235,9 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
                            num_warps=consts["GATE_WARPS"])
         # (under the interpreter a and b stay FP32 tensors holding bf16 values: the contraction multiplies
         # FP32 tiles there, see _contract)
-        _contract(_nearest(at[c], z.dtype, keep=True), _nearest(bt[c], z.dtype, keep=True), o[c], scratch, consts,
+        _contract(_nearest(at[c], dtype, keep=True), _nearest(bt[c], dtype, keep=True), o[c], scratch, consts,
                   launch, offs_64)
-    on = layernorm(_nearest(o, z.dtype, keep=True).view(R, H), gamma_out.to(sdt), beta_out.to(sdt), **ln_cfg)
-    # (under the interpreter y is an FP32 buffer: the bf16 projection is gated in FP32, then rounded once)
-    y = out.view(R, C) if sdt == z.dtype else torch.empty((R, C), dtype=sdt, device=z.device)
-    proj.project_out(_nearest(on, z.dtype), w_out, b_out, p, H, y, consts, offs_64)
-    if y.dtype != out.dtype:
-        out.view(R, C).copy_(y)  # rounded to nearest even, once
-    return out
+    return o, offs_64
 
 
 def _nearest(t: torch.Tensor, dtype: torch.dtype, keep: bool = False) -> torch.Tensor:

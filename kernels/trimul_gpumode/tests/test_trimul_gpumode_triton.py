@@ -1,0 +1,160 @@
+"""The task form's Triton column (kernels/trimul_gpumode/triton_block.py): under the interpreter at the
+awkward and small random shapes with normal and heavy-tailed inputs, both precisions and every sweep
+config; the task's own elementwise verdict at fp32; bad inputs refused by name on every entry point;
+the launches a call makes; on a GPU, random shapes and the contest's verdict at its shapes."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import mage
+from kernels._triton import common
+from kernels.trimul_gpumode import pytorch_impl
+from kernels.trimul_gpumode import triton_block as tg
+from kernels.trimul_gpumode.spec import ARGS, CONTEST, NAME, SPEC, contest_failures
+from mage import registry
+from mage.check import check
+from tests.support.kernel_checks import assert_refuses, check_shapes, cpu_only, gpu, rel_err
+
+
+def _impl(dtype="fp32"):
+    return registry.get(NAME, "triton", dtype)
+
+
+def test_registered_at_both_precisions_with_a_config_for_every_contest_shape():
+    for dtype in ("fp32", "bf16"):
+        impl = _impl(dtype)
+        assert impl.prepare is not None and impl.sweep
+        for s in CONTEST:
+            assert impl.config_at(s) == tg.TILES[dtype].base_config(), (dtype, s)
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", ("fp32", "bf16"))
+@pytest.mark.parametrize("dist", ("normal", "heavy"))
+def test_awkward_and_random_shapes(dtype, dist):
+    # random shapes capped in N: the interpreter runs N^2 programs one after another
+    small = [dict(s, N=min(s["N"], 12)) for s in SPEC.random_shapes(3, seed=1)]
+    check_shapes(_impl(dtype), SPEC.awkward + small, dist)
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", ("fp32", "bf16"))
+def test_every_sweep_config(dtype):
+    for cfg in _impl(dtype).sweep:  # 'permute' and 'direct' contraction epilogues, the GEMMs' tiles
+        r = check(_impl(dtype).variant(**cfg), dict(B=2, N=5, D=7, H=17), trials=1, device="cpu")
+        assert r.passed, (cfg, r.reason)
+
+
+@cpu_only
+@pytest.mark.parametrize("dist", ("normal", "heavy"))
+def test_the_contest_verdict_at_fp32(dist):
+    """The task's verdict: every element within rtol = atol = 2e-2 of the FP32 reference (the module
+    in FP32, TF32 off), at a small shape with the contest's H : D proportions and a mask."""
+    for s in (dict(B=2, N=8, D=32, H=16), dict(B=1, N=10, D=48, H=16, nomask=1)):
+        inputs = SPEC.inputs(s, seed=11, dist=dist)
+        got = tg.trimul_gpumode(*inputs)
+        assert contest_failures(got, pytorch_impl.expression(*inputs)) == 0, s
+        assert rel_err(got, SPEC.reference(*inputs)) < SPEC.tol("fp32"), s
+
+
+@cpu_only
+def test_out_is_written_and_both_entry_points_agree():
+    inputs = SPEC.inputs(dict(B=2, N=6, D=8, H=4), seed=3)
+    out = torch.full_like(inputs[0], math.nan)
+    assert tg.trimul_gpumode(*inputs, out=out) is out
+    prepared = _impl().fn(*_impl().prepare(*inputs))
+    assert torch.equal(out, prepared)
+    assert torch.equal(out, mage.run(NAME, "triton", *inputs))
+
+
+# ---- bad input -----------------------------------------------------------------------------------------
+def _bad(**change):
+    x = dict(zip(ARGS, SPEC.inputs(dict(B=1, N=4, D=6, H=3))))
+    x.update(change)
+    return tuple(x[k] for k in ARGS)
+
+
+BAD = [
+    ("mask", dict(mask=torch.ones(1, 4, 5)), "mask of the wrong shape"),
+    ("x", dict(x=torch.ones(4, 4, 6)), "x without a batch axis"),
+    ("norm_w", dict(norm_w=torch.ones(5)), "norm_w for another D"),
+    ("right_gate", dict(right_gate=torch.ones(3, 5)), "a projection with the wrong fan-in"),
+    ("out_norm_b", dict(out_norm_b=torch.ones(4)), "out_norm_b for another H"),
+    ("to_out", dict(to_out=torch.ones(3, 6)), "to_out transposed"),
+    ("left_proj", dict(left_proj=torch.ones(3, 6, dtype=torch.float64)), "a float64 weight"),
+    ("mask", dict(mask=torch.ones(1, 4, 4, dtype=torch.bfloat16)), "mixed precisions"),
+]
+
+
+@pytest.mark.parametrize("arg,change,why", BAD, ids=[b[2] for b in BAD])
+def test_bad_inputs_are_refused_by_name(arg, change, why):
+    inputs = _bad(**change)
+    assert_refuses(tg.trimul_gpumode, NAME, arg, *inputs)
+    assert_refuses(_impl().prepare, NAME, arg, *inputs)
+    assert_refuses(lambda *a: mage.run(NAME, "triton", *a), NAME, arg, *inputs)
+
+
+def test_the_prepared_call_refuses_unprepared_arguments_and_bad_configs(monkeypatch):
+    monkeypatch.setattr(common, "on_device", lambda op, named: None)  # refused before any launch
+    inputs = SPEC.inputs(dict(B=1, N=4, D=6, H=3))
+    prepared = tg.prepare(*inputs)
+    unstacked = prepared[:4] + (inputs[4],) + prepared[5:]  # one projection where the stack belongs
+    assert_refuses(tg.trimul_gpumode_prepared, NAME, "w_in", *unstacked)
+    assert "power of two" in str(assert_refuses(tg.trimul_gpumode_prepared, NAME, "config", *prepared, GATE_V=48))
+    assert "STORE" in str(assert_refuses(tg.trimul_gpumode_prepared, NAME, "config", *prepared, STORE="scatter"))
+    assert_refuses(tg.trimul_gpumode_prepared, NAME, "config", *prepared, GEMM="fused")  # the AlphaFold column's key
+
+
+# ---- launches --------------------------------------------------------------------------------------------
+class _Recorder:
+    def __init__(self, calls, name):
+        self.calls, self.name = calls, name
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((self.name, grid, kwargs))
+
+
+@pytest.mark.parametrize("store", ("permute", "direct"))
+def test_launches_per_call(monkeypatch, store):
+    from kernels.layernorm import triton_kernel as ln
+    calls = []
+    monkeypatch.setattr(tg.af3, "_gate_kernel", _Recorder(calls, "gates"))
+    monkeypatch.setattr(tg.proj, "_out_gate_kernel", _Recorder(calls, "out gate"))
+    monkeypatch.setattr(tg, "gemm_epilogue", lambda A, W, bias, out, **kw: calls.append(("GEMM", W.shape, kw)) or out)
+    monkeypatch.setattr(tg.af3.road, "_batched_gemm_kernel", _Recorder(calls, "contraction"))
+    monkeypatch.setattr(tg.af3.road, "_transpose_kernel", _Recorder(calls, "transpose"))
+    monkeypatch.setattr(ln, "_layernorm_kernel", _Recorder(calls, "layernorm"))
+    monkeypatch.setattr(common, "on_device", lambda op, named: None)  # meta tensors: shapes only
+    B, N, D, H = 1, 40, 24, 8
+    sizes = [(B, N, N, D), (B, N, N), (D,), (D,)] + [(H, D)] * 5 + [(H,), (H,), (D, H)]
+    tg.trimul_gpumode(*(torch.empty(s, device="meta") for s in sizes), STORE=store)
+    names = [c[0] for c in calls]
+    assert names == ["layernorm", "GEMM", "gates", "contraction"] + (["transpose"] if store == "permute" else []) + \
+        ["layernorm", "out gate", "GEMM"]
+    assert len(calls) == tg.launches(dict(tg.TILES["fp32"].base_config(), STORE=store))
+    assert calls[1][1] == (5 * H, D) and calls[-1][1] == (D, H)  # one GEMM for the five projections
+    # the out gate reads p's last H columns (offset 4H) and gates LN(o) [B N^2, H] in place
+    assert calls[-2][1] == (common.cdiv(B * N * N, 32), common.cdiv(H, 64))
+
+
+# ---- on a GPU ----------------------------------------------------------------------------------------------
+@gpu
+@pytest.mark.parametrize("dtype", ("fp32", "bf16"))
+def test_gpu_random_shapes(dtype):
+    shapes = SPEC.random_shapes(30) + SPEC.awkward + SPEC.shapes["field"]
+    bad = [(s, d, r.reason) for s in shapes for d in ("normal", "heavy")
+           for r in [check(_impl(dtype), s, trials=1, dist=d, device="cuda")] if not r.passed]
+    assert not bad, bad[:5]
+
+
+@gpu
+@pytest.mark.parametrize("dist", ("normal", "heavy"))
+def test_gpu_contest_verdict_at_the_contest_shapes(dist):
+    torch.backends.cuda.matmul.allow_tf32 = False  # the task's FP32 reference
+    for s in CONTEST:
+        inputs = SPEC.inputs(s, seed=0, device="cuda", dist=dist)
+        got = tg.trimul_gpumode(*inputs)
+        assert contest_failures(got, pytorch_impl.expression(*inputs)) == 0, s
