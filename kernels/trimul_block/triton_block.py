@@ -87,11 +87,14 @@ TRIANGLE_KEYS = ("STORE", "K_INNER", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C",
                  "num_stages")
 
 
-def _config(contraction: dict, gate=(64, 32, 4), ln=(8, 4, 0), out_gate=(32, 64, 4), gemm=None) -> dict:
+def _config(contraction: dict, gate=(64, 32, 4), ln=(8, 4, 0), out_gate=(32, 64, 4), gemm=None,
+            contract="ieee") -> dict:
+    """A block config; ``contract='tf32x3'`` runs the FP32 contraction as three TF32 tensor-core products
+    (FP32 accuracy; without the key it runs IEEE FP32 on the FMA units, or bf16 products at bf16)."""
     tri = {k: contraction[k] for k in TRIANGLE_KEYS}
     return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
                 LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2],
-                **proj.gemm_keys(*(gemm or ("cublas",))))
+                **proj.gemm_keys(*(gemm or ("cublas",))), CONTRACT=contract)
 
 
 # Names: the projections' road and the contraction's epilogue ('permute' or 'direct'), then what sets
@@ -115,6 +118,12 @@ _FP32 = {
     "fused_m128_n64_k32_w4_s4_bn": _config(_CONTRACTION, ln=(8, 4, 1), gemm=("fused", 128, 64, 32, 4, 4, 0)),
     "fused_m128_n128_k32_w8_s3": _config(_CONTRACTION, ln=(8, 4, 1), gemm=("fused", 128, 128, 32, 8, 3)),
     "fused_m64_n128_k32_w4_s4": _config(_CONTRACTION, ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4)),
+    # the contraction on the tensor cores at FP32 accuracy (tf32x3; the operands k-innermost, as wgmma
+    # reads 4-byte operands): the triangle's fp32x3 tiles, its sweep's best at N = 384 first
+    "fused_m64_n128_k32_w4_s4_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1),
+                                           gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3"),
+    "fused_m64_n128_k32_w4_s4_x3_128": _config(TRIANGLE_TILES["fp32x3"]["permute_128x128x32_c1_w8_s3"],
+                                               ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3"),
 }
 
 
@@ -146,7 +155,12 @@ _BF16 = {
 # B); the contraction's tiles barely mattered. bf16 (same run): the cuBLAS projections, 41.0 us,
 # against 45.1-48.9 fused (Triton's bf16 GEMM is slower than cuBLAS's and the gate it saves is a
 # small pass in bf16).
-TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4"),
+# From N = 256 (AlphaFold 3-class sizes) the contraction, 2 N^3 H FLOPs, is most of the FP32 block's work:
+# the triangle's own sweep at N = 384, C = 128 measured its tf32x3 tiles at 318 us against 432 for the
+# best IEEE FP32 ones (kernels/NOTES.md), so from there the block contracts on the tensor cores.
+AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
+TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4",
+                           rule=(("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS),)),
          "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128")}
 FIRST = TILES["fp32"]["cublas_permute"]
 FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]
@@ -157,6 +171,8 @@ def _refuse_bad_config(c: dict) -> None:
         raise MageInputError(NAME, "config", why)
     if c["STORE"] not in STORES:
         no(f"STORE must be one of {STORES}, got {c['STORE']!r}")
+    if c["CONTRACT"] not in ("ieee", "tf32x3"):
+        no(f"CONTRACT must be 'ieee' or 'tf32x3', got {c['CONTRACT']!r}")
     if c["GEMM"] not in proj.ROADS:
         no(f"GEMM must be one of {proj.ROADS}, got {c['GEMM']!r}")
     for key in ("BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C", "GATE_V", "GATE_H", "LN_BLOCK_R", "OUT_R", "OUT_C",
@@ -194,6 +210,8 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     tiles = TILES["fp32" if z.dtype == torch.float32 else "bf16"]
     consts, launch = common.split(tiles.choose(dict(N=N, C=C, H=H), config))
     _refuse_bad_config(consts)
+    if z.dtype == torch.bfloat16 and consts["CONTRACT"] != "ieee":  # tf32x3 splits FP32 operands only
+        raise MageInputError(NAME, "config", f"CONTRACT={consts['CONTRACT']!r} is for FP32 inputs; bf16 takes 'ieee'")
     set_precision("fp32")  # IEEE FP32 GEMMs, whatever an earlier TF32 call left set
     # The per-pair steps (both LayerNorms, both projections, the output gate) take the batch's B N^2
     # pairs as rows in one launch each; the gates and the contraction run once per complex.
@@ -264,7 +282,7 @@ def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
     road._batched_gemm_kernel[grid](at, bt, view, N, H, *view.stride(),
                                     BLOCK_I=consts["BLOCK_I"], BLOCK_J=consts["BLOCK_J"], BLOCK_K=consts["BLOCK_K"],
                                     BLOCK_C=bc, GROUP_I=consts["GROUP_I"], K_INNER=consts["K_INNER"],
-                                    PRECISION="ieee", OFFS_64=offs_64, **launch)
+                                    PRECISION=consts["CONTRACT"], OFFS_64=offs_64, **launch)
     if scratch is not None:
         road.transpose([(view, o)], N, H, offs_64)
 

@@ -39,12 +39,14 @@ from .spec import NAME, SPEC
 PREPARED = ("x", "mask", "norm_w", "norm_b", "w_in", "b_in", "out_norm_w", "out_norm_b", "to_out", "b_out")
 
 
-def _config(contraction: dict, gemm=(64, 128, 32, 4, 4), gate=(64, 32, 4), ln=(8, 4, 1), out_gate=(32, 64, 4)) -> dict:
+def _config(contraction: dict, gemm=(64, 128, 32, 4, 4), gate=(64, 32, 4), ln=(8, 4, 1), out_gate=(32, 64, 4),
+            contract="ieee") -> dict:
+    """A config; ``contract='tf32x3'``: the FP32 contraction on the tensor cores (as the AlphaFold column's)."""
     tri = {k: contraction[k] for k in af3.TRIANGLE_KEYS}
     bm, bn, bk, warps, stages = gemm
     return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
                 LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2],
-                GEMM_M=bm, GEMM_N=bn, GEMM_K=bk, GEMM_WARPS=warps, GEMM_STAGES=stages)
+                GEMM_M=bm, GEMM_N=bn, GEMM_K=bk, GEMM_WARPS=warps, GEMM_STAGES=stages, CONTRACT=contract)
 
 
 # Predictions until a GPU sweep. The contest's shapes (H = 128; D 128, 384 or 768; N 256-1024) are the
@@ -61,6 +63,8 @@ _FP32 = {
     "m128_n128_k32_w8_s3": _config(_FP32_TRI, gemm=(128, 128, 32, 8, 3)),
     "m64_n128_k32_w4_s4_direct": _config(dict(_FP32_TRI, STORE="direct", BLOCK_I=64, BLOCK_J=64, BLOCK_C=4,
                                               num_warps=8)),
+    # the contraction as three TF32 tensor-core products (FP32 accuracy), as the AlphaFold column from N = 256
+    "m64_n128_k32_w4_s4_x3": _config(af3.TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3"),
 }
 _BF16_TRI = af3.TILES["bf16"]["cublas_permute_128x128"]
 _BF16 = {
@@ -68,11 +72,13 @@ _BF16 = {
     "m128_n64_k64_w4_s4": _config(_BF16_TRI, gemm=(128, 64, 64, 4, 4)),
     "m128_n128_k64_w8_s3_direct_c8": _config(af3.TILES["bf16"]["cublas_direct_64x64_c8"], gemm=(128, 128, 64, 8, 3)),
 }
-TILES = {"fp32": TileTable(NAME, _FP32, base="m64_n128_k32_w4_s4"),
+TILES = {"fp32": TileTable(NAME, _FP32, base="m64_n128_k32_w4_s4", rule=(("m64_n128_k32_w4_s4_x3", af3.AF3_CLASS),)),
          "bf16": TileTable(NAME, _BF16, base="m128_n128_k64_w8_s3")}
 
 
 def _refuse_bad_config(c: dict) -> None:
+    if c["CONTRACT"] not in ("ieee", "tf32x3"):
+        raise MageInputError(NAME, "config", f"CONTRACT must be 'ieee' or 'tf32x3', got {c['CONTRACT']!r}")
     if c["STORE"] not in af3.STORES:
         raise MageInputError(NAME, "config", f"STORE must be one of {af3.STORES}, got {c['STORE']!r}")
     for key in ("BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C", "GATE_V", "GATE_H", "LN_BLOCK_R", "OUT_R", "OUT_C",
@@ -130,6 +136,8 @@ def trimul_gpumode_prepared(x, mask, norm_w, norm_b, w_in, b_in, out_norm_w, out
     consts, launch = common.split(TILES["fp32" if x.dtype == torch.float32 else "bf16"].choose(dict(N=N, D=D, H=H),
                                                                                               config))
     _refuse_bad_config(consts)
+    if x.dtype == torch.bfloat16 and consts["CONTRACT"] != "ieee":  # tf32x3 splits FP32 operands only
+        raise MageInputError(NAME, "config", f"CONTRACT={consts['CONTRACT']!r} is for FP32 inputs; bf16 takes 'ieee'")
     R = B * N * N
     ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
     gemm_cfg = proj._tiles(consts)

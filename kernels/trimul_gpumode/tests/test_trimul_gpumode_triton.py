@@ -27,8 +27,10 @@ def test_registered_at_both_precisions_with_a_config_for_every_contest_shape():
     for dtype in ("fp32", "bf16"):
         impl = _impl(dtype)
         assert impl.prepare is not None and impl.sweep
-        for s in CONTEST:
-            assert impl.config_at(s) == tg.TILES[dtype].base_config(), (dtype, s)
+        for s in CONTEST:  # every contest shape has N >= 256: at fp32 the contraction runs tf32x3 there
+            want = tg.TILES[dtype]["m64_n128_k32_w4_s4_x3" if dtype == "fp32" else tg.TILES[dtype].base]
+            assert impl.config_at(s) == want, (dtype, s)
+            assert want["CONTRACT"] == ("tf32x3" if dtype == "fp32" else "ieee")
 
 
 @cpu_only
