@@ -9,6 +9,7 @@ import datetime as _dt
 import hashlib
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -123,4 +124,5 @@ def machine_name() -> str:
     name = torch.cuda.get_device_name().lower().replace("nvidia", "").replace("geforce", "")
     for word in ("sxm", "pcie", "nvl", "hbm3", "-", "_"):
         name = name.replace(word, " ")
-    return "".join(name.split()[:2]) or "gpu"
+    words = [w for w in name.split() if not re.fullmatch(r"\d+gb", w)]  # 'H100 80GB HBM3': the memory is no name
+    return "".join(words[:2]) or "gpu"

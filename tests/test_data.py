@@ -128,3 +128,14 @@ def test_corrupt_environment_is_a_clear_error(tmp_path, text):
     (tmp_path / "environment.json").write_text(text)
     with pytest.raises(DataError, match="environment.json"):
         data.load_environment(tmp_path)
+
+
+def test_machine_names_leave_out_the_memory_size(monkeypatch):
+    """An H100's data folder is 'h100', not 'h10080gb' (its name carries '80GB HBM3')."""
+    import torch
+    from mage import env
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for name, want in (("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
+                       ("NVIDIA GeForce RTX 4090", "rtx4090"), ("NVIDIA H100 PCIe", "h100")):
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda n=name: n)
+        assert env.machine_name() == want, name
