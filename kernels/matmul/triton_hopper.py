@@ -249,17 +249,7 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
 def matmul(A, B, out=None, dtype=None, **config):
     """C = A @ B on the Hopper road. ``dtype``: 'fp32x3' (the default for FP32 inputs), 'tf32' or 'bf16'.
     IEEE FP32 has no tensor-core road: 'fp32' is refused here (the plain road serves it)."""
-    plain._checked(A, B)
-    dtype = dtype or ("bf16" if A.dtype == torch.bfloat16 else "fp32x3")
-    if dtype not in PRECISION:
-        raise MageInputError("matmul", "dtype", f"the Hopper road runs {sorted(PRECISION)}, got {dtype!r}")
-    if (dtype == "bf16") != (A.dtype is torch.bfloat16):
-        raise MageInputError("matmul", "A", f"has dtype {A.dtype}, which does not fit precision {dtype!r}")
-    (M, K), N = A.shape, B.shape[1]
-    if out is None:
-        out = A.new_empty((M, N))
-    else:
-        plain.ops.check_out("matmul", out, (M, N), A.dtype, A.device)
+    dtype, out = plain.entry(A, B, out, dtype, "fp32x3", PRECISION)
     return gemm(A, B, precision=dtype, out=out, **config)
 
 

@@ -199,21 +199,29 @@ def _plan(consts, launch, M, K, N, precision, a_strides, b_strides):
     return kmajor, grid, dict(PRECISION=precision, OFFS_64=offs_64, **consts, **launch)
 
 
+def entry(A, B, out, dtype, fp32_default: str, roads) -> tuple:
+    """(precision, output buffer) of a call, after every check of its arguments: the inputs, the
+    precision (one of ``roads``; FP32 inputs default to ``fp32_default``) against A's dtype, and ``out``
+    (a fresh buffer when None). Shared by the plain road and the Hopper road."""
+    _checked(A, B)
+    dtype = dtype or ("bf16" if A.dtype == torch.bfloat16 else fp32_default)
+    if dtype not in roads:
+        raise MageInputError("matmul", "dtype", f"must be one of {sorted(roads)}, got {dtype!r}")
+    if (dtype == "bf16") != (A.dtype is torch.bfloat16):
+        raise MageInputError("matmul", "A", f"has dtype {A.dtype}, which does not fit precision {dtype!r}")
+    M, N = A.shape[0], B.shape[1]
+    if out is None:
+        return dtype, A.new_empty((M, N))
+    ops.check_out("matmul", out, (M, N), A.dtype, A.device)
+    return dtype, out
+
+
 def matmul(A, B, out=None, dtype=None, **config):
     """C = A @ B. ``dtype``: 'fp32' (IEEE, the default for fp32 inputs), 'fp32x3' (FP32 accuracy on
     the tensor cores), 'tf32', or 'bf16' (bf16 inputs, fp32 accumulation, bf16 output as torch gives).
     ``config`` overrides the tile sizes and, on the tensor-core rows, ``B_KMAJOR``."""
-    _checked(A, B)
-    dtype = dtype or ("bf16" if A.dtype == torch.bfloat16 else "fp32")
-    if dtype not in PRECISION:
-        raise MageInputError("matmul", "dtype", f"must be one of {sorted(PRECISION)}, got {dtype!r}")
-    if (dtype == "bf16") != (A.dtype is torch.bfloat16):
-        raise MageInputError("matmul", "A", f"has dtype {A.dtype}, which does not fit precision {dtype!r}")
+    dtype, out = entry(A, B, out, dtype, "fp32", PRECISION)
     (M, K), N = A.shape, B.shape[1]
-    if out is None:
-        out = A.new_empty((M, N))
-    else:
-        ops.check_out("matmul", out, (M, N), A.dtype, A.device)
     if M == 0 or N == 0:
         return out
     if K == 0:
