@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from mage import ops
+from mage.errors import MageInputError
 
 from kernels._triton import common
 from kernels._triton.tiles import grouped_tile
@@ -101,6 +102,20 @@ def gemm_epilogue(A, W, bias, out, residual=None, gelu=False, gate=None, BLOCK_M
         EPILOGUE=epilogue, OFFS_64=common.offsets_64(A, W, res, out),
         num_warps=num_warps, num_stages=num_stages)
     return out
+
+
+def hopper_epilogue(A, W, bias, out, residual=None, gelu=False, gate=None):
+    """``gemm_epilogue`` on matmul's Hopper road (TMA loads, warpgroup MMA, a persistent grid;
+    ``kernels.matmul.triton_hopper``) with that road's own tiles for the call's sizes: a block's road
+    'hopper'. tf32x3 at FP32 storage, the bf16 product at bf16; W [N, K] read in place where K is
+    contiguous. Refused by name on a card without TMA and warpgroup MMA."""
+    from kernels.matmul import triton_hopper as hop  # (imported on the road's first use only)
+    if not hop.available(A.device):
+        raise MageInputError("linear", "config", "the 'hopper' GEMM road needs an sm_90 (Hopper) GPU")
+    if residual is not None and gate is not None:
+        raise ValueError("hopper_epilogue: a residual or a gate, not both")  # a caller's bug, not an input
+    return hop.gemm(A, W, precision="fp32x3" if A.dtype == torch.float32 else "bf16", b_nk=True, out=out,
+                    bias=bias, gelu=gelu, residual=residual, gate=gate)
 
 
 def as_matmul_config(tiles: dict) -> dict:

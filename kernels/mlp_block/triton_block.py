@@ -39,10 +39,10 @@ from mage import ops
 from mage.errors import MageInputError
 from mage.registry import Impl, register
 
-from kernels.matmul.triton_epilogue import gemm_epilogue
+from kernels.matmul.triton_epilogue import gemm_epilogue, hopper_epilogue
 from .spec import ARGS, NAME, SPEC
 
-LAUNCHES = {"cublas": 5, "fused": 3}  # per call with T > 0 (the GPU test counts them)
+LAUNCHES = {"cublas": 5, "fused": 3, "hopper": 3}  # per call with T > 0 (the GPU test counts them)
 
 
 def _fused(bm, bn, bk, warps, stages, group=8):
@@ -51,6 +51,8 @@ def _fused(bm, bn, bk, warps, stages, group=8):
 
 
 CUBLAS = {"GEMM": "cublas"}
+# the fused road on matmul's Hopper GEMM (TMA, warpgroup MMA, persistent), with that road's own tiles
+HOPPER = {"GEMM": "hopper"}
 # Names: the road, and the fused GEMMs' tiles (warps w, stages s, GROUP_M g where it is not 8). In the
 # order a tile sweep tries them: first the cuBLAS road, the baseline every fused config is measured
 # against. fp32: tiles of the fp32x3 GEMM, from the matmul's fp32x3 sweep (kernels/NOTES.md: 128x128
@@ -65,6 +67,7 @@ TILES = {
         "fused_m64_n128_k32_w4_s4": _fused(64, 128, 32, 4, 4),
         "fused_m128_n128_k32_w8_s4": _fused(128, 128, 32, 8, 4),
         "fused_m128_n128_k64_w8_s3_g16": _fused(128, 128, 64, 8, 3, group=16),
+        "hopper": HOPPER,
     },
     "bf16": {
         "cublas": CUBLAS,
@@ -73,13 +76,14 @@ TILES = {
         "fused_m64_n128_k64_w4_s4": _fused(64, 128, 64, 4, 4),
         "fused_m128_n256_k64_w8_s3": _fused(128, 256, 64, 8, 3),
         "fused_m128_n128_k64_w8_s4_g16": _fused(128, 128, 64, 8, 4, group=16),
+        "hopper": HOPPER,
     },
 }
 # One config at every size (no rule): the tile sweep's fastest (see the docstring). A partial config
 # names a road (or keeps the default's) and takes its missing keys from that road's plain entry.
 DEFAULT = {"fp32": "fused_m128_n128_k64_w8_s3_g16", "bf16": "cublas"}
-ROAD_BASE = {"fp32": {"cublas": "cublas", "fused": "fused_m128_n64_k32_w4_s4"},
-             "bf16": {"cublas": "cublas", "fused": "fused_m128_n128_k64_w8_s3"}}
+ROAD_BASE = {"fp32": {"cublas": "cublas", "fused": "fused_m128_n64_k32_w4_s4", "hopper": "hopper"},
+             "bf16": {"cublas": "cublas", "fused": "fused_m128_n128_k64_w8_s3", "hopper": "hopper"}}
 
 
 def default_config(dtype: str) -> dict:
@@ -94,7 +98,7 @@ def _config(config: dict, dtype: str = "fp32") -> dict:
         return default_config(dtype)
     road = config.get("GEMM", TILES[dtype][DEFAULT[dtype]]["GEMM"])
     if road not in ROAD_BASE[dtype]:
-        raise MageInputError(NAME, "config", f"GEMM must be 'cublas' or 'fused', got {road!r}")
+        raise MageInputError(NAME, "config", f"GEMM must be one of {sorted(ROAD_BASE[dtype])}, got {road!r}")
     base = TILES[dtype][ROAD_BASE[dtype][road]]
     unknown = set(config) - set(base)
     if unknown:
@@ -112,6 +116,10 @@ def mlp_block(x, gamma, beta, W1, b1, W2, b2, out=None, **config):
     # refused here, naming the block, before the LayerNorm launcher would refuse it naming itself
     common.on_device(NAME, dict(zip(ARGS, (x, gamma, beta, W1, b1, W2, b2))))
     h = layernorm(x, gamma, beta)
+    if cfg["GEMM"] == "hopper":  # the fused road's two GEMMs on the Hopper road
+        a = hopper_epilogue(h, W1, b1, torch.empty((T, W1.shape[0]), dtype=x.dtype, device=x.device), gelu=True)
+        y = torch.empty((T, d), dtype=x.dtype, device=x.device) if out is None else out
+        return hopper_epilogue(a, W2, b2, y, residual=x)
     if cfg["GEMM"] == "fused":
         tiles = {k: v for k, v in cfg.items() if k != "GEMM"}
         a = gemm_epilogue(h, W1, b1, torch.empty((T, W1.shape[0]), dtype=x.dtype, device=x.device), gelu=True,

@@ -31,7 +31,7 @@ from kernels._pytorch import set_precision
 from kernels._triton import TileTable, common, register_kernel
 from kernels.bias_gelu.triton_kernel import bias_gelu
 from kernels.layernorm.triton_kernel import layernorm
-from kernels.matmul.triton_epilogue import gemm_epilogue
+from kernels.matmul.triton_epilogue import gemm_epilogue, hopper_epilogue
 from kernels.neighbor_agg import triton_kernel as agg
 from kernels.neighbor_agg.graph import CSRGraph
 from mage import ops
@@ -48,7 +48,7 @@ LN_TILES = dict(BLOCK_R=8, MAX_BLOCK_C=1024, num_warps=4, EVICT=0)
 
 # per call: aggregation, LayerNorm, GEMM, bias + GELU, GEMM with bias, residual; or aggregation,
 # LayerNorm and the two fused GEMMs
-LAUNCHES = {"cublas": 6, "fused": 4}
+LAUNCHES = {"cublas": 6, "fused": 4, "hopper": 4}  # 'hopper': the fused road on matmul's Hopper GEMM
 
 
 def _road(gemm, bm=128, bn=64, bk=32, warps=4, stages=4, group=8):
@@ -70,6 +70,7 @@ TILES = {
         "fused_m64_n128_k32_w4_s4": _road("fused", 64, 128),
         "fused_m128_n128_k32_w8_s3": _road("fused", 128, 128, 32, 8, 3),
         "fused_m64_n64_k32_w4_s4": _road("fused", 64, 64, 32, 4, 4),
+        "hopper": {"GEMM": "hopper"},  # the Hopper road's own tiles
     }, base="fused_m128_n64_k32_w4_s4"),
     "bf16": TileTable(OP, {
         "cublas": _road("cublas"),
@@ -77,6 +78,7 @@ TILES = {
         "fused_m128_n128_k64_w8_s3": _road("fused", 128, 128, 64, 8, 3),
         "fused_m64_n128_k64_w4_s4": _road("fused", 64, 128, 64),
         "fused_m64_n64_k64_w4_s3": _road("fused", 64, 64, 64, 4, 3),
+        "hopper": {"GEMM": "hopper"},
     }, base="fused_m128_n128_k64_w8_s3"),
 }
 
@@ -89,7 +91,11 @@ def _forward(rowptr, col, w, max_degree, h, gamma, beta, W1, b1, W2, b2, out, co
         raise MageInputError(OP, "config", f"GEMM must be one of {sorted(LAUNCHES)}, got {cfg['GEMM']!r}")
     m = agg._launch(rowptr, col, w, h, torch.empty((n, F), dtype=h.dtype, device=h.device), max_degree, {})
     a = layernorm(m, gamma, beta, **LN_TILES)  # rows of F = 128, several a program (why: LN_TILES)
-    if cfg.pop("GEMM") == "fused":
+    road = cfg.pop("GEMM")
+    if road == "hopper":
+        g = hopper_epilogue(a, W1, b1, torch.empty((n, W1.shape[0]), dtype=h.dtype, device=h.device), gelu=True)
+        return hopper_epilogue(g, W2, b2, out, residual=h)
+    if road == "fused":
         g = gemm_epilogue(a, W1, b1, torch.empty((n, W1.shape[0]), dtype=h.dtype, device=h.device), gelu=True, **cfg)
         return gemm_epilogue(g, W2, b2, out, residual=h, **cfg)
     set_precision("fp32")  # IEEE FP32 GEMMs: a TF32 setting left by another caller must not leak in (bf16: unread)

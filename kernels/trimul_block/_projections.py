@@ -19,9 +19,9 @@ import triton
 import triton.language as tl
 
 from kernels._triton import common
-from kernels.matmul.triton_epilogue import gemm_epilogue
+from kernels.matmul.triton_epilogue import gemm_epilogue, hopper_epilogue
 
-ROADS = ("cublas", "fused")
+ROADS = ("cublas", "fused", "hopper")  # 'hopper': the fused road on matmul's Hopper GEMM, its own tiles
 
 
 def gemm_keys(road, bm=128, bn=64, bk=32, warps=4, stages=4, kmajor=1) -> dict:
@@ -49,6 +49,9 @@ def project_in(zn, w_in, b_in, c: dict, sdt) -> torch.Tensor:
     """p = zn w_in + b_in, [R, 4H + C], stored in ``sdt``."""
     if c["GEMM"] == "cublas":
         return torch.addmm(b_in, zn, w_in)
+    if c["GEMM"] == "hopper":
+        return hopper_epilogue(zn, _w(w_in, c), b_in, torch.empty((zn.shape[0], w_in.shape[1]), dtype=sdt,
+                                                                  device=zn.device))
     return gemm_epilogue(zn, _w(w_in, c), b_in, torch.empty((zn.shape[0], w_in.shape[1]), dtype=sdt,
                                                             device=zn.device), **_tiles(c))
 
@@ -58,6 +61,8 @@ def project_out(on, w_out, b_out, p, H: int, y, c: dict, offs_64: bool) -> torch
     R, C = y.shape
     if c["GEMM"] == "fused":
         return gemm_epilogue(on, _w(w_out, c), b_out, y, gate=p[:, 4 * H:], **_tiles(c))
+    if c["GEMM"] == "hopper":
+        return hopper_epilogue(on, _w(w_out, c), b_out, y, gate=p[:, 4 * H:])
     if y.dtype != on.dtype:  # (under the interpreter: y an FP32 buffer for bf16 values)
         y.copy_(torch.addmm(b_out, on, w_out))
     else:

@@ -124,6 +124,9 @@ _FP32 = {
                                            gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3"),
     "fused_m64_n128_k32_w4_s4_x3_128": _config(TRIANGLE_TILES["fp32x3"]["permute_128x128x32_c1_w8_s3"],
                                                ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3"),
+    # both projections on matmul's Hopper GEMM (TMA, warpgroup MMA, persistent; its own tiles)
+    "hopper_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1), gemm=("hopper",),
+                         contract="tf32x3"),
 }
 
 
@@ -148,6 +151,7 @@ _BF16 = {
     "fused_m128_n64_k64_w4_s4_bn": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 64, 64, 4, 4, 0)),
     "fused_m128_n128_k64_w8_s3_bn": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 0)),
     "fused_m128_n128_k64_w8_s3": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 1)),
+    "hopper": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("hopper",)),  # the projections on the Hopper GEMM
 }
 # One config at every size (no rule). fp32: the block's tile sweep (run 20261204T205225Z, N = 128,
 # kernel time): the fused projections with the weights copied K-major, 113.4-114.9 us against

@@ -238,3 +238,15 @@ def test_gpu_launches_per_call_are_stable(name, dtype):
     if name == "triton":
         from kernels.mlp_block.triton_block import launches
         assert counts[0] == launches(impl.config_at(SPEC.shapes["field"][0])), (counts[0], p.kernel_names)
+
+
+def test_the_hopper_road_is_refused_by_name_on_a_card_without_it(monkeypatch):
+    """The 'hopper' road (TMA loads, warpgroup MMA) runs on sm_90 or under the interpreter; elsewhere a
+    call asking for it is refused naming the config, never run on another road silently."""
+    import pytest
+    from kernels.matmul import triton_hopper
+    from kernels.mlp_block.triton_block import mlp_block
+    from mage.errors import MageInputError
+    monkeypatch.setattr(triton_hopper, "available", lambda device=None: False)
+    with pytest.raises(MageInputError, match="sm_90"):
+        mlp_block(*SPEC.inputs(dict(T=3, d=8, hidden=16)), GEMM="hopper")

@@ -54,10 +54,10 @@ def test_kernels_refuse_mixed_precisions_naming_the_argument():
 
 
 # ---- the block under the interpreter ----------------------------------------------------------------
-def test_bf16_is_registered_with_both_roads():
+def test_bf16_is_registered_with_every_road():
     impl = _impl()
     assert impl.dtype == "bf16" and impl.config_at(SPEC.shapes["field"][0]) == {"GEMM": "cublas"}
-    assert {c["GEMM"] for c in impl.sweep} == {"cublas", "fused"}
+    assert {c["GEMM"] for c in impl.sweep} == {"cublas", "fused", "hopper"}  # hopper: the fused road on TMA + wgmma
     assert all(c.get("BLOCK_K", 64) == 64 for c in impl.sweep)  # bf16's own tiles, not tf32x3's
 
 
