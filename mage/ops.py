@@ -64,6 +64,13 @@ class Op:
     kind: str = "operation"
     dtypes: tuple = ("fp32",)
     tolerance: Optional[dict] = None  # per dtype; default TOLERANCE
+    # (*inputs) -> float64 tensor shaped as the reference: each output's terms in absolute value, summed
+    # (its size before cancellation). Where given, the elementwise bound's rtol scales it instead of
+    # |ref|: a sum of many terms that cancel to a small value carries the rounding of its large terms.
+    magnitude: Optional[Callable] = None
+    # per dtype: the fraction of elements allowed outside the elementwise bound (default none): rare
+    # single elements the precision's own arithmetic puts there, eager PyTorch's composition included
+    outliers: Optional[dict] = None
 
     def inputs(self, shape: dict, seed: int = 0, device="cpu", dtype="fp32", dist="normal"):
         """Fresh inputs from a seeded generator on ``device``; 'heavy' draws heavy-tailed values."""

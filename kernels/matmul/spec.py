@@ -18,6 +18,11 @@ def reference(A, B):
     return A.double() @ B.double()
 
 
+def magnitude(A, B):
+    """sum_k |A_ik| |B_kj| in float64: the size of C_ij's terms, by which its rounding goes."""
+    return A.double().abs() @ B.double().abs()
+
+
 def validate(A, B):
     tensor("matmul", "A", A, FLOAT, 2)
     tensor("matmul", "B", B, FLOAT, 2)
@@ -33,7 +38,7 @@ def random_shape(rnd):
 
 SPEC = Op(
     name="matmul", args=("A", "B"), equation=r"C_{ij} = \sum_k A_{ik} B_{kj}",
-    make_inputs=make_inputs, reference=reference, validate=validate,
+    make_inputs=make_inputs, reference=reference, validate=validate, magnitude=magnitude,
     out_spec=lambda A, B: ((A.shape[0], B.shape[1]), A.dtype),
     flops=lambda s: 2 * s["M"] * s["N"] * s["K"],
     bytes=lambda s, isz=4: isz * (s["M"] * s["K"] + s["K"] * s["N"] + s["M"] * s["N"]),  # bf16 in, bf16 out

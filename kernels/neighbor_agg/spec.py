@@ -26,6 +26,14 @@ def reference(graph, x):
     return y.index_add_(0, graph.row.long(), msg)
 
 
+def magnitude(graph, x):
+    """sum over j in N(i) of |w_ij x_j|, in float64: the size of y_i's terms, by which its rounding goes (a
+    node of high degree sums many terms that may cancel)."""
+    y = torch.zeros((graph.n, x.shape[1]), dtype=torch.float64, device=x.device)
+    msg = x.double().abs()[graph.col.long()] * graph.w.double().abs()[:, None]
+    return y.index_add_(0, graph.row.long(), msg)
+
+
 def validate(graph, x):
     if not isinstance(graph, CSRGraph):
         raise MageInputError("neighbor_agg", "graph", "must be a CSRGraph (build it with CSRGraph.build(rowptr, "
@@ -53,7 +61,7 @@ def _both(n):
 
 SPEC = Op(
     name="neighbor_agg", args=("graph", "x"), equation=r"y_i = \sum_{j \in N(i)} w_{ij}\, x_j",
-    make_inputs=make_inputs, reference=reference, validate=validate,
+    make_inputs=make_inputs, reference=reference, validate=validate, magnitude=magnitude,
     out_spec=lambda g, x: ((g.n, x.shape[1]), x.dtype),
     flops=lambda s: 2 * s["n"] * s["deg"] * s["F"],
     bytes=compulsory_bytes,

@@ -171,4 +171,9 @@ SPEC = Op(
     # CPU): a property of bf16 storage at those sizes, not of an implementation. The seeded checks of
     # the awkward shapes pass.
     tolerance={"fp32": 5e-5, "bf16": 2e-2},
+    # bf16: one element in 10^5 may lie outside the elementwise bound. Eager PyTorch's own bf16 composition
+    # puts single elements there (4 of 2.8 million at N = 183, C = 84, H = 41; 1 of 2.1 million at the
+    # field shape; seen on the CPU and the H200): the second LayerNorm divides by the spread of a pair's
+    # H contracted channels, and where that spread is small it multiplies their bf16 rounding.
+    outliers={"bf16": 1e-5},
 )
