@@ -143,9 +143,10 @@ def show(fig) -> None:
 
 
 def blocks(df) -> list[str]:
-    """The model blocks the data holds rows of, in figure order: a block defined here but not yet measured
-    on this card stays out of the pages until a run records it."""
-    have = set(df["op"]) if len(df) else set()
+    """The model blocks the data holds field-shape rows of, in figure order: a block defined here but not
+    yet measured on this card stays out of the pages until a run records it, and so does one measured only
+    at a set of its own (the GPU MODE task's form at its contest shapes, which its own section shows)."""
+    have = set(df.loc[df["shape_set"] == "field", "op"]) if len(df) else set()
     return [n for n, s in ops.OPS.items() if s.kind == "block" and n in have]
 
 
