@@ -1,0 +1,51 @@
+"""A whole model's forward pass (``mage.ext.models``' rows, ``<data>/models/rows.csv``): stock and with the
+project's kernels swapped in, eager and under torch.compile, in the card's views behind one toggle."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from .figure_op import view_menu
+from .figure_style import VIEW_LABEL, VIEW_UNIT, with_caption
+
+COLUMNS = {"stock": ("stock, eager", "#8C8C8C"), "stock_compile": ("stock, torch.compile", "#4C72B0"),
+           "swapped": ("our kernels, eager", "#DD8452"), "swapped_compile": ("our kernels, torch.compile", "#C44E52")}
+VIEWS = ("kernel_time", "event_span", "launches")
+
+
+def load(path) -> pd.DataFrame:
+    """Every model row (all runs); empty when the folder has none."""
+    f = path / "models" / "rows.csv"
+    return pd.read_csv(f) if f.is_file() else pd.DataFrame(columns=["op", "impl", "view", "stat", "round", "value"])
+
+
+def value(rows: pd.DataFrame, op: str, impl: str, view: str = "kernel_time", stat: str = "mean", stage=None) -> float:
+    """One column's value from the newest run that measured the model (NaN when absent)."""
+    d = rows[(rows["op"] == op) & (rows["impl"] == impl) & (rows["view"] == view) & (rows["stat"] == stat)
+             & (rows["round"] == 0)]
+    d = d[d["stage"] == stage] if stage is not None else d[d["stage"].isna()] if "stage" in d else d
+    return float(d.sort_values("run")["value"].iloc[-1]) if len(d) else float("nan")
+
+
+def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = "kernel_time"):
+    """One bar per column in each view, the toggle between views."""
+    fig, owner = go.Figure(), []
+    for v in VIEWS:
+        for impl, (name, color) in COLUMNS.items():
+            y = value(rows, op, impl, v)
+            if y == y:  # measured
+                fig.add_trace(go.Bar(x=[name], y=[y], name=name, marker_color=color, visible=v == first,
+                                     showlegend=False, meta={"series": VIEW_LABEL[v], "unit": VIEW_UNIT[v]},
+                                     hovertemplate=f"{name}<br>{VIEW_LABEL[v]} %{{y:,.4~r}} {VIEW_UNIT[v]}<extra></extra>"))
+                owner.append(v)
+    fig.update_layout(height=420, template="plotly_white", margin=dict(t=60, l=60, r=20, b=40), bargap=0.35,
+                      title=dict(text=f"{label}, {VIEW_LABEL[first]}", x=0, y=0.98, yanchor="top"),
+                      updatemenus=[view_menu(owner, list(VIEWS), label, ["yaxis"], first)])
+    fig.update_yaxes(title_text=VIEW_UNIT[first], rangemode="tozero")
+    fig.update_xaxes(tickangle=0)
+    fig.layout.meta = {"narrow": {"margin.l": 45, "margin.r": 8, "xaxis.tickfont.size": 9}, "narrow_height": 460,
+                       "narrow_font": 10, "per_impl": True,
+                       "grid": {"by": ["view"], "across": "name", "heads": ["view"]}}
+    shape = rows.loc[rows["op"] == op, "shape"]
+    return with_caption(fig, f"{machine}, one forward pass and its gradient"
+                             f"{' (' + shape.iloc[-1] + ')' if len(shape) else ''}; FP32, warm.")
