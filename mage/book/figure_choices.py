@@ -52,8 +52,10 @@ def precision_map(df, checks, ceilings, op: str, machine: str, shape_set: str = 
                                   "xaxis.title.text": "kernel time (µs)", "legend.orientation": "h",
                                   "legend.font.size": 9, "legend.y": -0.15, "legend.yanchor": "top", "height": 720},
                        "narrow_height": 720, "narrow_font": 10}
-    fig.update_layout(height=460, template="plotly_white", margin=dict(t=60, l=80),
-                      legend=dict(orientation="h", y=-0.2), title=dict(text="Time against accuracy", x=0))
+    # the legend hangs from below the x axis's title (anchored at its top: anchored at its bottom, a
+    # longer legend grew up over the title)
+    fig.update_layout(height=540, template="plotly_white", margin=dict(t=60, l=80),
+                      legend=dict(orientation="h", y=-0.2, yanchor="top"), title=dict(text="Time against accuracy", x=0))
     kinds = sorted(set(checks.loc[checks["op"] == op, "dist"]), key=lambda k: (k not in CHECK_WORDS, k)) \
         if checks is not None and "dist" in checks else []
     what = " and ".join(CHECK_WORDS.get(k, k) for k in kinds) or "the recorded checks"

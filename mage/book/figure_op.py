@@ -27,18 +27,21 @@ def view_menu(owner: list[str], views: list[str], title: str, y_axes: list[str],
                 xanchor="left", yanchor="bottom", showactive=True)
 
 
-def _ticks(shapes: list[str]) -> dict:
-    """A shape's tick label: only the sizes that differ between the figure's shapes ('dist=skewed'); the
-    caption gives them whole (four lines of sizes per tick ran into the legend)."""
+def _ticks(shapes: list[str], keys=None) -> dict:
+    """A shape's tick label: only the sizes that differ between the figure's shapes ('dist=skewed'), or
+    only ``keys`` where given (one a line); the caption gives them whole (four lines of sizes per tick ran
+    into the legend)."""
+    if keys:
+        return {s: "<br>".join(p for p in s.split(",") if p.split("=")[0] in keys) for s in shapes}
     parts = {s: s.split(",") for s in shapes}
     differ = [i for i in range(max(map(len, parts.values()))) if len({tuple(p[i:i + 1]) for p in parts.values()}) > 1]
     return {s: ", ".join(p[i] for i in differ if i < len(p)) or s for s, p in parts.items()}
 
 
-def _grouped(fig, top, shapes, impls, view, visible):
+def _grouped(fig, top, shapes, impls, view, visible, tick_keys=None):
     """A bar group per field shape, one bar per implementation (several shapes: no bar labels, which
     would overprint)."""
-    tick = _ticks(shapes)
+    tick = _ticks(shapes, tick_keys)
     for impl in impls:
         g = V.select(top, view=view, impl=impl).set_index("shape").reindex(shapes)
         if g["value"].isna().all():
@@ -56,7 +59,7 @@ def _grouped(fig, top, shapes, impls, view, visible):
 
 
 def op_views(df, op: str, machine: str, cache="warm", views=VIEWS, first: str = "kernel_time",
-             shape_set: str = "field", dtype: str = "fp32", impls=None):
+             shape_set: str = "field", dtype: str = "fp32", impls=None, tick_keys=None):
     """One operation at the shapes of ``shape_set`` (its field shapes unless told), one bar per
     implementation in its colour (named by the legend; ``impls``: these only), one view at a time:
     ``first`` is the view the figure opens on (the one the text beside it reads)."""
@@ -79,7 +82,7 @@ def op_views(df, op: str, machine: str, cache="warm", views=VIEWS, first: str = 
         if len(shapes) == 1:
             impl_bars(fig, V.select(top, view=v), impls, v, None, None, set(), visible=v == first)
         else:
-            _grouped(fig, top, shapes, impls, v, v == first)
+            _grouped(fig, top, shapes, impls, v, v == first, tick_keys)
         owner += [v] * (len(fig.data) - before)
     one = len(shapes) == 1
     fig.update_layout(
@@ -100,6 +103,8 @@ def op_views(df, op: str, machine: str, cache="warm", views=VIEWS, first: str = 
               "legend.y": -0.05 if one else -0.15}
     if one:
         narrow["xaxis.showticklabels"] = False
+    else:
+        narrow["xaxis.tickfont.size"] = 9  # a phone's width holds seven groups of short labels at this size
     fig.layout.meta = {"narrow": narrow, "narrow_height": 520, "narrow_font": 10, "per_impl": True,
                        "grid": {"by": ["view"] + ([] if one else ["x"]), "across": "name",
                                 "heads": ["view"] + ([] if one else ["shape"])}}
