@@ -74,7 +74,9 @@ def op_views(df, op: str, machine: str, cache="warm", views=VIEWS, first: str = 
         return not_measured(f"{op_label(op)} per implementation", machine, f"{op_label(op)} at the {shape_set} shapes")
     first = first if first in views else views[0]
     impls = impls_in(top["impl"], op)
-    title = op_label(op)
+    precision = {"fp32": "FP32", "bf16": "bf16"}.get(dtype, dtype)
+    # a figure of a set of its own or another precision says which (two such figures sit side by side)
+    title = op_label(op) if (shape_set, dtype) == ("field", "fp32") else f"{op_label(op)}, {precision}"
     fig = go.Figure()
     owner = []
     for v in views:
@@ -108,6 +110,5 @@ def op_views(df, op: str, machine: str, cache="warm", views=VIEWS, first: str = 
     fig.layout.meta = {"narrow": narrow, "narrow_height": 520, "narrow_font": 10, "per_impl": True,
                        "grid": {"by": ["view"] + ([] if one else ["x"]), "across": "name",
                                 "heads": ["view"] + ([] if one else ["shape"])}}
-    precision = {"fp32": "FP32", "bf16": "bf16"}.get(dtype, dtype)
     return with_caption(fig, caption(shape_set, cache, machine, {op: " and ".join(shapes)},
                                      f"{precision}. Whiskers on event spans: range of the round means."))
