@@ -175,14 +175,21 @@ def _refuse_bad_config(c: dict) -> None:
         raise MageInputError(NAME, "config", why)
     if c["STORE"] not in STORES:
         no(f"STORE must be one of {STORES}, got {c['STORE']!r}")
-    if c["CONTRACT"] not in ("ieee", "tf32x3"):
-        no(f"CONTRACT must be 'ieee' or 'tf32x3', got {c['CONTRACT']!r}")
     if c["GEMM"] not in proj.ROADS:
         no(f"GEMM must be one of {proj.ROADS}, got {c['GEMM']!r}")
     for key in ("BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C", "GATE_V", "GATE_H", "LN_BLOCK_R", "OUT_R", "OUT_C",
                 "GEMM_M", "GEMM_N", "GEMM_K"):
         if c[key] < 1 or c[key] & (c[key] - 1):
             no(f"{key} must be a power of two, got {c[key]}")
+
+
+def refuse_bad_contract(op: str, c: dict, dtype) -> None:
+    """The contraction's precision (``CONTRACT``) must be 'ieee' or 'tf32x3', and 'ieee' at bf16: tf32x3
+    splits FP32 operands only. Both forms of the update check it here, naming themselves."""
+    if c["CONTRACT"] not in ("ieee", "tf32x3"):
+        raise MageInputError(op, "config", f"CONTRACT must be 'ieee' or 'tf32x3', got {c['CONTRACT']!r}")
+    if dtype == torch.bfloat16 and c["CONTRACT"] != "ieee":
+        raise MageInputError(op, "config", f"CONTRACT={c['CONTRACT']!r} is for FP32 inputs; bf16 takes 'ieee'")
 
 
 def launches(config: dict) -> int:
@@ -214,8 +221,7 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     tiles = TILES["fp32" if z.dtype == torch.float32 else "bf16"]
     consts, launch = common.split(tiles.choose(dict(N=N, C=C, H=H), config))
     _refuse_bad_config(consts)
-    if z.dtype == torch.bfloat16 and consts["CONTRACT"] != "ieee":  # tf32x3 splits FP32 operands only
-        raise MageInputError(NAME, "config", f"CONTRACT={consts['CONTRACT']!r} is for FP32 inputs; bf16 takes 'ieee'")
+    refuse_bad_contract(NAME, consts, z.dtype)
     set_precision("fp32")  # IEEE FP32 GEMMs, whatever an earlier TF32 call left set
     # The per-pair steps (both LayerNorms, both projections, the output gate) take the batch's B N^2
     # pairs as rows in one launch each; the gates and the contraction run once per complex.

@@ -77,8 +77,6 @@ TILES = {"fp32": TileTable(NAME, _FP32, base="m64_n128_k32_w4_s4", rule=(("m64_n
 
 
 def _refuse_bad_config(c: dict) -> None:
-    if c["CONTRACT"] not in ("ieee", "tf32x3"):
-        raise MageInputError(NAME, "config", f"CONTRACT must be 'ieee' or 'tf32x3', got {c['CONTRACT']!r}")
     if c["STORE"] not in af3.STORES:
         raise MageInputError(NAME, "config", f"STORE must be one of {af3.STORES}, got {c['STORE']!r}")
     for key in ("BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C", "GATE_V", "GATE_H", "LN_BLOCK_R", "OUT_R", "OUT_C",
@@ -136,8 +134,7 @@ def trimul_gpumode_prepared(x, mask, norm_w, norm_b, w_in, b_in, out_norm_w, out
     consts, launch = common.split(TILES["fp32" if x.dtype == torch.float32 else "bf16"].choose(dict(N=N, D=D, H=H),
                                                                                               config))
     _refuse_bad_config(consts)
-    if x.dtype == torch.bfloat16 and consts["CONTRACT"] != "ieee":  # tf32x3 splits FP32 operands only
-        raise MageInputError(NAME, "config", f"CONTRACT={consts['CONTRACT']!r} is for FP32 inputs; bf16 takes 'ieee'")
+    af3.refuse_bad_contract(NAME, consts, x.dtype)
     R = B * N * N
     ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
     gemm_cfg = proj._tiles(consts)
