@@ -35,6 +35,7 @@ from kernels.triangle.triton_kernel import STORES
 from mage import ops
 from mage.errors import MageInputError
 
+from . import _fused
 from . import _projections as proj
 from .spec import ARGS, NAME, SPEC
 
@@ -88,13 +89,15 @@ TRIANGLE_KEYS = ("STORE", "K_INNER", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C",
 
 
 def _config(contraction: dict, gate=(64, 32, 4), ln=(8, 4, 0), out_gate=(32, 64, 4), gemm=None,
-            contract="ieee") -> dict:
+            contract="ieee", fused=None) -> dict:
     """A block config; ``contract='tf32x3'`` runs the FP32 contraction as three TF32 tensor-core products
-    (FP32 accuracy; without the key it runs IEEE FP32 on the FMA units, or bf16 products at bf16)."""
+    (FP32 accuracy; without the key it runs IEEE FP32 on the FMA units, or bf16 products at bf16);
+    ``fused``: the fused road's keys (``_fused.keys``) where the config takes that road."""
     tri = {k: contraction[k] for k in TRIANGLE_KEYS}
     return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
                 LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2],
-                **proj.gemm_keys(*(gemm or ("cublas",))), CONTRACT=contract)
+                **proj.gemm_keys(*(gemm or ("cublas",))), CONTRACT=contract,
+                **(fused or _fused.keys(road_name="steps")))
 
 
 # Names: the projections' road and the contraction's epilogue ('permute' or 'direct'), then what sets
@@ -127,6 +130,14 @@ _FP32 = {
     # both projections on matmul's Hopper GEMM (TMA, warpgroup MMA, persistent; its own tiles)
     "hopper_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1), gemm=("hopper",),
                          contract="tf32x3"),
+    # three launches (_fused), the projections tf32x3; the contraction tf32x3 on the triangle's kernel
+    # (its tiles as above) or IEEE FP32 on cuBLAS
+    "fused_r64_h64_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
+                                fused=_fused.keys(bmm="triton")),
+    "fused_r64_h32_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
+                                fused=_fused.keys(bmm="triton", in_h=32, fin_c=32)),
+    "fused_r64_h64_x3_128": _config(TRIANGLE_TILES["fp32x3"]["permute_128x128x32_c1_w8_s3"], contract="tf32x3",
+                                    fused=_fused.keys(bmm="triton")),
 }
 
 
@@ -152,6 +163,13 @@ _BF16 = {
     "fused_m128_n128_k64_w8_s3_bn": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 0)),
     "fused_m128_n128_k64_w8_s3": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 1)),
     "hopper": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("hopper",)),  # the projections on the Hopper GEMM
+    # three launches (_fused): LayerNorm, projections, gates and mask in one; the contraction; LayerNorm,
+    # output projection and gate in one. Rows a program and chunk widths, then the contraction's road
+    "fused_r64_h64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys()),
+    "fused_r128_h64_w8_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_r=128, in_warps=8, fin_r=128, fin_warps=8)),
+    "fused_r64_h32_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, fin_c=32)),
+    "fused_r64_h128_w8_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=128, in_warps=8, fin_c=128, fin_warps=8)),
+    "fused_r64_h64_triton": _config(_PERMUTE_BF16, fused=_fused.keys(bmm="triton")),
 }
 # One config at every size (no rule). fp32: the block's tile sweep (run 20261204T205225Z, N = 128,
 # kernel time): the fused projections with the weights copied K-major, 113.4-114.9 us against
@@ -196,6 +214,8 @@ def launches(config: dict) -> int:
     """Kernel launches per call of one complex: two LayerNorms, the gates, the batched GEMM, the
     transposing copy with the 'permute' epilogue, and the projections' (a batch of B complexes makes the
     gates, the GEMM and the copy B times)."""
+    if config["ROAD"] == "fused":
+        return _fused.launches(config)
     return 4 + (config["STORE"] == "permute") + proj.launches(config)
 
 
@@ -222,7 +242,10 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     consts, launch = common.split(tiles.choose(dict(N=N, C=C, H=H), config))
     _refuse_bad_config(consts)
     refuse_bad_contract(NAME, consts, z.dtype)
+    _fused.refuse_bad_config(consts, C, H)
     set_precision("fp32")  # IEEE FP32 GEMMs, whatever an earlier TF32 call left set
+    if consts["ROAD"] == "fused":
+        return _fused.update(*inputs, out, consts, launch, sdt)
     # The per-pair steps (both LayerNorms, both projections, the output gate) take the batch's B N^2
     # pairs as rows in one launch each; the gates and the contraction run once per complex.
     R = B * N * N

@@ -1,0 +1,212 @@
+"""The triangle update's fused road (config ``ROAD='fused'``): three launches a call where the steps road
+makes eight or nine, the shape cuEquivariance's kernels take (its H200 profile shows a packing pass, a
+projection kernel, cuBLAS's batched GEMM and a finishing kernel):
+
+1. ``_in_kernel``: a program takes IN_R pairs with all their C channels: LayerNorm, then the five
+   projections against w_in in chunks of IN_H columns (a gate chunk and its value chunk together),
+   sigmoid-gated, masked and stored channel-major, a and b [B, H, N, N] (the contraction's operands,
+   k innermost), and the output gate as sigmoid(g) [B N^2, C]. z is read once and p [B N^2, 4H + C]
+   never exists: the steps road writes it and reads it back twice, at N = 1024 and bf16 2.7 GB of the
+   5 GB its passes move.
+2. the contraction o_c = a_c b_c^T channel by channel, channel-major [B, H, N, N] (no transposing copy):
+   the triangle's batched GEMM (``BMM='triton'``, a launch a complex) or cuBLAS's (``BMM='cublas'``).
+3. ``_out_kernel``: FIN_R pairs' H channels read from the channel-major o, LayerNorm over them, the
+   output projection in chunks of FIN_C columns, its bias and the gate, stored [B N^2, C] once.
+A program holds its pairs' C (or H) channels whole: both at most ``MAX_WIDTH``.
+
+Precision as on the steps road: FP32 math in every kernel, bf16 storage between them at bf16, and at
+FP32 the projections as tf32x3 (FP32 accuracy on the tensor cores) and the contraction as ``CONTRACT``
+says. At bf16 fewer values are rounded: p's gates and values, and the output projection before its gate,
+stay FP32 inside a kernel, where the steps road stores each in bf16.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._triton import common
+from kernels.layernorm.spec import EPS
+from kernels.triangle import _channel_major as road
+from mage.errors import MageInputError
+
+from .spec import NAME
+
+MAX_WIDTH = 256  # channels a program holds whole (a [64, 256] FP32 tile is 256 registers a thread at 4 warps)
+BMMS = ("triton", "cublas")
+
+
+# <kernel>
+@triton.jit
+def _round(x, BF16: tl.constexpr, EMULATE: tl.constexpr):
+    # x as the GPU stores it at bf16, rounded to nearest even; under the interpreter (which cuts the
+    # mantissa at every conversion) as FP32 holding the same bf16 values, rounded by hand
+    if BF16:
+        if EMULATE:
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            return bits.to(tl.float32, bitcast=True)
+        else:
+            return x.to(tl.bfloat16)
+    else:
+        return x
+
+
+@triton.jit
+def _layernorm_rows(ptrs, mask, GAMMA, BETA, cs, cmask, width, eps):
+    # rows of ``width`` values (padded with zeros to the tile) normalised in FP32, padding left at zero
+    x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=1) / width
+    d = tl.where(mask, x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / width + eps)
+    gamma = tl.load(GAMMA + cs, mask=cmask, other=0.0).to(tl.float32)
+    beta = tl.load(BETA + cs, mask=cmask, other=0.0).to(tl.float32)
+    return d * rstd[:, None] * gamma[None, :] + beta[None, :]
+
+
+@triton.jit
+def _project(x, W, BIAS, ks, kmask, cols, colmask, ldw, PRECISION: tl.constexpr):
+    # x [rows, K] @ W[ks, cols] + BIAS[cols], FP32 (W row-major with ``ldw`` columns)
+    w = tl.load(W + ks[:, None] * ldw + cols[None, :], mask=kmask[:, None] & colmask[None, :], other=0.0)
+    bias = tl.load(BIAS + cols, mask=colmask, other=0.0).to(tl.float32)
+    return tl.dot(x, w, input_precision=PRECISION) + bias[None, :]
+
+
+@triton.jit
+def _in_kernel(
+    Z, GAMMA, BETA, W, BIAS, M, AT, BT, G,  # z [R, C], w_in [C, 4H + C], the mask [R]; a, b [B, H, NN]; g [R, C]
+    R, NN, C, H, eps,  # R = B N^2 pairs, NN = N^2 a complex
+    BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
+    BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    if OFFS_64:
+        rows = rows.to(tl.int64)
+    cs = tl.arange(0, WIDTH)
+    rmask, cmask = rows < R, cs < C
+    zn = _layernorm_rows(Z + rows[:, None] * C + cs[None, :], rmask[:, None] & cmask[None, :], GAMMA, BETA,
+                         cs, cmask, C, eps)
+    zn = _round(zn, BF16, EMULATE)  # the GEMM's operand, rounded once as the steps road stores it
+    m = tl.load(M + rows, mask=rmask, other=0.0).to(tl.float32)
+    cm = (rows // NN) * H * NN + rows % NN  # the pair's place in its complex's channel-major copies
+    ldw = 4 * H + C
+    for h0 in range(0, H, CHUNK):
+        hs = h0 + tl.arange(0, CHUNK)
+        hmask = hs < H
+        dst = cm[:, None] + hs[None, :] * NN
+        smask = rmask[:, None] & hmask[None, :]
+        a = tl.sigmoid(_project(zn, W, BIAS, cs, cmask, hs, hmask, ldw, PRECISION))
+        a = a * _project(zn, W, BIAS, cs, cmask, H + hs, hmask, ldw, PRECISION) * m[:, None]
+        tl.store(AT + dst, _round(a, BF16, EMULATE), mask=smask)
+        b = tl.sigmoid(_project(zn, W, BIAS, cs, cmask, 2 * H + hs, hmask, ldw, PRECISION))
+        b = b * _project(zn, W, BIAS, cs, cmask, 3 * H + hs, hmask, ldw, PRECISION) * m[:, None]
+        tl.store(BT + dst, _round(b, BF16, EMULATE), mask=smask)
+    for c0 in range(0, C, CHUNK):
+        gs = c0 + tl.arange(0, CHUNK)
+        gmask = gs < C
+        g = tl.sigmoid(_project(zn, W, BIAS, cs, cmask, 4 * H + gs, gmask, ldw, PRECISION))
+        tl.store(G + rows[:, None] * C + gs[None, :], _round(g, BF16, EMULATE), mask=rmask[:, None] & gmask[None, :])
+
+
+@triton.jit
+def _out_kernel(
+    O, GAMMA, BETA, W, BIAS, G, Y,  # o [B, H, NN] channel-major; w_out [H, C]; g, y [R, C]
+    R, NN, C, H, eps,
+    BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
+    BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    if OFFS_64:
+        rows = rows.to(tl.int64)
+    hs = tl.arange(0, WIDTH)
+    rmask, hmask = rows < R, hs < H
+    cm = (rows // NN) * H * NN + rows % NN
+    # a channel's BLOCK_R pairs are contiguous in o: each load is runs along the rows
+    on = _layernorm_rows(O + cm[:, None] + hs[None, :] * NN, rmask[:, None] & hmask[None, :], GAMMA, BETA,
+                         hs, hmask, H, eps)
+    on = _round(on, BF16, EMULATE)
+    for c0 in range(0, C, CHUNK):
+        cs = c0 + tl.arange(0, CHUNK)
+        cmask = cs < C
+        mask = rmask[:, None] & cmask[None, :]
+        y = _project(on, W, BIAS, hs, hmask, cs, cmask, C, PRECISION)
+        g = tl.load(G + rows[:, None] * C + cs[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(Y + rows[:, None] * C + cs[None, :], _round(y * g, BF16, EMULATE), mask=mask)
+# </kernel>
+
+
+def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused") -> dict:
+    """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps')."""
+    return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
+                FIN_WARPS=fin_warps)
+
+
+def refuse_bad_config(c: dict, C: int, H: int) -> None:
+    def no(why):
+        raise MageInputError(NAME, "config", why)
+    if c["ROAD"] not in ("steps", "fused"):
+        no(f"ROAD must be 'steps' or 'fused', got {c['ROAD']!r}")
+    if c["BMM"] not in BMMS:
+        no(f"BMM must be one of {BMMS}, got {c['BMM']!r}")
+    for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):
+        if c[key] < 16 or c[key] & (c[key] - 1):  # tl.dot's tiles: powers of two from 16
+            no(f"{key} must be a power of two of at least 16, got {c[key]}")
+    if c["ROAD"] == "fused" and max(C, H) > MAX_WIDTH:
+        no(f"ROAD='fused' holds a pair's channels whole, at most {MAX_WIDTH}; got C = {C}, H = {H} "
+           f"(ROAD='steps' takes any width)")
+
+
+def launches(c: dict) -> int:
+    """Launches per call of one complex: the two fused kernels and the contraction."""
+    return 3
+
+
+def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out, out, c: dict,
+           launch: dict, sdt) -> torch.Tensor:
+    """The update into ``out`` by this road; ``sdt``: the dtype the kernels store (FP32 under the
+    interpreter at bf16: see triton_block.trimul_block)."""
+    N, C, H = z.shape[-3], z.shape[-1], gamma_out.shape[0]
+    B = z.shape[0] if z.dim() == 4 else 1
+    R, NN = B * N * N, N * N
+    bf16, emulate = z.dtype == torch.bfloat16, sdt != z.dtype
+    zc, m = z.reshape(R, C).to(sdt).contiguous(), mask.reshape(R).to(sdt).contiguous()
+    gi, bi, wi, bb, go, bo, wo, bbo = (t.to(sdt).contiguous() for t in
+                                       (gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out))
+    at = torch.empty((B, H, N, N), dtype=sdt, device=z.device)
+    bt, o = torch.empty_like(at), torch.empty_like(at)
+    g = torch.empty((R, C), dtype=sdt, device=z.device)
+    offs_64 = max(at.numel(), g.numel()) >= common.INT32_LIMIT
+    flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
+    _in_kernel[(common.cdiv(R, c["IN_R"]),)](zc, gi, bi, wi, bb, m, at, bt, g, R, NN, C, H, EPS,
+                                             BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"],
+                                             num_warps=c["IN_WARPS"], **flags)
+    _contract(at, bt, o, c, launch, offs_64)
+    if emulate:
+        o.copy_(o.to(z.dtype))  # the GPU stores o in bf16: the same values, rounded to nearest even
+    y = out.view(R, C) if sdt == z.dtype else torch.empty((R, C), dtype=sdt, device=z.device)
+    _out_kernel[(common.cdiv(R, c["FIN_R"]),)](o, go, bo, wo, bbo, g, y, R, NN, C, H, EPS,
+                                               BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"],
+                                               num_warps=c["FIN_WARPS"], **flags)
+    if y.data_ptr() != out.data_ptr():
+        out.view(R, C).copy_(y)  # bf16 values already: an exact copy
+    return out
+
+
+def _width(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def _contract(at, bt, o, c: dict, launch: dict, offs_64: bool) -> None:
+    """o[b, h] = at[b, h] bt[b, h]^T for every complex b and channel h."""
+    B, H, N, _ = at.shape
+    if c["BMM"] == "cublas":
+        torch.matmul(at, bt.transpose(-1, -2), out=o)  # TF32 off: the launcher set IEEE FP32
+        return
+    bc = c["BLOCK_C"]
+    grid = (common.cdiv(N, c["BLOCK_I"]) * common.cdiv(N, c["BLOCK_J"]) * common.cdiv(H, bc),)
+    for b in range(B):
+        view = o[b].permute(1, 2, 0)  # (i, j, h) strides of the channel-major output
+        road._batched_gemm_kernel[grid](at[b], bt[b], view, N, H, *view.stride(), BLOCK_I=c["BLOCK_I"],
+                                        BLOCK_J=c["BLOCK_J"], BLOCK_K=c["BLOCK_K"], BLOCK_C=bc,
+                                        GROUP_I=c["GROUP_I"], K_INNER=True, PRECISION=c["CONTRACT"],
+                                        OFFS_64=offs_64, **launch)
