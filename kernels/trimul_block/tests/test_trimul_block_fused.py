@@ -1,0 +1,88 @@
+"""The triangle update's fused road (three launches: _fused): every fused config of both precisions under
+the interpreter at awkward shapes, normal and heavy-tailed; the model's 128 channels whole in a program;
+a batch of complexes; strided inputs; its refusals; on a GPU, every fused config at random shapes."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels.trimul_block import _fused
+from kernels.trimul_block import triton_block as tb
+from mage import ops, registry
+from mage.check import check, describe_mismatch, outside
+from tests.support.kernel_checks import assert_refuses, check_shapes, cpu_only, gpu, gpu_failures, rel_err
+
+NAME = "trimul_block"
+SPEC = ops.OPS[NAME]
+FUSED = [(dt, n) for dt in ("fp32", "bf16") for n in tb.TILES[dt].configs if tb.TILES[dt][n]["ROAD"] == "fused"]
+# awkward and tiny: one token, channels below one dot tile, hidden channels past one chunk (H = 70 > 64)
+SHAPES = [dict(N=1, C=1, H=1), dict(N=5, C=7, H=17), dict(N=4, C=20, H=70), dict(N=0, C=4, H=4)]
+
+
+def _variant(dtype, name, **over):
+    return registry.get(NAME, "triton", dtype).variant(**dict(tb.TILES[dtype][name], **over))
+
+
+def test_every_fused_config_is_in_the_sweep_and_makes_three_launches():
+    assert {n for _, n in FUSED} >= {"fused_r64_h64_cublas", "fused_r64_h64_x3"}
+    for dt, n in FUSED:
+        assert tb.TILES[dt][n] in tb.TILES[dt].sweep_configs()
+        assert tb.launches(tb.TILES[dt][n]) == 3
+
+
+@cpu_only
+@pytest.mark.parametrize("dist", ("normal", "heavy"))
+@pytest.mark.parametrize("dtype,name", FUSED, ids=[f"{d}-{n}" for d, n in FUSED])
+def test_fused_configs_at_awkward_shapes(dtype, name, dist):
+    check_shapes(_variant(dtype, name), SHAPES, dist)
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", ("fp32", "bf16"))
+def test_model_channels_whole_in_a_program(dtype):
+    # C = H = 128, as the models run: the LayerNorms over full rows, two chunks of 64 columns a projection
+    name = "fused_r64_h64_x3" if dtype == "fp32" else "fused_r64_h64_cublas"
+    r = check(_variant(dtype, name, IN_R=16, FIN_R=16), dict(N=3, C=128, H=128), trials=1, device="cpu")
+    assert r.passed, r.reason
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", ("fp32", "bf16"))
+def test_a_batch_of_complexes_and_strided_inputs(dtype, poisoned):
+    shape = dict(N=5, C=6, H=20)
+    reqs = [SPEC.inputs(shape, seed=40 + c, dtype=dtype, dist="heavy" if c else "normal") for c in range(3)]
+    weights = reqs[0][2:]
+    z, mask = torch.stack([r[0] for r in reqs]), torch.stack([r[1] for r in reqs])
+    z_s = torch.cat([z, z], -1)[..., ::2].copy_(z)  # every other channel of a wider tensor
+    mask_t = mask.transpose(1, 2).contiguous().transpose(1, 2)
+    cfg = tb.TILES[dtype]["fused_r64_h32_x3" if dtype == "fp32" else "fused_r64_h32_cublas"]
+    for zz, mm in ((z, mask), (z_s, mask_t)):
+        out = torch.full_like(z, math.nan)
+        assert tb.trimul_block(zz, mm, *weights, out=out, **cfg) is out
+        for c, (zc, mc, *_) in enumerate(reqs):
+            want = SPEC.reference(zc, mc, *weights)
+            assert rel_err(out[c], want) <= SPEC.tol(dtype), (dtype, c, rel_err(out[c], want))
+            assert not outside(out[c], want, dtype).any(), (dtype, c, describe_mismatch(out[c], want, dtype))
+
+
+@cpu_only
+def test_the_fused_road_refuses_what_it_cannot_hold():
+    z, mask, *w = SPEC.inputs(dict(N=2, C=4, H=3), seed=1)
+    cfg = tb.TILES["fp32"]["fused_r64_h64_x3"]
+    for key, value in (("ROAD", "fast"), ("BMM", "cutlass"), ("IN_R", 8), ("FIN_C", 48)):
+        e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, **{key: value}))
+        assert key in str(e)
+    wide = SPEC.inputs(dict(N=2, C=_fused.MAX_WIDTH + 1, H=3), seed=1)
+    e = assert_refuses(tb.trimul_block, NAME, "config", *wide, **cfg)
+    assert "ROAD='steps'" in str(e)
+    # the steps road takes any width
+    assert rel_err(tb.trimul_block(*wide), SPEC.reference(*wide)) < SPEC.tol("fp32")
+
+
+@gpu
+@pytest.mark.parametrize("dtype,name", FUSED, ids=[f"{d}-{n}" for d, n in FUSED])
+def test_gpu_fused_configs_at_random_shapes(dtype, name):
+    shapes = SPEC.random_shapes(20) + SPEC.awkward + SPEC.shapes["field"]
+    assert not gpu_failures(_variant(dtype, name), shapes)
