@@ -36,16 +36,18 @@ from mage.registry import Impl, register
 from kernels._triton import TileTable, common
 from kernels._triton.tiles import grouped_tile
 
+from . import _split
 from . import triton_kernel as plain
 
 PRECISION = {"fp32x3": "tf32x3", "tf32": "tf32", "bf16": "ieee"}
 
 
-def _cfg(bm, bn, bk, warps, stages, group=8, store=1, subtile=0, flatten=0, ws=0):
+def _cfg(bm, bn, bk, warps, stages, group=8, store=1, subtile=0, flatten=0, ws=0, split=0):
     """One config: tiles, warps, stages, GROUP_M, and the switches (TMA store of C, its two-half
-    subtile, the tile loop's flatten and warp-specialize options; the last three risky, off by default)."""
+    subtile, the tile loop's flatten and warp-specialize options; the last three risky, off by default;
+    fp32x3's operands split once before the GEMM, ``_split``)."""
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps, num_stages=stages,
-                TMA_STORE=store, EPILOGUE_SUBTILE=subtile, FLATTEN=flatten, WARP_SPEC=ws)
+                TMA_STORE=store, EPILOGUE_SUBTILE=subtile, FLATTEN=flatten, WARP_SPEC=ws, SPLIT=split)
 
 
 # Names: tiles, warps (w), stages (s); suffixes: '_ps' plain masked stores instead of the TMA store,
@@ -77,6 +79,14 @@ _FP32X3 = {
     "m128_n128_k32_w8_s4_g16": _cfg(128, 128, 32, 8, 4, group=16),
     "m128_n64_k32_w4_s4": _cfg(128, 64, 32, 4, 4),
     "m128_n256_k32_w8_s3_sub": _cfg(128, 256, 32, 8, 3, subtile=1),
+    # split once (``_split``): hi and lo tiles of both operands a stage, twice the shared memory of a
+    # TF32 stage (128x128x32: 64 KB), and no split in registers, so 128x256 fits with 8 warps
+    "m128_n128_k32_w8_s3_ps_split": _cfg(128, 128, 32, 8, 3, store=0, split=1),
+    "m128_n128_k32_w8_s2_split": _cfg(128, 128, 32, 8, 2, split=1),
+    "m128_n128_k16_w8_s5_ps_split": _cfg(128, 128, 16, 8, 5, store=0, split=1),
+    "m128_n256_k32_w8_s2_ps_split": _cfg(128, 256, 32, 8, 2, store=0, split=1),
+    "m128_n256_k16_w8_s4_ps_split": _cfg(128, 256, 16, 8, 4, store=0, split=1),
+    "m128_n128_k32_w4_s3_ps_split": _cfg(128, 128, 32, 4, 3, store=0, split=1),
 }
 _BF16 = {
     "m128_n256_k64_w8_s3": _cfg(128, 256, 64, 8, 3),
@@ -103,6 +113,7 @@ TILES = {
 @triton.jit
 def _hopper_gemm_kernel(
     a_desc, b_desc, c_desc,  # descriptors: A [M, K]; B [N, K] (B_NK) or [K, N]; C [M, N] (None: plain stores)
+    a_lo_desc, b_lo_desc,  # with SPLIT: the low TF32 parts of A and B (a_desc and b_desc hold the high)
     C, Bias, Res,  # output pointer (plain stores), bias [N] and Res [M, N] (read where the epilogue asks)
     M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -115,6 +126,7 @@ def _hopper_gemm_kernel(
     TMA_STORE: tl.constexpr,  # store through c_desc (aligned C) rather than masked pointer stores
     SUBTILE: tl.constexpr,  # TMA store in two halves of BLOCK_N / 2 (fewer live registers at the store)
     FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,  # the tile loop's compiler options (off unless a config asks)
+    SPLIT: tl.constexpr,  # fp32x3 from operands split before the GEMM: three TF32 products of loaded tiles
 ):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -131,6 +143,9 @@ def _hopper_gemm_kernel(
                 b = b_desc.load([on, ks * BLOCK_K]).T
             else:
                 b = b_desc.load([ks * BLOCK_K, on])
+            if SPLIT:  # the small products first, as tf32x3 sums them
+                acc = tl.dot(a_lo_desc.load([om, ks * BLOCK_K]), b, acc, input_precision="tf32")
+                acc = tl.dot(a, b_lo_desc.load([on, ks * BLOCK_K]).T, acc, input_precision="tf32")
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
         rows = om + tl.arange(0, BLOCK_M)
         cols = on + tl.arange(0, BLOCK_N)
@@ -220,11 +235,18 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
         # Triton 3.6's interpreter multiplies bf16 tiles as raw 16-bit patterns; a bf16 x bf16 product is
         # exact in FP32, so FP32 copies give the sums the tensor cores form (checks indexing on the CPU)
         A, B = A.float(), B.float()
-    a = _k_major(A, M, K, transpose=False)
+    split = bool(consts.pop("SPLIT", 0)) and precision == "fp32x3"
+    a_lo_desc = b_lo_desc = None
     # B^T [N, K] K-major for 4-byte types (or where a bf16 [K, N] cannot be read as it is)
     nk = b_nk or A.element_size() == 4 or not _tma_ready(B)
+    if split:  # the high parts take A's and B's places; the products are plain TF32
+        (a, a_lo), (b, b_lo) = _split.split(A, M, K, False), _split.split(B, N, K, not b_nk)
+        a_lo_desc = TensorDescriptor(a_lo, [M, K], [a_lo.stride(0), 1], [bm, bk])
+        b_lo_desc = TensorDescriptor(b_lo, [N, K], [b_lo.stride(0), 1], [bn, bk])
+    else:
+        a = _k_major(A, M, K, transpose=False)
+        b = _k_major(B, N, K, transpose=not b_nk) if nk else B
     if nk:
-        b = _k_major(B, N, K, transpose=not b_nk)
         b_desc = TensorDescriptor(b, [N, K], [b.stride(0), 1], [bn, bk])
     else:
         b_desc = TensorDescriptor(B, [K, N], [B.stride(0), 1], [bk, bn])
@@ -237,12 +259,13 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
     tiles = common.cdiv(M, bm) * common.cdiv(N, bn)
     nsm = num_sms or programs(A.device, tiles)
     _hopper_gemm_kernel[(nsm,)](
-        a_desc, b_desc, c_desc, out, bias if bias is not None else out, res if res is not None else out,
+        a_desc, b_desc, c_desc, a_lo_desc, b_lo_desc, out, bias if bias is not None else out, res if res is not None else out,
         M, N, K, out.stride(0), out.stride(1), *(res.stride() if res is not None else (0, 0)),
-        NUM_SMS=nsm, PRECISION=PRECISION[precision], B_NK=int(nk), BIAS=bias is not None, GELU=bool(gelu),
+        NUM_SMS=nsm, PRECISION="tf32" if split else PRECISION[precision], B_NK=int(nk), BIAS=bias is not None, GELU=bool(gelu),
         EPILOGUE=1 if residual is not None else 2 if gate is not None else 0,
         TMA_STORE=c_desc is not None, SUBTILE=bool(subtile and c_desc is not None),
-        FLATTEN=bool(consts.pop("FLATTEN", 0)), WARP_SPEC=bool(consts.pop("WARP_SPEC", 0)), **consts, **launch)
+        FLATTEN=bool(consts.pop("FLATTEN", 0)), WARP_SPEC=bool(consts.pop("WARP_SPEC", 0)), SPLIT=split, **consts,
+        **launch)
     return out
 
 

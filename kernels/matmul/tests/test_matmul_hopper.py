@@ -112,3 +112,32 @@ def test_bad_input_is_refused_by_name():
         hop.gemm(A, B, precision="tf32", BLOCK_Q=3)
     with pytest.raises(MageInputError):
         hop.matmul(A, torch.randn(7, 4))  # K disagrees
+
+
+@cpu_only
+def test_the_split_is_exact_and_tf32_high():
+    from kernels.matmul import _split
+    x = torch.randn(37, 70) * torch.logspace(-20, 20, 70)  # every exponent range a model meets
+    for t, transpose in ((x, False), (x.t().contiguous(), True)):
+        hi, lo = _split.split(t, 37, 70, transpose)
+        assert hi.stride(0) % 4 == 0 and hi.stride(1) == 1  # 16-byte rows, as a descriptor needs
+        assert torch.equal(hi + lo, x)  # hi + lo is x exactly
+        assert not (hi.view(torch.int32) & 0x1FFF).any()  # hi has TF32's 10 mantissa bits, no more
+        assert ((lo.abs() <= hi.abs() * 2.0 ** -11) | (hi == 0)).all()  # rounded to nearest: |lo| <= half an ulp
+
+
+@cpu_only
+def test_operands_split_before_the_gemm():
+    names = [n for n, c in hop.TILES["fp32x3"].configs.items() if c["SPLIT"]]
+    assert names and all(n.endswith("_split") for n in names)
+    for M, K, N in AWKWARD:
+        A, B = _inputs(M, K, N)
+        want = A.double() @ B.double()
+        for cfg in (dict(hop.TILES["fp32x3"][names[0]], **SMALL), dict(hop.TILES["fp32x3"][names[1]], **SMALL)):
+            out = torch.full((M, N), float("nan"))
+            assert rel_err(hop.gemm(A, B, precision="fp32x3", out=out, **cfg), want) < 1e-6, (M, K, N, cfg)
+            assert rel_err(hop.gemm(A, B.t().contiguous(), precision="fp32x3", b_nk=True, **cfg), want) < 1e-6
+    A, W = _inputs(45, 28, 37)[0], torch.randn(37, 28)
+    b = torch.randn(37)
+    got = hop.gemm(A, W, precision="fp32x3", b_nk=True, bias=b, gelu=True, **dict(hop.TILES["fp32x3"][names[0]], **SMALL))
+    assert rel_err(got, torch.nn.functional.gelu(A.double() @ W.double().T + b.double())) < 1e-6
