@@ -47,7 +47,7 @@ def _error(fn, out, want):
     return float((got.double() - want).norm() / want.norm()), nan
 
 
-def _cases(n, prec, quick):
+def _cases(n, prec, quick, match=""):
     """(road, config name, make(A, B, out) -> fn) of one size and precision: the plain road's default,
     the Hopper road's configs, the Hopper base with B K-major already."""
     from kernels.matmul import triton_hopper as hop
@@ -55,7 +55,7 @@ def _cases(n, prec, quick):
     sizes = dict(M=n, K=n, N=n)
     yield "plain", plain.TILES[prec].name_at(sizes), lambda A, B, out: (lambda: plain.matmul(A, B, out=out, dtype=prec))
     table = hop.TILES[prec]
-    names = [table.base] if quick else list(table.sweep)
+    names = [table.base] if quick else [m for m in table.sweep if match in m]
     for name in names:
         cfg = table[name]
         yield "hopper", name, lambda A, B, out, cfg=cfg: (lambda: hop.gemm(A, B, precision=prec, out=out, **cfg))
@@ -64,7 +64,7 @@ def _cases(n, prec, quick):
         lambda Bt=B.t().contiguous(): hop.gemm(A, Bt, precision=prec, b_nk=True, out=out, **cfg))
 
 
-def run(sizes, quick, out_path):
+def run(sizes, quick, out_path, precisions=PRECISIONS, match=""):
     import torch
     import triton
     from triton.testing import do_bench
@@ -78,7 +78,7 @@ def run(sizes, quick, out_path):
         g = torch.Generator(device="cuda").manual_seed(n)
         A32 = torch.randn(n, n, device="cuda", generator=g)
         B32 = torch.randn(n, n, device="cuda", generator=g)
-        for prec in PRECISIONS:
+        for prec in precisions:
             A, B = (A32.bfloat16(), B32.bfloat16()) if prec == "bf16" else (A32, B32)
             want = A.double() @ B.double()
             fn = _cublas(A, B, BASELINE[prec])
@@ -91,7 +91,7 @@ def run(sizes, quick, out_path):
             _print(rows[-1])
             plain_err = None
             out = torch.empty(n, n, device="cuda", dtype=A.dtype)
-            for road, name, make in _cases(n, prec, quick):
+            for road, name, make in _cases(n, prec, quick, match):
                 try:
                     fn = make(A, B, out)
                     err, nan = _error(fn, out, want)
@@ -147,12 +147,14 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="CSV file to write")
     p.add_argument("--quick", action="store_true", help="smoke test: 1024^3, base configs only, short timings")
     p.add_argument("--sizes", type=int, nargs="*", help=f"cube sizes (default {SIZES})")
+    p.add_argument("--precisions", nargs="+", default=PRECISIONS, choices=PRECISIONS)
+    p.add_argument("--match", default="", help="only the Hopper configs whose name holds this (e.g. _split)")
     a = p.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: kernels, mage
     import torch
     if not torch.cuda.is_available():
         sys.exit("sweep_gemm_hopper: needs a CUDA GPU (an sm_90 one for the Hopper road)")
-    run(a.sizes or ((1024,) if a.quick else SIZES), a.quick, a.out)
+    run(a.sizes or ((1024,) if a.quick else SIZES), a.quick, a.out, a.precisions, a.match)
 
 
 if __name__ == "__main__":
