@@ -183,11 +183,12 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     _contract(at, bt, o, c, launch, offs_64)
     if emulate:
         o.copy_(o.to(z.dtype))  # the GPU stores o in bf16: the same values, rounded to nearest even
-    y = out.view(R, C) if sdt == z.dtype else torch.empty((R, C), dtype=sdt, device=z.device)
+    direct = sdt == z.dtype  # the last kernel writes ``out`` itself (not under the interpreter at bf16)
+    y = out.view(R, C) if direct else torch.empty((R, C), dtype=sdt, device=z.device)
     _out_kernel[(common.cdiv(R, c["FIN_R"]),)](o, go, bo, wo, bbo, g, y, R, NN, C, H, EPS,
                                                BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"],
                                                num_warps=c["FIN_WARPS"], **flags)
-    if y.data_ptr() != out.data_ptr():
+    if not direct:
         out.view(R, C).copy_(y)  # bf16 values already: an exact copy
     return out
 

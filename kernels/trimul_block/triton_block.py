@@ -180,10 +180,13 @@ _BF16 = {
 # From N = 256 (AlphaFold 3-class sizes) the contraction, 2 N^3 H FLOPs, is most of the FP32 block's work:
 # the triangle's own sweep at N = 384, C = 128 measured its tf32x3 tiles at 318 us against 432 for the
 # best IEEE FP32 ones (kernels/NOTES.md), so from there the block contracts on the tensor cores.
+# There the fused road's three launches (_fused) replace the steps' eight or nine: predicted from the
+# bytes each road moves (kernels/NOTES.md, "The triangle update in three launches"), before a GPU run.
 AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
+FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
 TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4",
-                           rule=(("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS),)),
-         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128")}
+                           rule=(("fused_r64_h64_x3", FUSABLE), ("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS))),
+         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h64_cublas", FUSABLE),))}
 FIRST = TILES["fp32"]["cublas_permute"]
 FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]
 

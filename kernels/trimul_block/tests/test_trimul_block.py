@@ -165,6 +165,10 @@ def _launches(monkeypatch, shape, **config):
     monkeypatch.setattr(tb.road, "_batched_gemm_kernel", _Recorder(calls, "contraction"))
     monkeypatch.setattr(tb.road, "_transpose_kernel", _Recorder(calls, "transpose"))
     monkeypatch.setattr(ln, "_layernorm_kernel", _Recorder(calls, "layernorm"))
+    monkeypatch.setattr(tb._fused, "_in_kernel", _Recorder(calls, "fused in"))
+    monkeypatch.setattr(tb._fused, "_out_kernel", _Recorder(calls, "fused out"))
+    bmm = tb._fused._contract
+    monkeypatch.setattr(tb._fused, "_contract", lambda *a: calls.append(("contraction", None, {})) or bmm(*a))
     addmm = torch.addmm
     monkeypatch.setattr(torch, "addmm", lambda *a, **k: calls.append(("cuBLAS", None, {})) or addmm(*a, **k))
     monkeypatch.setattr(common, "on_device", lambda op, named: None)  # meta tensors: shapes only
@@ -204,8 +208,14 @@ def test_launches_per_call_on_the_fused_road(monkeypatch, kmajor):
     assert calls[-1][2]["gate"].shape == (40 * 40, 6) and "residual" not in calls[-1][2]
 
 
+def test_launches_per_call_of_three_on_the_fused_road(monkeypatch):
+    calls = _launches(monkeypatch, dict(N=40, C=6, H=5), **tb.TILES["bf16"]["fused_r64_h64_cublas"])
+    assert [c[0] for c in calls] == ["fused in", "contraction", "fused out"] and tb.launches(tb.TILES["bf16"]["fused_r64_h64_cublas"]) == 3
+    assert calls[0][1] == (common.cdiv(40 * 40, 64),)  # a program a 64 pairs
+
+
 def test_offsets_stay_32_bit_at_the_measured_shapes(monkeypatch):
-    for shape_set in ("field", "large", "sweep"):
+    for shape_set in ("field", "large", "sweep", "af3"):
         for s in SPEC.shapes[shape_set]:
             calls = _launches(monkeypatch, s)
             assert not any(kw.get("OFFS_64") for _, _, kw in calls), s
