@@ -20,20 +20,21 @@ def load(path) -> pd.DataFrame:
     return pd.read_csv(f) if f.is_file() else pd.DataFrame(columns=["op", "impl", "view", "stat", "round", "value"])
 
 
-def value(rows: pd.DataFrame, op: str, impl: str, view: str = "kernel_time", stat: str = "mean", stage=None) -> float:
-    """One column's value from the newest run that measured the model (NaN when absent)."""
+def value(rows: pd.DataFrame, op: str, impl: str, view: str = "kernel_time", stat: str = "mean", stage=None,
+          dtype: str = "fp32") -> float:
+    """One column's value at one precision from the newest run that measured the model (NaN when absent)."""
     d = rows[(rows["op"] == op) & (rows["impl"] == impl) & (rows["view"] == view) & (rows["stat"] == stat)
-             & (rows["round"] == 0)]
+             & (rows["round"] == 0) & (rows["dtype"] == dtype)]
     d = d[d["stage"] == stage] if stage is not None else d[d["stage"].isna()] if "stage" in d else d
     return float(d.sort_values("run")["value"].iloc[-1]) if len(d) else float("nan")
 
 
-def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = "kernel_time"):
-    """One bar per column in each view, the toggle between views."""
+def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = "kernel_time", dtype: str = "fp32"):
+    """One bar per column in each view at one precision, the toggle between views."""
     fig, owner = go.Figure(), []
     for v in VIEWS:
         for impl, (name, color) in COLUMNS.items():
-            y = value(rows, op, impl, v)
+            y = value(rows, op, impl, v, dtype=dtype)
             if y == y:  # measured
                 fig.add_trace(go.Bar(x=[name], y=[y], name=name, marker_color=color, visible=v == first,
                                      showlegend=False, meta={"series": VIEW_LABEL[v], "unit": VIEW_UNIT[v]},
@@ -47,6 +48,7 @@ def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = 
     fig.layout.meta = {"narrow": {"margin.l": 45, "margin.r": 8, "xaxis.tickfont.size": 9}, "narrow_height": 460,
                        "narrow_font": 10, "per_impl": True,
                        "grid": {"by": ["view"], "across": "name", "heads": ["view"]}}
-    shape = rows.loc[rows["op"] == op, "shape"]
-    return with_caption(fig, f"{machine}, one forward pass and its gradient"
-                             f"{' (' + shape.iloc[-1] + ')' if len(shape) else ''}; FP32, warm.")
+    shape = rows.loc[(rows["op"] == op) & (rows["dtype"] == dtype), "shape"]
+    what = "one forward pass and its gradient" if op == "schnet" else "one forward pass"
+    return with_caption(fig, f"{machine}, {what}{' (' + shape.iloc[-1] + ')' if len(shape) else ''}; "
+                             f"{'FP32' if dtype == 'fp32' else dtype}, warm.")
