@@ -138,6 +138,9 @@ _FP32 = {
                                 fused=_fused.keys(bmm="triton", in_h=32, fin_c=32)),
     "fused_r64_h64_x3_128": _config(TRIANGLE_TILES["fp32x3"]["permute_128x128x32_c1_w8_s3"], contract="tf32x3",
                                     fused=_fused.keys(bmm="triton")),
+    "fused_r128_h32_w8_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
+                                    fused=_fused.keys(bmm="triton", in_r=128, in_h=32, in_warps=8, fin_r=128,
+                                                      fin_c=32, fin_warps=8)),
 }
 
 
@@ -170,6 +173,9 @@ _BF16 = {
     "fused_r64_h32_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, fin_c=32)),
     "fused_r64_h128_w8_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=128, in_warps=8, fin_c=128, fin_warps=8)),
     "fused_r64_h64_triton": _config(_PERMUTE_BF16, fused=_fused.keys(bmm="triton")),
+    # more pairs a program: each program reads all of w_in (160 KB) from L2, 2.6 GB at N = 1024 with 64
+    "fused_r256_h32_w8_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_r=256, in_h=32, in_warps=8, fin_r=128,
+                                                                           fin_warps=8)),
 }
 # One config at every size (no rule). fp32: the block's tile sweep (run 20261204T205225Z, N = 128,
 # kernel time): the fused projections with the weights copied K-major, 113.4-114.9 us against
