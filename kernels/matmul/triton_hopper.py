@@ -99,12 +99,14 @@ _BF16 = {
     "m128_n256_k64_w8_s3_fl": _cfg(128, 256, 64, 8, 3, flatten=1),
     "m128_n256_k64_w8_s3_ws": _cfg(128, 256, 64, 8, 3, ws=1),
 }
-# Bases: untuned guesses (no GPU run yet) that compile without the risky switches: bf16 128x256x64 (the
-# widest reuse that fits with a TMA store), TF32 and fp32x3 128x128x32 with 8 warps and 4 stages.
+# Bases: the development sweep's best at 4096^3 and 8192^3 with B handed over [K, N] (run of 2026-12-05,
+# data/h200/hopper/sweep.csv): bf16 128x256x64 (1.00 and 1.04 of cuBLAS), TF32 128x256x32 with plain
+# stores (0.72 and 0.86), fp32x3 128x128x64 with plain stores (1.75x and 1.81x cuBLAS FP32). The first
+# guesses (128x128x32, 8 warps, 4 stages, TMA store) were 0.1-0.2 behind at TF32 and fp32x3.
 _SIZES = ("M", "K", "N")
 TILES = {
-    "fp32x3": TileTable("matmul", _FP32X3, base="m128_n128_k32_w8_s4", sizes=_SIZES),
-    "tf32": TileTable("matmul", _TF32, base="m128_n128_k32_w8_s4", sizes=_SIZES),
+    "fp32x3": TileTable("matmul", _FP32X3, base="m128_n128_k64_w8_s3_ps", sizes=_SIZES),
+    "tf32": TileTable("matmul", _TF32, base="m128_n256_k32_w8_s3_ps", sizes=_SIZES),
     "bf16": TileTable("matmul", _BF16, base="m128_n256_k64_w8_s3", sizes=_SIZES),
 }
 
