@@ -34,6 +34,9 @@ from .spec import NAME
 
 MAX_WIDTH = 256  # channels a program holds whole (a [64, 256] FP32 tile is 256 registers a thread at 4 warps)
 BMMS = ("triton", "cublas")
+# The chunk loops are short (C / chunk steps) and read their weights from L2: one stage. More stages
+# only multiply the shared memory (at FP32 2-3x, past the 227 KB a block may have, compiled for sm_90a).
+STAGES = 1
 
 
 # <kernel>
@@ -179,7 +182,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
     _in_kernel[(common.cdiv(R, c["IN_R"]),)](zc, gi, bi, wi, bb, m, at, bt, g, R, NN, C, H, EPS,
                                              BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"],
-                                             num_warps=c["IN_WARPS"], **flags)
+                                             num_warps=c["IN_WARPS"], num_stages=STAGES, **flags)
     _contract(at, bt, o, c, launch, offs_64)
     if emulate:
         o.copy_(o.to(z.dtype))  # the GPU stores o in bf16: the same values, rounded to nearest even
@@ -187,7 +190,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     y = out.view(R, C) if direct else torch.empty((R, C), dtype=sdt, device=z.device)
     _out_kernel[(common.cdiv(R, c["FIN_R"]),)](o, go, bo, wo, bbo, g, y, R, NN, C, H, EPS,
                                                BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"],
-                                               num_warps=c["FIN_WARPS"], **flags)
+                                               num_warps=c["FIN_WARPS"], num_stages=STAGES, **flags)
     if not direct:
         out.view(R, C).copy_(y)  # bf16 values already: an exact copy
     return out

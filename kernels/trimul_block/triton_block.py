@@ -130,14 +130,11 @@ _FP32 = {
     # both projections on matmul's Hopper GEMM (TMA, warpgroup MMA, persistent; its own tiles)
     "hopper_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1), gemm=("hopper",),
                          contract="tf32x3"),
-    # three launches (_fused), the projections tf32x3; the contraction tf32x3 on the triangle's kernel
-    # (its tiles as above) or IEEE FP32 on cuBLAS
-    "fused_r64_h64_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
-                                fused=_fused.keys(bmm="triton")),
+    # three launches (_fused), the projections tf32x3, the contraction tf32x3 on the triangle's kernel. Not
+    # in the rule: compiled for sm_90a both fused kernels spill at FP32 (56-368 bytes a thread: Triton's
+    # tf32x3 splits the [pairs, C] operand in registers) and the first takes 98-164 KB of shared memory
     "fused_r64_h32_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
                                 fused=_fused.keys(bmm="triton", in_h=32, fin_c=32)),
-    "fused_r64_h64_x3_128": _config(TRIANGLE_TILES["fp32x3"]["permute_128x128x32_c1_w8_s3"], contract="tf32x3",
-                                    fused=_fused.keys(bmm="triton")),
     "fused_r128_h32_w8_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
                                     fused=_fused.keys(bmm="triton", in_r=128, in_h=32, in_warps=8, fin_r=128,
                                                       fin_c=32, fin_warps=8)),
@@ -167,15 +164,15 @@ _BF16 = {
     "fused_m128_n128_k64_w8_s3": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 1)),
     "hopper": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("hopper",)),  # the projections on the Hopper GEMM
     # three launches (_fused): LayerNorm, projections, gates and mask in one; the contraction; LayerNorm,
-    # output projection and gate in one. Rows a program and chunk widths, then the contraction's road
-    "fused_r64_h64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys()),
-    "fused_r128_h64_w8_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_r=128, in_warps=8, fin_r=128, fin_warps=8)),
+    # output projection and gate in one. Pairs a program, column chunks and warps, then the contraction's
+    # road. Compiled for sm_90a without a GPU (tests/test_trimul_block_sm90.py): chunks of 32 columns keep
+    # both kernels out of local memory at 64 pairs and 4 warps or 128 and 8; chunks of 64 spill (392-896
+    # bytes a thread), so none is listed
+    "fused_r128_h32_w8_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_r=128, in_h=32, in_warps=8, fin_r=128,
+                                                                           fin_c=32, fin_warps=8)),
     "fused_r64_h32_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, fin_c=32)),
-    "fused_r64_h128_w8_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=128, in_warps=8, fin_c=128, fin_warps=8)),
-    "fused_r64_h64_triton": _config(_PERMUTE_BF16, fused=_fused.keys(bmm="triton")),
-    # more pairs a program: each program reads all of w_in (160 KB) from L2, 2.6 GB at N = 1024 with 64
-    "fused_r256_h32_w8_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_r=256, in_h=32, in_warps=8, fin_r=128,
-                                                                           fin_warps=8)),
+    "fused_r128_h32_w8_triton": _config(_PERMUTE_BF16, fused=_fused.keys(bmm="triton", in_r=128, in_h=32, in_warps=8,
+                                                                           fin_r=128, fin_c=32, fin_warps=8)),
 }
 # One config at every size (no rule). fp32: the block's tile sweep (run 20261204T205225Z, N = 128,
 # kernel time): the fused projections with the weights copied K-major, 113.4-114.9 us against
@@ -186,13 +183,13 @@ _BF16 = {
 # From N = 256 (AlphaFold 3-class sizes) the contraction, 2 N^3 H FLOPs, is most of the FP32 block's work:
 # the triangle's own sweep at N = 384, C = 128 measured its tf32x3 tiles at 318 us against 432 for the
 # best IEEE FP32 ones (kernels/NOTES.md), so from there the block contracts on the tensor cores.
-# There the fused road's three launches (_fused) replace the steps' eight or nine: predicted from the
+# At bf16 there the fused road's three launches (_fused) replace the steps' eight: predicted from the
 # bytes each road moves (kernels/NOTES.md, "The triangle update in three launches"), before a GPU run.
 AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
 FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
 TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4",
-                           rule=(("fused_r64_h64_x3", FUSABLE), ("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS))),
-         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h64_cublas", FUSABLE),))}
+                           rule=(("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS),)),
+         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r128_h32_w8_cublas", FUSABLE),))}
 FIRST = TILES["fp32"]["cublas_permute"]
 FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]
 
