@@ -1,0 +1,39 @@
+"""The fused road's two kernels compiled for sm_90a on the CPU, at the models' 128 channels, for every
+config the bf16 rule can pick and every bf16 fused config of the table: none spills to local memory and
+each fits a block's shared memory (``kernels/_triton/sm90.py``). A slow test: about 5 s a compile."""
+from __future__ import annotations
+
+import pytest
+
+from kernels._triton import sm90
+from kernels.trimul_block import _fused
+from kernels.trimul_block import triton_block as tb
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sm90.available(), reason="Triton's wheel has no cuobjdump")]
+
+_PTRS = {"in": ("Z", "GAMMA", "BETA", "W", "BIAS", "M", "AT", "BT", "G"),
+         "out": ("O", "GAMMA", "BETA", "W", "BIAS", "G", "Y")}
+_CONSTS = ("BLOCK_R", "WIDTH", "CHUNK", "BF16", "EMULATE", "PRECISION", "OFFS_64")
+BF16 = [n for n, c in tb.TILES["bf16"].configs.items() if c["ROAD"] == "fused"]
+
+
+def _usage(kernel: str, c: dict, dtype: str) -> dict:
+    fn = _fused._in_kernel if kernel == "in" else _fused._out_kernel
+    rows, chunk, warps = (c["IN_R"], c["IN_H"], c["IN_WARPS"]) if kernel == "in" else (c["FIN_R"], c["FIN_C"], c["FIN_WARPS"])
+    ty = "*bf16" if dtype == "bf16" else "*fp32"
+    sig = dict({p: ty for p in _PTRS[kernel]}, R="i32", NN="i32", C="i32", H="i32", eps="fp32",
+               **{k: "constexpr" for k in _CONSTS})
+    consts = dict(BLOCK_R=rows, WIDTH=128, CHUNK=chunk, BF16=dtype == "bf16", EMULATE=False,
+                  PRECISION="ieee" if dtype == "bf16" else "tf32x3", OFFS_64=False)
+    return sm90.resources(fn, sig, consts, warps, _fused.STAGES)
+
+
+def test_the_rule_picks_a_listed_fused_config_at_af3_sizes():
+    assert tb.TILES["bf16"].name_at(dict(N=1024, C=128, H=128)) in BF16
+
+
+@pytest.mark.parametrize("kernel", ("in", "out"))
+@pytest.mark.parametrize("name", BF16)
+def test_bf16_fused_kernels_neither_spill_nor_overflow_shared_memory(name, kernel):
+    u = _usage(kernel, tb.TILES["bf16"][name], "bf16")
+    assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, kernel, u)
