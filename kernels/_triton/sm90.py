@@ -4,11 +4,17 @@ cuobjdump, so this is the compile the JIT makes on an H100 or H200, minus the la
 
 Why: a config that spills or asks for more than a block's 227 KB of shared memory fails, or crawls, only on
 the GPU; checking it here keeps such a config out of a tile table's rule before any device time is spent.
+Under TRITON_INTERPRET=1 (the test suite's setting) ``triton.jit`` makes interpreted functions, which
+compile nothing: the compile then runs in a child process without it.
 """
 from __future__ import annotations
 
+import importlib
+import json
+import os
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -16,24 +22,49 @@ import triton
 
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory one block may use on sm_90
 _BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 def available() -> bool:
     return _BIN.is_file()
 
 
-def resources(fn, signature: dict, constexprs: dict, num_warps: int, num_stages: int) -> dict:
-    """{'registers', 'stack' (bytes a thread in local memory: spills), 'shared' (bytes a block)} of ``fn``
-    compiled for sm_90a. ``signature``: argument -> Triton type ('*bf16', 'i32', ...; constexprs as
-    'constexpr'); ``constexprs``: their values."""
+def resources(kernel: str, signature: dict, constexprs: dict, num_warps: int, num_stages: int,
+              aligned=()) -> dict:
+    """{'registers', 'stack' (bytes a thread in local memory: spills), 'shared' (bytes a block)} of the
+    kernel ``'module:name'`` compiled for sm_90a. ``signature``: argument -> Triton type ('*bf16', 'i32',
+    ...; constexprs as 'constexpr'); ``constexprs``: their values; ``aligned``: the arguments a launch at
+    the measured sizes passes as multiples of 16 (pointers 16-byte aligned), as the JIT specialises."""
+    job = dict(kernel=kernel, signature=signature, constexprs=constexprs, num_warps=num_warps,
+               num_stages=num_stages, aligned=list(aligned))
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return _compile(job)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-m", "kernels._triton.sm90", json.dumps(job)], cwd=_ROOT, env=env,
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"compiling {kernel} for sm_90a failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _compile(job: dict) -> dict:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+    module, name = job["kernel"].split(":")
+    fn = getattr(importlib.import_module(module), name)
+    names = list(job["signature"])
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in job["aligned"]}
+    src = ASTSource(fn=fn, signature=job["signature"], constexprs=job["constexprs"], attrs=attrs)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=job["num_warps"], num_stages=job["num_stages"]))
     with tempfile.TemporaryDirectory() as d:
         cubin = Path(d) / "k.cubin"
         cubin.write_bytes(k.asm["cubin"])
         usage = subprocess.run([str(_BIN), "--dump-resource-usage", str(cubin)], capture_output=True, text=True,
                                check=True).stdout
-    field = lambda name: int(re.search(rf"{name}:(\d+)", usage).group(1))  # noqa: E731
+    field = lambda key: int(re.search(rf"{key}:(\d+)", usage).group(1))  # noqa: E731
     return dict(registers=field("REG"), stack=field("STACK"), shared=k.metadata.shared)
+
+
+if __name__ == "__main__":  # the child process: one job as JSON in, its resources as JSON out
+    print(json.dumps(_compile(json.loads(sys.argv[1]))))

@@ -76,22 +76,33 @@ def _project(x, W, BIAS, ks, kmask, cols, colmask, ldw, PRECISION: tl.constexpr)
 
 
 @triton.jit
+def _pairs(NN, H, BLOCK_R: tl.constexpr, OFFS_64: tl.constexpr):
+    # a program's pairs, all of one complex (program_id(1)): their rows of the [B N^2, *] tensors, their
+    # place in the channel-major [B, H, N^2] ones, and which exist. Within one complex both run
+    # contiguously, which the compiler sees (a division by N^2 would hide it): whole-sector, vector
+    # loads and stores along the pairs of a channel
+    b = tl.program_id(1)
+    pair = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    if OFFS_64:
+        b = b.to(tl.int64)
+        pair = pair.to(tl.int64)
+    return b * NN + pair, b * H * NN + pair, pair < NN
+
+
+@triton.jit
 def _in_kernel(
-    Z, GAMMA, BETA, W, BIAS, M, AT, BT, G,  # z [R, C], w_in [C, 4H + C], the mask [R]; a, b [B, H, NN]; g [R, C]
-    R, NN, C, H, eps,  # R = B N^2 pairs, NN = N^2 a complex
+    Z, GAMMA, BETA, W, BIAS, M, AT, BT, G,  # z [B NN, C], w_in [C, 4H + C], the mask [B NN]; a, b [B, H, NN]; g [B NN, C]
+    NN, C, H, eps,  # NN = N^2 pairs a complex
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    if OFFS_64:
-        rows = rows.to(tl.int64)
+    rows, cm, rmask = _pairs(NN, H, BLOCK_R, OFFS_64)
     cs = tl.arange(0, WIDTH)
-    rmask, cmask = rows < R, cs < C
+    cmask = cs < C
     zn = _layernorm_rows(Z + rows[:, None] * C + cs[None, :], rmask[:, None] & cmask[None, :], GAMMA, BETA,
                          cs, cmask, C, eps)
     zn = _round(zn, BF16, EMULATE)  # the GEMM's operand, rounded once as the steps road stores it
     m = tl.load(M + rows, mask=rmask, other=0.0).to(tl.float32)
-    cm = (rows // NN) * H * NN + rows % NN  # the pair's place in its complex's channel-major copies
     ldw = 4 * H + C
     for h0 in range(0, H, CHUNK):
         hs = h0 + tl.arange(0, CHUNK)
@@ -113,17 +124,14 @@ def _in_kernel(
 
 @triton.jit
 def _out_kernel(
-    O, GAMMA, BETA, W, BIAS, G, Y,  # o [B, H, NN] channel-major; w_out [H, C]; g, y [R, C]
-    R, NN, C, H, eps,
+    O, GAMMA, BETA, W, BIAS, G, Y,  # o [B, H, NN] channel-major; w_out [H, C]; g, y [B NN, C]
+    NN, C, H, eps,
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    if OFFS_64:
-        rows = rows.to(tl.int64)
+    rows, cm, rmask = _pairs(NN, H, BLOCK_R, OFFS_64)
     hs = tl.arange(0, WIDTH)
-    rmask, hmask = rows < R, hs < H
-    cm = (rows // NN) * H * NN + rows % NN
+    hmask = hs < H
     # a channel's BLOCK_R pairs are contiguous in o: each load is runs along the rows
     on = _layernorm_rows(O + cm[:, None] + hs[None, :] * NN, rmask[:, None] & hmask[None, :], GAMMA, BETA,
                          hs, hmask, H, eps)
@@ -180,7 +188,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     g = torch.empty((R, C), dtype=sdt, device=z.device)
     offs_64 = max(at.numel(), g.numel()) >= common.INT32_LIMIT
     flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
-    _in_kernel[(common.cdiv(R, c["IN_R"]),)](zc, gi, bi, wi, bb, m, at, bt, g, R, NN, C, H, EPS,
+    _in_kernel[(common.cdiv(NN, c["IN_R"]), B)](zc, gi, bi, wi, bb, m, at, bt, g, NN, C, H, EPS,
                                              BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"],
                                              num_warps=c["IN_WARPS"], num_stages=STAGES, **flags)
     _contract(at, bt, o, c, launch, offs_64)
@@ -188,7 +196,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
         o.copy_(o.to(z.dtype))  # the GPU stores o in bf16: the same values, rounded to nearest even
     direct = sdt == z.dtype  # the last kernel writes ``out`` itself (not under the interpreter at bf16)
     y = out.view(R, C) if direct else torch.empty((R, C), dtype=sdt, device=z.device)
-    _out_kernel[(common.cdiv(R, c["FIN_R"]),)](o, go, bo, wo, bbo, g, y, R, NN, C, H, EPS,
+    _out_kernel[(common.cdiv(NN, c["FIN_R"]), B)](o, go, bo, wo, bbo, g, y, NN, C, H, EPS,
                                                BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"],
                                                num_warps=c["FIN_WARPS"], num_stages=STAGES, **flags)
     if not direct:

@@ -18,14 +18,14 @@ BF16 = [n for n, c in tb.TILES["bf16"].configs.items() if c["ROAD"] == "fused"]
 
 
 def _usage(kernel: str, c: dict, dtype: str) -> dict:
-    fn = _fused._in_kernel if kernel == "in" else _fused._out_kernel
+    fn = f"kernels.trimul_block._fused:_{kernel}_kernel"
     rows, chunk, warps = (c["IN_R"], c["IN_H"], c["IN_WARPS"]) if kernel == "in" else (c["FIN_R"], c["FIN_C"], c["FIN_WARPS"])
     ty = "*bf16" if dtype == "bf16" else "*fp32"
-    sig = dict({p: ty for p in _PTRS[kernel]}, R="i32", NN="i32", C="i32", H="i32", eps="fp32",
+    sig = dict({p: ty for p in _PTRS[kernel]}, NN="i32", C="i32", H="i32", eps="fp32",
                **{k: "constexpr" for k in _CONSTS})
     consts = dict(BLOCK_R=rows, WIDTH=128, CHUNK=chunk, BF16=dtype == "bf16", EMULATE=False,
                   PRECISION="ieee" if dtype == "bf16" else "tf32x3", OFFS_64=False)
-    return sm90.resources(fn, sig, consts, warps, _fused.STAGES)
+    return sm90.resources(fn, sig, consts, warps, _fused.STAGES, aligned=(*_PTRS[kernel], "NN", "C", "H"))
 
 
 def test_the_rule_picks_a_listed_fused_config_at_af3_sizes():
