@@ -130,14 +130,16 @@ _FP32 = {
     # both projections on matmul's Hopper GEMM (TMA, warpgroup MMA, persistent; its own tiles)
     "hopper_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1), gemm=("hopper",),
                          contract="tf32x3"),
-    # three launches (_fused), the projections tf32x3, the contraction tf32x3 on the triangle's kernel. Not
-    # in the rule: compiled for sm_90a both fused kernels spill at FP32 (56-368 bytes a thread: Triton's
-    # tf32x3 splits the [pairs, C] operand in registers) and the first takes 98-164 KB of shared memory
-    "fused_r64_h32_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
-                                fused=_fused.keys(bmm="triton", in_h=32, fin_c=32)),
-    "fused_r128_h32_w8_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
-                                    fused=_fused.keys(bmm="triton", in_r=128, in_h=32, in_warps=8, fin_r=128,
-                                                      fin_c=32, fin_warps=8)),
+    # three launches (_fused), the projections tf32x3, the contraction tf32x3 on the triangle's kernel (its
+    # tiles as above). Compiled for sm_90a: Triton's tf32x3 splits the [pairs, C] operand in registers, so
+    # at FP32 a program takes chunks of 16-32 columns with 8 warps (4 warps and 32 columns spill)
+    "fused_r64_h32_w8_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
+                                   fused=_fused.keys(bmm="triton", in_h=32, in_warps=8, fin_c=32, fin_warps=8)),
+    "fused_r128_h16_w8_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
+                                    fused=_fused.keys(bmm="triton", in_r=128, in_h=16, in_warps=8, fin_r=128,
+                                                      fin_c=16, fin_warps=8)),
+    "fused_r64_h16_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
+                                fused=_fused.keys(bmm="triton", in_h=16, fin_c=16)),
 }
 
 
@@ -183,12 +185,12 @@ _BF16 = {
 # From N = 256 (AlphaFold 3-class sizes) the contraction, 2 N^3 H FLOPs, is most of the FP32 block's work:
 # the triangle's own sweep at N = 384, C = 128 measured its tf32x3 tiles at 318 us against 432 for the
 # best IEEE FP32 ones (kernels/NOTES.md), so from there the block contracts on the tensor cores.
-# At bf16 there the fused road's three launches (_fused) replace the steps' eight: predicted from the
+# There the fused road's three launches (_fused) replace the steps' eight or nine: predicted from the
 # bytes each road moves (kernels/NOTES.md, "The triangle update in three launches"), before a GPU run.
 AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
 FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
 TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4",
-                           rule=(("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS),)),
+                           rule=(("fused_r64_h32_w8_x3", FUSABLE), ("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS))),
          "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r128_h32_w8_cublas", FUSABLE),))}
 FIRST = TILES["fp32"]["cublas_permute"]
 FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]

@@ -27,7 +27,7 @@ def _variant(dtype, name, **over):
 
 
 def test_every_fused_config_is_in_the_sweep_and_makes_three_launches():
-    assert {n for _, n in FUSED} >= {"fused_r128_h32_w8_cublas", "fused_r64_h32_x3"}
+    assert {n for _, n in FUSED} >= {"fused_r128_h32_w8_cublas", "fused_r64_h32_w8_x3"}
     for dt, n in FUSED:
         assert tb.TILES[dt][n] in tb.TILES[dt].sweep_configs()
         assert tb.launches(tb.TILES[dt][n]) == 3
@@ -44,7 +44,7 @@ def test_fused_configs_at_awkward_shapes(dtype, name, dist):
 @pytest.mark.parametrize("dtype", ("fp32", "bf16"))
 def test_model_channels_whole_in_a_program(dtype):
     # C = H = 128, as the models run: the LayerNorms over full rows, two chunks of 64 columns a projection
-    name = "fused_r64_h32_x3" if dtype == "fp32" else "fused_r64_h32_cublas"
+    name = "fused_r64_h32_w8_x3" if dtype == "fp32" else "fused_r64_h32_cublas"
     r = check(_variant(dtype, name, IN_R=16, FIN_R=16, IN_H=64, FIN_C=64), dict(N=3, C=128, H=128), trials=1,
               device="cpu")
     assert r.passed, r.reason
@@ -59,7 +59,7 @@ def test_a_batch_of_complexes_and_strided_inputs(dtype, poisoned):
     z, mask = torch.stack([r[0] for r in reqs]), torch.stack([r[1] for r in reqs])
     z_s = torch.cat([z, z], -1)[..., ::2].copy_(z)  # every other channel of a wider tensor
     mask_t = mask.transpose(1, 2).contiguous().transpose(1, 2)
-    cfg = tb.TILES[dtype]["fused_r64_h32_x3" if dtype == "fp32" else "fused_r64_h32_cublas"]
+    cfg = tb.TILES[dtype]["fused_r64_h32_w8_x3" if dtype == "fp32" else "fused_r64_h32_cublas"]
     for zz, mm in ((z, mask), (z_s, mask_t)):
         out = torch.full_like(z, math.nan)
         assert tb.trimul_block(zz, mm, *weights, out=out, **cfg) is out
@@ -72,7 +72,7 @@ def test_a_batch_of_complexes_and_strided_inputs(dtype, poisoned):
 @cpu_only
 def test_the_fused_road_refuses_what_it_cannot_hold():
     z, mask, *w = SPEC.inputs(dict(N=2, C=4, H=3), seed=1)
-    cfg = tb.TILES["fp32"]["fused_r64_h32_x3"]
+    cfg = tb.TILES["fp32"]["fused_r64_h32_w8_x3"]
     for key, value in (("ROAD", "fast"), ("BMM", "cutlass"), ("IN_R", 8), ("FIN_C", 48)):
         e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, **{key: value}))
         assert key in str(e)

@@ -1,5 +1,5 @@
 """The fused road's two kernels compiled for sm_90a on the CPU, at the models' 128 channels, for every
-config the bf16 rule can pick and every bf16 fused config of the table: none spills to local memory and
+fused config of both tables (the rules pick from them): none spills to local memory and
 each fits a block's shared memory (``kernels/_triton/sm90.py``). A slow test: about 5 s a compile."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sm90.available(), reason=
 _PTRS = {"in": ("Z", "GAMMA", "BETA", "W", "BIAS", "M", "AT", "BT", "G"),
          "out": ("O", "GAMMA", "BETA", "W", "BIAS", "G", "Y")}
 _CONSTS = ("BLOCK_R", "WIDTH", "CHUNK", "BF16", "EMULATE", "PRECISION", "OFFS_64")
-BF16 = [n for n, c in tb.TILES["bf16"].configs.items() if c["ROAD"] == "fused"]
+FUSED = [(dt, n) for dt in ("bf16", "fp32") for n, c in tb.TILES[dt].configs.items() if c["ROAD"] == "fused"]
 
 
 def _usage(kernel: str, c: dict, dtype: str) -> dict:
@@ -28,12 +28,13 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
     return sm90.resources(fn, sig, consts, warps, _fused.STAGES, aligned=(*_PTRS[kernel], "NN", "C", "H"))
 
 
-def test_the_rule_picks_a_listed_fused_config_at_af3_sizes():
-    assert tb.TILES["bf16"].name_at(dict(N=1024, C=128, H=128)) in BF16
+def test_the_rules_pick_listed_fused_configs_at_af3_sizes():
+    for dt in ("bf16", "fp32"):
+        assert (dt, tb.TILES[dt].name_at(dict(N=1024, C=128, H=128))) in FUSED
 
 
 @pytest.mark.parametrize("kernel", ("in", "out"))
-@pytest.mark.parametrize("name", BF16)
-def test_bf16_fused_kernels_neither_spill_nor_overflow_shared_memory(name, kernel):
-    u = _usage(kernel, tb.TILES["bf16"][name], "bf16")
+@pytest.mark.parametrize("dtype,name", FUSED, ids=[f"{d}-{n}" for d, n in FUSED])
+def test_fused_kernels_neither_spill_nor_overflow_shared_memory(dtype, name, kernel):
+    u = _usage(kernel, tb.TILES[dtype][name], dtype)
     assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, kernel, u)
