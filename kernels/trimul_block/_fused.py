@@ -159,6 +159,8 @@ def refuse_bad_config(c: dict, C: int, H: int) -> None:
         no(f"ROAD must be 'steps' or 'fused', got {c['ROAD']!r}")
     if c["BMM"] not in BMMS:
         no(f"BMM must be one of {BMMS}, got {c['BMM']!r}")
+    if c["ROAD"] == "fused" and c["BMM"] == "cublas" and c["CONTRACT"] != "ieee":
+        no(f"BMM='cublas' contracts in IEEE FP32 (or bf16 products); CONTRACT={c['CONTRACT']!r} needs BMM='triton'")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):
         if c[key] < 16 or c[key] & (c[key] - 1):  # tl.dot's tiles: powers of two from 16
             no(f"{key} must be a power of two of at least 16, got {c[key]}")

@@ -76,6 +76,8 @@ def test_the_fused_road_refuses_what_it_cannot_hold():
     for key, value in (("ROAD", "fast"), ("BMM", "cutlass"), ("IN_R", 8), ("FIN_C", 48)):
         e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, **{key: value}))
         assert key in str(e)
+    e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, BMM="cublas"))
+    assert "CONTRACT" in str(e)  # cuBLAS has no tf32x3: the split would be silently dropped
     wide = SPEC.inputs(dict(N=2, C=_fused.MAX_WIDTH + 1, H=3), seed=1)
     e = assert_refuses(tb.trimul_block, NAME, "config", *wide, **cfg)
     assert "ROAD='steps'" in str(e)
