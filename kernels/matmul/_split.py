@@ -24,8 +24,10 @@ TILE = 64  # a program's [64, 64] tile: 16 KB in, 32 KB out; the transpose goes 
 @triton.jit
 def _split_kernel(X, HI, LO, R, C, sx_r, sx_c, ld, BLOCK: tl.constexpr, OFFS_64: tl.constexpr):
     # out[r, c] = X[r * sx_r + c * sx_c] as hi + lo, both [R, C] with row stride ``ld`` (16-byte aligned)
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    # one grid axis (the second stops at 65535 programs: K past 4 million would not launch)
+    col_tiles = tl.cdiv(C, BLOCK)
+    rows = (tl.program_id(0) // col_tiles) * BLOCK + tl.arange(0, BLOCK)
+    cols = (tl.program_id(0) % col_tiles) * BLOCK + tl.arange(0, BLOCK)
     if OFFS_64:
         rows = rows.to(tl.int64)
         cols = cols.to(tl.int64)
@@ -48,8 +50,9 @@ def split(t: torch.Tensor, rows: int, cols: int, transpose: bool):
     buf = t.new_empty((2, rows, ld))
     hi, lo = buf[0, :, :cols], buf[1, :, :cols]
     if rows and cols:
-        offs_64 = buf.numel() >= common.INT32_LIMIT or t.numel() >= common.INT32_LIMIT
-        grid = (common.cdiv(rows, TILE), common.cdiv(cols, TILE))
+        # the reach of t's strides, not its size: a column slice of a wide tensor is small and far-reaching
+        offs_64 = buf.numel() >= common.INT32_LIMIT or common.max_offset(t) >= common.INT32_LIMIT
+        grid = (common.cdiv(rows, TILE) * common.cdiv(cols, TILE),)
         _split_kernel[grid](v, hi, lo, rows, cols, v.stride(0), v.stride(1), ld, BLOCK=TILE, OFFS_64=offs_64,
                             num_warps=4)
     return hi, lo

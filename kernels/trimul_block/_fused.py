@@ -77,16 +77,22 @@ def _project(x, W, BIAS, ks, kmask, cols, colmask, ldw, PRECISION: tl.constexpr)
 
 @triton.jit
 def _pairs(NN, H, BLOCK_R: tl.constexpr, OFFS_64: tl.constexpr):
-    # a program's pairs, all of one complex (program_id(1)): their rows of the [B N^2, *] tensors, their
-    # place in the channel-major [B, H, N^2] ones, and which exist. Within one complex both run
-    # contiguously, which the compiler sees (a division by N^2 would hide it): whole-sector, vector
-    # loads and stores along the pairs of a channel
-    b = tl.program_id(1)
-    pair = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    # a program's pairs, all of one complex: their rows of the [B N^2, *] tensors, their place in the
+    # channel-major [B, H, N^2] ones, which exist, and the channel stride N^2 (64-bit where offsets need
+    # it: channel h of the last pair is h N^2 elements on, which passes 2^31 before N^2 does). Within one
+    # complex both run contiguously, which the compiler sees (a division of the row by N^2 would hide
+    # it): whole-sector, vector loads and stores along the pairs of a channel. One grid axis, complex by
+    # complex (the second axis of a grid stops at 65535)
+    tiles = tl.cdiv(NN, BLOCK_R)
+    pid = tl.program_id(0)
+    b = pid // tiles
+    pair = (pid % tiles) * BLOCK_R + tl.arange(0, BLOCK_R)
+    nn = NN
     if OFFS_64:
         b = b.to(tl.int64)
         pair = pair.to(tl.int64)
-    return b * NN + pair, b * H * NN + pair, pair < NN
+        nn = nn.to(tl.int64)
+    return b * nn + pair, b * H * nn + pair, pair < nn, nn
 
 
 @triton.jit
@@ -96,7 +102,7 @@ def _in_kernel(
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
 ):
-    rows, cm, rmask = _pairs(NN, H, BLOCK_R, OFFS_64)
+    rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     cs = tl.arange(0, WIDTH)
     cmask = cs < C
     zn = _layernorm_rows(Z + rows[:, None] * C + cs[None, :], rmask[:, None] & cmask[None, :], GAMMA, BETA,
@@ -107,7 +113,7 @@ def _in_kernel(
     for h0 in range(0, H, CHUNK):
         hs = h0 + tl.arange(0, CHUNK)
         hmask = hs < H
-        dst = cm[:, None] + hs[None, :] * NN
+        dst = cm[:, None] + hs[None, :] * nn
         smask = rmask[:, None] & hmask[None, :]
         a = tl.sigmoid(_project(zn, W, BIAS, cs, cmask, hs, hmask, ldw, PRECISION))
         a = a * _project(zn, W, BIAS, cs, cmask, H + hs, hmask, ldw, PRECISION) * m[:, None]
@@ -129,11 +135,11 @@ def _out_kernel(
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
 ):
-    rows, cm, rmask = _pairs(NN, H, BLOCK_R, OFFS_64)
+    rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     hs = tl.arange(0, WIDTH)
     hmask = hs < H
     # a channel's BLOCK_R pairs are contiguous in o: each load is runs along the rows
-    on = _layernorm_rows(O + cm[:, None] + hs[None, :] * NN, rmask[:, None] & hmask[None, :], GAMMA, BETA,
+    on = _layernorm_rows(O + cm[:, None] + hs[None, :] * nn, rmask[:, None] & hmask[None, :], GAMMA, BETA,
                          hs, hmask, H, eps)
     on = _round(on, BF16, EMULATE)
     for c0 in range(0, C, CHUNK):
@@ -190,7 +196,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     g = torch.empty((R, C), dtype=sdt, device=z.device)
     offs_64 = max(at.numel(), g.numel()) >= common.INT32_LIMIT
     flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
-    _in_kernel[(common.cdiv(NN, c["IN_R"]), B)](zc, gi, bi, wi, bb, m, at, bt, g, NN, C, H, EPS,
+    _in_kernel[(B * common.cdiv(NN, c["IN_R"]),)](zc, gi, bi, wi, bb, m, at, bt, g, NN, C, H, EPS,
                                              BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"],
                                              num_warps=c["IN_WARPS"], num_stages=STAGES, **flags)
     _contract(at, bt, o, c, launch, offs_64)
@@ -198,7 +204,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
         o.copy_(o.to(z.dtype))  # the GPU stores o in bf16: the same values, rounded to nearest even
     direct = sdt == z.dtype  # the last kernel writes ``out`` itself (not under the interpreter at bf16)
     y = out.view(R, C) if direct else torch.empty((R, C), dtype=sdt, device=z.device)
-    _out_kernel[(common.cdiv(NN, c["FIN_R"]), B)](o, go, bo, wo, bbo, g, y, NN, C, H, EPS,
+    _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](o, go, bo, wo, bbo, g, y, NN, C, H, EPS,
                                                BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"],
                                                num_warps=c["FIN_WARPS"], num_stages=STAGES, **flags)
     if not direct:

@@ -141,3 +141,19 @@ def test_operands_split_before_the_gemm():
     b = torch.randn(37)
     got = hop.gemm(A, W, precision="fp32x3", b_nk=True, bias=b, gelu=True, **dict(hop.TILES["fp32x3"][names[0]], **SMALL))
     assert rel_err(got, torch.nn.functional.gelu(A.double() @ W.double().T + b.double())) < 1e-6
+
+
+@cpu_only
+def test_the_split_widens_offsets_by_reach_not_size(monkeypatch):
+    # a column slice of a wide tensor: 40 million elements whose last lies 2.4 billion on (meta tensors:
+    # shapes only). Judged by its size, the split kernel's offsets stayed 32-bit and wrapped.
+    from kernels.matmul import _split
+    seen = []
+
+    class _Kernel:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append((grid, kw["OFFS_64"]))
+    monkeypatch.setattr(_split, "_split_kernel", _Kernel())
+    _split.split(torch.empty(40000, 60000, device="meta")[:, :1000], 40000, 1000, False)
+    _split.split(torch.empty(64, 5_000_000, device="meta"), 64, 5_000_000, False)  # K past 65535 tiles
+    assert seen[0][1] is True and seen[1][0] == (_split.common.cdiv(5_000_000, 64),)

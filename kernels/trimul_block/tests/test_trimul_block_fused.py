@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from kernels.trimul_block import _fused
 from kernels.trimul_block import triton_block as tb
@@ -90,3 +92,35 @@ def test_the_fused_road_refuses_what_it_cannot_hold():
 def test_gpu_fused_configs_at_random_shapes(dtype, name):
     shapes = SPEC.random_shapes(20) + SPEC.awkward + SPEC.shapes["field"]
     assert not gpu_failures(_variant(dtype, name), shapes)
+
+
+@triton.jit
+def _offsets_probe(OUT, NN, H, CH: tl.constexpr, BLOCK_R: tl.constexpr, OFFS_64: tl.constexpr):
+    # the offsets the fused kernels form for the last CH channels (the farthest) of each program's pairs,
+    # written to OUT[program, pair, channel]
+    rows, cm, rmask, nn = _fused._pairs(NN, H, BLOCK_R, OFFS_64)
+    hs = (H - CH) + tl.arange(0, CH)
+    at = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R))[:, None] * CH + tl.arange(0, CH)[None, :]
+    tl.store(OUT + at, cm[:, None] + hs[None, :] * nn)
+
+
+@cpu_only
+def test_channel_offsets_past_two_to_the_31():
+    # N = 4113, H = 128: channel 127 of the first pair is 127 N^2 = 2,148,429,663 elements on, while N^2
+    # fits in int32 (the launcher sets OFFS_64 from the copies' size). 32-bit arithmetic wrapped here.
+    N, H, R, CH = 4113, 128, 16, 16
+    out = torch.zeros((3, R, CH), dtype=torch.int64)
+    _offsets_probe[(3,)](out, N * N, H, CH=CH, BLOCK_R=R, OFFS_64=True)
+    want = torch.tensor([[[p * R + r + (H - CH + h) * N * N for h in range(CH)] for r in range(R)] for p in range(3)])
+    assert torch.equal(out, want)
+    assert 127 * N * N >= 2 ** 31 and N * N < 2 ** 31
+
+
+@cpu_only
+def test_programs_walk_complex_by_complex_on_one_grid_axis():
+    # three complexes of N = 5 (25 pairs: two programs of 16 each), one grid axis: program p takes tile
+    # p % 2 of complex p // 2, and its channel-major offsets start at that complex's H N^2
+    NN, R, H = 25, 16, 16
+    out = torch.full((6, R, H), -1, dtype=torch.int64)
+    _offsets_probe[(6,)](out, NN, H, CH=H, BLOCK_R=R, OFFS_64=False)
+    assert [int(out[p, 0, 0]) for p in range(6)] == [b * H * NN + t * R for b in range(3) for t in range(2)]
