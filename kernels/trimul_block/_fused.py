@@ -27,6 +27,7 @@ import triton.language as tl
 
 from kernels._triton import common
 from kernels.layernorm.spec import EPS
+from kernels.layernorm.triton_kernel import _down_scale
 from kernels.triangle import _channel_major as road
 from mage.errors import MageInputError
 
@@ -57,11 +58,15 @@ def _round(x, BF16: tl.constexpr, EMULATE: tl.constexpr):
 
 @triton.jit
 def _layernorm_rows(ptrs, mask, GAMMA, BETA, cs, cmask, width, eps):
-    # rows of ``width`` values (padded with zeros to the tile) normalised in FP32, padding left at zero
+    # rows of ``width`` values (padded with zeros to the tile) normalised in FP32, padding left at zero.
+    # Each row is first scaled by a power of two below its largest value, as the project's LayerNorm
+    # does (kernels/layernorm): the squares of values past 2^64 would overflow, and s cancels but in eps
     x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    s = _down_scale(tl.max(tl.abs(x), axis=1))
+    x = x * s[:, None]
     mean = tl.sum(x, axis=1) / width
     d = tl.where(mask, x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / width + eps)
+    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / width + eps * s * s)
     gamma = tl.load(GAMMA + cs, mask=cmask, other=0.0).to(tl.float32)
     beta = tl.load(BETA + cs, mask=cmask, other=0.0).to(tl.float32)
     return d * rstd[:, None] * gamma[None, :] + beta[None, :]

@@ -72,6 +72,19 @@ def test_a_batch_of_complexes_and_strided_inputs(dtype, poisoned):
 
 
 @cpu_only
+def test_rows_past_the_square_root_of_the_float_range(poisoned):
+    # pair rows of z near 1e30 (their squares overflow FP32): LayerNorm normalises them all the same, as
+    # the project's LayerNorm does; unscaled, their variance was inf and their rows came out as beta alone
+    z, mask, *w = SPEC.inputs(dict(N=3, C=20, H=9), seed=5)
+    z = z.clone()
+    z[0, 1] *= 1e30
+    z[2, 2] *= 1e25
+    want = SPEC.reference(z, mask, *w)
+    got = tb.trimul_block(z, mask, *w, **tb.TILES["fp32"]["fused_r64_h32_w8_x3"])
+    assert rel_err(got, want) < SPEC.tol("fp32") and not outside(got, want, "fp32").any()
+
+
+@cpu_only
 def test_the_fused_road_refuses_what_it_cannot_hold():
     z, mask, *w = SPEC.inputs(dict(N=2, C=4, H=3), seed=1)
     cfg = tb.TILES["fp32"]["fused_r64_h32_w8_x3"]
