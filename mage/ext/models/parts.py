@@ -56,17 +56,22 @@ def calls_made(swapped, video) -> Counter:
     return seen
 
 
-def _call(kind, x_shape, w_shape, eps, dtype, ours: bool):
+def _call(kind, x_shape, w_shape, eps, dtype, ours: bool, device="cuda"):
     """One of the model's calls alone on fresh values, stock or ours. A fused Linear + GELU is, stock, the
-    Linear alone: the stock GELU's time is taken from the model's profile (its 'gelu' kernels)."""
-    x = torch.randn(x_shape, device="cuda", dtype=dtype)
+    Linear alone: the stock GELU's time is taken from the model's profile (its 'gelu' kernels). Both run
+    under inference mode, as the encoder does (a swapped Linear refuses to record autograd)."""
+    x = torch.randn(x_shape, device=device, dtype=dtype)
     if kind == "layernorm":
-        mod = nn.LayerNorm(w_shape[0], eps=eps).to("cuda", dtype)
+        mod = nn.LayerNorm(w_shape[0], eps=eps).to(device, dtype)
         fn = S.KernelLayerNorm(mod) if ours else mod
     else:
-        lin = nn.Linear(w_shape[1], w_shape[0]).to("cuda", dtype)
+        lin = nn.Linear(w_shape[1], w_shape[0]).to(device, dtype)
         fn = S.KernelLinear(lin, gelu=kind == "linear_gelu") if ours else lin
-    return lambda: fn(x)
+
+    def call():
+        with torch.inference_mode():
+            return fn(x)
+    return call
 
 
 def _columns(stock, swapped, call):

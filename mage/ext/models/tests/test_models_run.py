@@ -1,6 +1,7 @@
 """The model measurement's pieces that run without a GPU (what a kernel's name says it does, which calls a
 forward makes), and on a GPU the whole run at the small configuration, its rows read back by the loader."""
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -42,6 +43,21 @@ def test_the_calls_a_forward_makes_are_counted_at_their_shapes():
     assert counts[("linear", (T, 4 * W), (W, 4 * W), 0.0)] == L
     assert counts[("layernorm", (T, W), (W,), 1e-6)] == 2 * L + 1
     assert sum(counts.values()) == 6 * L + 2 * L + 1  # the encoder only: the predictor is skipped
+
+
+@needs_kernels
+@pytest.mark.parametrize("kind", ["linear", "linear_gelu", "layernorm"])
+def test_the_calls_amdahl_times_run_alone_and_agree(kind):
+    # the swapped Linear refuses autograd: timed alone outside inference mode, it raised (the GPU run died)
+    w = (48, 32) if kind != "layernorm" else (32,)
+    torch.manual_seed(0)
+    ours = P._call(kind, (20, 32), w, 1e-6, torch.float32, True, device="cpu")
+    torch.manual_seed(0)
+    stock = P._call(kind, (20, 32), w, 1e-6, torch.float32, False, device="cpu")
+    want = stock()
+    if kind == "linear_gelu":  # stock is the Linear alone; its GELU is taken from the model's profile
+        want = torch.nn.functional.gelu(want)
+    torch.testing.assert_close(ours(), want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.gpu
