@@ -106,6 +106,7 @@ def _in_kernel(
     NN, C, H, eps,  # NN = N^2 pairs a complex
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
+    JOIN: tl.constexpr,
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     cs = tl.arange(0, WIDTH)
@@ -120,12 +121,20 @@ def _in_kernel(
         hmask = hs < H
         dst = cm[:, None] + hs[None, :] * nn
         smask = rmask[:, None] & hmask[None, :]
-        a = tl.sigmoid(_project(zn, W, BIAS, cs, cmask, hs, hmask, ldw, PRECISION))
-        a = a * _project(zn, W, BIAS, cs, cmask, H + hs, hmask, ldw, PRECISION) * m[:, None]
-        tl.store(AT + dst, _round(a, BF16, EMULATE), mask=smask)
-        b = tl.sigmoid(_project(zn, W, BIAS, cs, cmask, 2 * H + hs, hmask, ldw, PRECISION))
-        b = b * _project(zn, W, BIAS, cs, cmask, 3 * H + hs, hmask, ldw, PRECISION) * m[:, None]
-        tl.store(BT + dst, _round(b, BF16, EMULATE), mask=smask)
+        if JOIN:  # gate and value columns interleaved in W (see update): one dot of 2 CHUNK columns each
+            ps = 2 * h0 + tl.arange(0, 2 * CHUNK)
+            pmask = ps < 2 * H
+            ga, va = tl.split(tl.reshape(_project(zn, W, BIAS, cs, cmask, ps, pmask, ldw, PRECISION),
+                                         (BLOCK_R, CHUNK, 2)))
+            gb, vb = tl.split(tl.reshape(_project(zn, W, BIAS, cs, cmask, 2 * H + ps, pmask, ldw, PRECISION),
+                                         (BLOCK_R, CHUNK, 2)))
+        else:
+            ga = _project(zn, W, BIAS, cs, cmask, hs, hmask, ldw, PRECISION)
+            va = _project(zn, W, BIAS, cs, cmask, H + hs, hmask, ldw, PRECISION)
+            gb = _project(zn, W, BIAS, cs, cmask, 2 * H + hs, hmask, ldw, PRECISION)
+            vb = _project(zn, W, BIAS, cs, cmask, 3 * H + hs, hmask, ldw, PRECISION)
+        tl.store(AT + dst, _round(tl.sigmoid(ga) * va * m[:, None], BF16, EMULATE), mask=smask)
+        tl.store(BT + dst, _round(tl.sigmoid(gb) * vb * m[:, None], BF16, EMULATE), mask=smask)
     for c0 in range(0, C, CHUNK):
         gs = c0 + tl.arange(0, CHUNK)
         gmask = gs < C
@@ -157,10 +166,12 @@ def _out_kernel(
 # </kernel>
 
 
-def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused") -> dict:
-    """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps')."""
+def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
+         join=False, stages=STAGES) -> dict:
+    """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
+    ``join``: the first kernel's gate and value columns interleaved, one dot for both."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
-                FIN_WARPS=fin_warps)
+                FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages)
 
 
 def refuse_bad_config(c: dict, C: int, H: int) -> None:
@@ -172,6 +183,8 @@ def refuse_bad_config(c: dict, C: int, H: int) -> None:
         no(f"BMM must be one of {BMMS}, got {c['BMM']!r}")
     if c["ROAD"] == "fused" and c["BMM"] == "cublas" and c["CONTRACT"] != "ieee":
         no(f"BMM='cublas' contracts in IEEE FP32 (or bf16 products); CONTRACT={c['CONTRACT']!r} needs BMM='triton'")
+    if c["F_STAGES"] not in (1, 2, 3, 4):
+        no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):
         if c[key] < 16 or c[key] & (c[key] - 1):  # tl.dot's tiles: powers of two from 16
             no(f"{key} must be a power of two of at least 16, got {c[key]}")
@@ -196,14 +209,19 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     zc, m = z.reshape(R, C).to(sdt).contiguous(), mask.reshape(R).to(sdt).contiguous()
     gi, bi, wi, bb, go, bo, wo, bbo = (t.to(sdt).contiguous() for t in
                                        (gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out))
+    if c["IN_JOIN"]:  # columns gate 0, value 0, gate 1, ...: a [rows, 2 CHUNK] product splits in pairs
+        hs = torch.arange(H, device=z.device)
+        ab = torch.stack((hs, H + hs), 1).flatten()
+        order = torch.cat((ab, 2 * H + ab, torch.arange(4 * H, 4 * H + C, device=z.device)))
+        wi, bb = wi[:, order].contiguous(), bb[order].contiguous()
     at = torch.empty((B, H, N, N), dtype=sdt, device=z.device)
     bt, o = torch.empty_like(at), torch.empty_like(at)
     g = torch.empty((R, C), dtype=sdt, device=z.device)
     offs_64 = max(at.numel(), g.numel()) >= common.INT32_LIMIT
     flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
     _in_kernel[(B * common.cdiv(NN, c["IN_R"]),)](zc, gi, bi, wi, bb, m, at, bt, g, NN, C, H, EPS,
-                                             BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"],
-                                             num_warps=c["IN_WARPS"], num_stages=STAGES, **flags)
+                                             BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"],
+                                             num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **flags)
     _contract(at, bt, o, c, launch, offs_64)
     if emulate:
         o.copy_(o.to(z.dtype))  # the GPU stores o in bf16: the same values, rounded to nearest even
@@ -211,7 +229,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     y = out.view(R, C) if direct else torch.empty((R, C), dtype=sdt, device=z.device)
     _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](o, go, bo, wo, bbo, g, y, NN, C, H, EPS,
                                                BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"],
-                                               num_warps=c["FIN_WARPS"], num_stages=STAGES, **flags)
+                                               num_warps=c["FIN_WARPS"], num_stages=c["F_STAGES"], **flags)
     if not direct:
         out.view(R, C).copy_(y)  # bf16 values already: an exact copy
     return out
