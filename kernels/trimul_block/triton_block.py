@@ -175,6 +175,9 @@ _BF16 = {
     "fused_r64_h32_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, fin_c=32)),
     "fused_r128_h32_w8_triton": _config(_PERMUTE_BF16, fused=_fused.keys(bmm="triton", in_r=128, in_h=32, in_warps=8,
                                                                            fin_r=128, fin_c=32, fin_warps=8)),
+    # the H100 sweep's best of 29 (data/h100/fused, N = 1024): the first kernel 849 us with gate and value
+    # in one dot (931 in two), the last 388 with 128 pairs and chunks of 64 at 4 warps (429 at 64 and 32)
+    "fused_r64_h32_join_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, fin_r=128, fin_c=64)),
 }
 # One config at every size (no rule). fp32: the block's tile sweep (run 20261204T205225Z, N = 128,
 # kernel time): the fused projections with the weights copied K-major, 113.4-114.9 us against
@@ -185,13 +188,13 @@ _BF16 = {
 # From N = 256 (AlphaFold 3-class sizes) the contraction, 2 N^3 H FLOPs, is most of the FP32 block's work:
 # the triangle's own sweep at N = 384, C = 128 measured its tf32x3 tiles at 318 us against 432 for the
 # best IEEE FP32 ones (kernels/NOTES.md), so from there the block contracts on the tensor cores.
-# There the fused road's three launches (_fused) replace the steps' eight or nine: predicted from the
-# bytes each road moves (kernels/NOTES.md, "The triangle update in three launches"), before a GPU run.
+# At bf16 the fused road's three launches (_fused) replace the steps' eight: on an H100 at N = 1024,
+# 1.74 ms against 2.91 (data/h100/fused/probe.txt). Not at FP32: its tf32x3 projections in one kernel
+# took 5.6-9.1 ms against the steps' 5.7 for the same work, and the block 10.6-14.8 ms against 9.4.
 AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
 FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
-TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4",
-                           rule=(("fused_r64_h32_w8_x3", FUSABLE), ("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS))),
-         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r128_h32_w8_cublas", FUSABLE),))}
+TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4", rule=(("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS),)),
+         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h32_join_cublas", FUSABLE),))}
 FIRST = TILES["fp32"]["cublas_permute"]
 FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]
 

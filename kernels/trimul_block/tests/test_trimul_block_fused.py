@@ -29,7 +29,7 @@ def _variant(dtype, name, **over):
 
 
 def test_every_fused_config_is_in_the_sweep_and_makes_three_launches():
-    assert {n for _, n in FUSED} >= {"fused_r128_h32_w8_cublas", "fused_r64_h32_w8_x3"}
+    assert {n for _, n in FUSED} >= {"fused_r64_h32_join_cublas", "fused_r64_h32_w8_x3"}
     for dt, n in FUSED:
         assert tb.TILES[dt][n] in tb.TILES[dt].sweep_configs()
         assert tb.launches(tb.TILES[dt][n]) == 3
@@ -88,7 +88,7 @@ def test_rows_past_the_square_root_of_the_float_range(poisoned):
 def test_the_fused_road_refuses_what_it_cannot_hold():
     z, mask, *w = SPEC.inputs(dict(N=2, C=4, H=3), seed=1)
     cfg = tb.TILES["fp32"]["fused_r64_h32_w8_x3"]
-    for key, value in (("ROAD", "fast"), ("BMM", "cutlass"), ("IN_R", 8), ("FIN_C", 48)):
+    for key, value in (("ROAD", "fast"), ("BMM", "cutlass"), ("IN_R", 8), ("FIN_C", 48), ("F_STAGES", 0)):
         e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, **{key: value}))
         assert key in str(e)
     e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, BMM="cublas"))

@@ -25,12 +25,15 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
                **{k: "constexpr" for k in _CONSTS})
     consts = dict(BLOCK_R=rows, WIDTH=128, CHUNK=chunk, BF16=dtype == "bf16", EMULATE=False,
                   PRECISION="ieee" if dtype == "bf16" else "tf32x3", OFFS_64=False)
-    return sm90.resources(fn, sig, consts, warps, _fused.STAGES, aligned=(*_PTRS[kernel], "NN", "C", "H"))
+    if kernel == "in":
+        sig["JOIN"], consts["JOIN"] = "constexpr", c["IN_JOIN"]
+    return sm90.resources(fn, sig, consts, warps, c["F_STAGES"], aligned=(*_PTRS[kernel], "NN", "C", "H"))
 
 
-def test_the_rules_pick_listed_fused_configs_at_af3_sizes():
-    for dt in ("bf16", "fp32"):
-        assert (dt, tb.TILES[dt].name_at(dict(N=1024, C=128, H=128))) in FUSED
+def test_the_bf16_rule_picks_a_listed_fused_config_at_af3_sizes():
+    # at FP32 the steps road measured faster on an H100 (the rule's comment in triton_block)
+    assert ("bf16", tb.TILES["bf16"].name_at(dict(N=1024, C=128, H=128))) in FUSED
+    assert tb.TILES["fp32"][tb.TILES["fp32"].name_at(dict(N=1024, C=128, H=128))]["ROAD"] == "steps"
 
 
 @pytest.mark.parametrize("kernel", ("in", "out"))
