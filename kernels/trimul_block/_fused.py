@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._triton import common
 from kernels.layernorm.spec import EPS
@@ -81,6 +82,15 @@ def _project(x, W, BIAS, ks, kmask, cols, colmask, ldw, PRECISION: tl.constexpr)
 
 
 @triton.jit
+def _project_tma(x, WD, BIAS, col0, cols, colmask, PRECISION: tl.constexpr):
+    # as _project, the weight tile arriving through a tensor descriptor (TMA): straight into shared
+    # memory, where wgmma reads it, instead of through registers and L1 (which a profile of the first
+    # kernel found 70% busy while DRAM was 24%); rows and columns past W's edge arrive as zeros
+    bias = tl.load(BIAS + cols, mask=colmask, other=0.0).to(tl.float32)
+    return tl.dot(x, WD.load([0, col0]), input_precision=PRECISION) + bias[None, :]
+
+
+@triton.jit
 def _pairs(NN, H, BLOCK_R: tl.constexpr, OFFS_64: tl.constexpr):
     # a program's pairs, all of one complex: their rows of the [B N^2, *] tensors, their place in the
     # channel-major [B, H, N^2] ones, which exist, and the channel stride N^2 (64-bit where offsets need
@@ -103,10 +113,11 @@ def _pairs(NN, H, BLOCK_R: tl.constexpr, OFFS_64: tl.constexpr):
 @triton.jit
 def _in_kernel(
     Z, GAMMA, BETA, W, BIAS, M, AT, BT, G,  # z [B NN, C], w_in [C, 4H + C], the mask [B NN]; a, b [B, H, NN]; g [B NN, C]
+    WD2, WD1, WB, WG,  # with TMA: descriptors over w_in (tiles [WIDTH, 2 CHUNK], [WIDTH, CHUNK]), b's and g's column
     NN, C, H, eps,  # NN = N^2 pairs a complex
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
-    JOIN: tl.constexpr,
+    JOIN: tl.constexpr, TMA: tl.constexpr,
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     cs = tl.arange(0, WIDTH)
@@ -121,7 +132,14 @@ def _in_kernel(
         hmask = hs < H
         dst = cm[:, None] + hs[None, :] * nn
         smask = rmask[:, None] & hmask[None, :]
-        if JOIN:  # gate and value columns interleaved in W (see update): one dot of 2 CHUNK columns each
+        if TMA:  # JOIN's order, the weights through descriptors
+            ps = 2 * h0 + tl.arange(0, 2 * CHUNK)
+            pmask = ps < 2 * H
+            ga, va = tl.split(tl.reshape(_project_tma(zn, WD2, BIAS, 2 * h0, ps, pmask, PRECISION),
+                                         (BLOCK_R, CHUNK, 2)))
+            gb, vb = tl.split(tl.reshape(_project_tma(zn, WD2, BIAS, WB + 2 * h0, 2 * H + ps, pmask, PRECISION),
+                                         (BLOCK_R, CHUNK, 2)))
+        elif JOIN:  # gate and value columns interleaved in W (see update): one dot of 2 CHUNK columns each
             ps = 2 * h0 + tl.arange(0, 2 * CHUNK)
             pmask = ps < 2 * H
             ga, va = tl.split(tl.reshape(_project(zn, W, BIAS, cs, cmask, ps, pmask, ldw, PRECISION),
@@ -138,7 +156,10 @@ def _in_kernel(
     for c0 in range(0, C, CHUNK):
         gs = c0 + tl.arange(0, CHUNK)
         gmask = gs < C
-        g = tl.sigmoid(_project(zn, W, BIAS, cs, cmask, 4 * H + gs, gmask, ldw, PRECISION))
+        if TMA:
+            g = tl.sigmoid(_project_tma(zn, WD1, BIAS, WG + c0, 4 * H + gs, gmask, PRECISION))
+        else:
+            g = tl.sigmoid(_project(zn, W, BIAS, cs, cmask, 4 * H + gs, gmask, ldw, PRECISION))
         tl.store(G + rows[:, None] * C + gs[None, :], _round(g, BF16, EMULATE), mask=rmask[:, None] & gmask[None, :])
 
 
@@ -167,11 +188,12 @@ def _out_kernel(
 
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
-         join=False, stages=STAGES) -> dict:
+         join=False, stages=STAGES, tma=False) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
-    ``join``: the first kernel's gate and value columns interleaved, one dot for both."""
+    ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
+    weights loaded through tensor descriptors."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
-                FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages)
+                FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma)
 
 
 def refuse_bad_config(c: dict, C: int, H: int) -> None:
@@ -183,6 +205,8 @@ def refuse_bad_config(c: dict, C: int, H: int) -> None:
         no(f"BMM must be one of {BMMS}, got {c['BMM']!r}")
     if c["ROAD"] == "fused" and c["BMM"] == "cublas" and c["CONTRACT"] != "ieee":
         no(f"BMM='cublas' contracts in IEEE FP32 (or bf16 products); CONTRACT={c['CONTRACT']!r} needs BMM='triton'")
+    if c["IN_TMA"] and not c["IN_JOIN"]:
+        no("IN_TMA loads the weights in IN_JOIN's order: it needs IN_JOIN=True")
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):
@@ -214,13 +238,25 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
         ab = torch.stack((hs, H + hs), 1).flatten()
         order = torch.cat((ab, 2 * H + ab, torch.arange(4 * H, 4 * H + C, device=z.device)))
         wi, bb = wi[:, order].contiguous(), bb[order].contiguous()
+    wd2 = wd1 = None
+    wb, wg = 2 * H, 4 * H
+    if c["IN_TMA"]:
+        # TMA asks for 16-byte-aligned rows and tile offsets: a's, b's and g's columns each start on a
+        # 16-byte boundary of a zero-padded copy (chunk offsets within them are multiples of 32 columns)
+        up = lambda n: -(-n // (16 // wi.element_size())) * (16 // wi.element_size())  # noqa: E731
+        wb, wg = up(2 * H), 2 * up(2 * H)
+        wp = torch.zeros((C, wg + up(C)), dtype=sdt, device=z.device)
+        wp[:, :2 * H], wp[:, wb:wb + 2 * H], wp[:, wg:wg + C] = wi[:, :2 * H], wi[:, 2 * H:4 * H], wi[:, 4 * H:]
+        wd2 = TensorDescriptor(wp, list(wp.shape), [wp.stride(0), 1], [_width(C), 2 * c["IN_H"]])
+        wd1 = TensorDescriptor(wp, list(wp.shape), [wp.stride(0), 1], [_width(C), c["IN_H"]])
     at = torch.empty((B, H, N, N), dtype=sdt, device=z.device)
     bt, o = torch.empty_like(at), torch.empty_like(at)
     g = torch.empty((R, C), dtype=sdt, device=z.device)
     offs_64 = max(at.numel(), g.numel()) >= common.INT32_LIMIT
     flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
-    _in_kernel[(B * common.cdiv(NN, c["IN_R"]),)](zc, gi, bi, wi, bb, m, at, bt, g, NN, C, H, EPS,
+    _in_kernel[(B * common.cdiv(NN, c["IN_R"]),)](zc, gi, bi, wi, bb, m, at, bt, g, wd2, wd1, wb, wg, NN, C, H, EPS,
                                              BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"],
+                                             TMA=c["IN_TMA"],
                                              num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **flags)
     _contract(at, bt, o, c, launch, offs_64)
     if emulate:

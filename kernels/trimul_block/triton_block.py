@@ -178,6 +178,9 @@ _BF16 = {
     # the H100 sweep's best of 29 (data/h100/fused, N = 1024): the first kernel 849 us with gate and value
     # in one dot (931 in two), the last 388 with 128 pairs and chunks of 64 at 4 warps (429 at 64 and 32)
     "fused_r64_h32_join_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, fin_r=128, fin_c=64)),
+    # its weights through tensor descriptors (TMA): a prediction until measured
+    "fused_r64_h32_tma_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=128,
+                                                                           fin_c=64)),
 }
 # One config at every size (no rule). fp32: the block's tile sweep (run 20261204T205225Z, N = 128,
 # kernel time): the fused projections with the weights copied K-major, 113.4-114.9 us against

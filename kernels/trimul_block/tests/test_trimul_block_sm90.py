@@ -26,7 +26,16 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
     consts = dict(BLOCK_R=rows, WIDTH=128, CHUNK=chunk, BF16=dtype == "bf16", EMULATE=False,
                   PRECISION="ieee" if dtype == "bf16" else "tf32x3", OFFS_64=False)
     if kernel == "in":
-        sig["JOIN"], consts["JOIN"] = "constexpr", c["IN_JOIN"]
+        sig["JOIN"], consts["JOIN"], sig["TMA"], consts["TMA"] = "constexpr", c["IN_JOIN"], "constexpr", c["IN_TMA"]
+        et = ty[1:]
+        for d, cols in (("WD2", 2 * chunk), ("WD1", chunk)):
+            if c["IN_TMA"]:
+                sig[d] = f"tensordesc<{et}[128, {cols}]>"
+            else:
+                sig[d], consts[d] = "constexpr", None
+        sig["WB"] = sig["WG"] = "i32"
+    order = getattr(_fused, f"_{kernel}_kernel").arg_names  # the kernel's argument order (alignment is by index)
+    sig = {a: sig[a] for a in order}
     return sm90.resources(fn, sig, consts, warps, c["F_STAGES"], aligned=(*_PTRS[kernel], "NN", "C", "H"))
 
 
