@@ -178,7 +178,8 @@ _BF16 = {
     # the H100 sweep's best of 29 (data/h100/fused, N = 1024): the first kernel 849 us with gate and value
     # in one dot (931 in two), the last 388 with 128 pairs and chunks of 64 at 4 warps (429 at 64 and 32)
     "fused_r64_h32_join_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, fin_r=128, fin_c=64)),
-    # its weights through tensor descriptors (TMA): a prediction until measured
+    # its weights through tensor descriptors (TMA): the first kernel 667 us against 851 (the H100's second
+    # sweep, data/h100/fused/sweep2.jsonl; more stages or pairs a program were slower)
     "fused_r64_h32_tma_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=128,
                                                                            fin_c=64)),
 }
@@ -192,12 +193,12 @@ _BF16 = {
 # the triangle's own sweep at N = 384, C = 128 measured its tf32x3 tiles at 318 us against 432 for the
 # best IEEE FP32 ones (kernels/NOTES.md), so from there the block contracts on the tensor cores.
 # At bf16 the fused road's three launches (_fused) replace the steps' eight: on an H100 at N = 1024,
-# 1.74 ms against 2.91 (data/h100/fused/probe.txt). Not at FP32: its tf32x3 projections in one kernel
+# 1.46 ms against 2.91 (data/h100/fused/). Not at FP32: its tf32x3 projections in one kernel
 # took 5.6-9.1 ms against the steps' 5.7 for the same work, and the block 10.6-14.8 ms against 9.4.
 AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
 FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
 TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4", rule=(("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS),)),
-         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h32_join_cublas", FUSABLE),))}
+         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h32_tma_cublas", FUSABLE),))}
 FIRST = TILES["fp32"]["cublas_permute"]
 FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]
 

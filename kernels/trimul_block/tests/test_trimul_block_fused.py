@@ -137,3 +137,22 @@ def test_programs_walk_complex_by_complex_on_one_grid_axis():
     out = torch.full((6, R, H), -1, dtype=torch.int64)
     _offsets_probe[(6,)](out, NN, H, CH=H, BLOCK_R=R, OFFS_64=False)
     assert [int(out[p, 0, 0]) for p in range(6)] == [b * H * NN + t * R for b in range(3) for t in range(2)]
+
+
+@cpu_only
+def test_prepared_weights_follow_in_place_updates_and_leave_with_the_weight():
+    # the reordered first-kernel weights are kept while the weight lives: an in-place update must not
+    # be answered from the old copy, and a freed weight must not leave its copy behind
+    z, mask, *w = SPEC.inputs(dict(N=5, C=16, H=24), seed=4)
+    cfg = dict(tb.TILES["fp32"]["fused_r64_h32_w8_x3"], IN_JOIN=True, IN_TMA=True, IN_H=16)
+    before = len(_fused._PREPARED)
+    first = tb.trimul_block(z, mask, *w, **cfg)
+    assert rel_err(tb.trimul_block(z, mask, *w, **cfg), SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
+    assert len(_fused._PREPARED) == before + 1
+    w[2].mul_(-0.5)  # w_in
+    w[3].add_(1.0)  # b_in
+    again = tb.trimul_block(z, mask, *w, **cfg)
+    assert rel_err(again, SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
+    assert rel_err(again, first) > 0.1
+    del w[2]
+    assert len(_fused._PREPARED) == before
