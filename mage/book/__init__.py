@@ -82,6 +82,12 @@ def load() -> Book:
     return _load(str(data_dir()))
 
 
+def other_machine(name: str) -> Book:
+    """Another machine's data folder beside the one the book shows (data/<name>): its rows are never
+    mixed with the book's; a page compares columns within it and names the machine."""
+    return _load(str(data_dir().parent / name))
+
+
 # ---------------------------------------------------------------------------------------------- glue
 class Plain:
     """A string that displays without quotes (a glued word in a sentence)."""
