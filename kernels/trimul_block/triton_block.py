@@ -27,10 +27,9 @@ import triton
 import triton.language as tl
 
 from kernels._pytorch import set_precision
-from kernels._triton import TileTable, common, register_kernel
+from kernels._triton import common, register_kernel
 from kernels.layernorm.triton_kernel import layernorm
 from kernels.triangle import _channel_major as road
-from kernels.triangle.triton_kernel import TILES as TRIANGLE_TILES
 from kernels.triangle.triton_kernel import STORES
 from mage import ops
 from mage.errors import MageInputError
@@ -38,6 +37,7 @@ from mage.errors import MageInputError
 from . import _fused
 from . import _projections as proj
 from .spec import ARGS, NAME, SPEC
+from .tiles import FIRST, FIRST_BF16, TILES  # noqa: F401 - the tables live in tiles; tests read them here
 
 
 # <kernel>
@@ -80,127 +80,6 @@ def _gate_kernel(
 
 
 # </kernel>
-
-
-# The contraction's keys are the triangle's channel-major ones (its LAYOUT is fixed here and
-# PER_CHANNEL belongs to the in-place road); the rest tile the block's own kernels and LayerNorms.
-TRIANGLE_KEYS = ("STORE", "K_INNER", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C", "GROUP_I", "num_warps",
-                 "num_stages")
-
-
-def _config(contraction: dict, gate=(64, 32, 4), ln=(8, 4, 0), out_gate=(32, 64, 4), gemm=None,
-            contract="ieee", fused=None) -> dict:
-    """A block config; ``contract='tf32x3'`` runs the FP32 contraction as three TF32 tensor-core products
-    (FP32 accuracy; without the key it runs IEEE FP32 on the FMA units, or bf16 products at bf16);
-    ``fused``: the fused road's keys (``_fused.keys``) where the config takes that road."""
-    tri = {k: contraction[k] for k in TRIANGLE_KEYS}
-    return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
-                LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2],
-                **proj.gemm_keys(*(gemm or ("cublas",))), CONTRACT=contract,
-                **(fused or _fused.keys(road_name="steps")))
-
-
-# Names: the projections' road and the contraction's epilogue ('permute' or 'direct'), then what sets
-# the config apart; in the order a tile sweep tries them, the plain one first: the triangle's base
-# config (its best channel-major config at FP32, 'permute' epilogue) and plain tiles elsewhere;
-# LayerNorm rows of 128 channels are short, so 8 a program (one a program would leave most of its 128
-# threads idle).
-_CONTRACTION = TRIANGLE_TILES["fp32"]["permute_128x64x16_c1_w4_s3_ij"]
-_SCATTER = dict(_CONTRACTION, STORE="direct", BLOCK_I=64, BLOCK_J=64, BLOCK_C=4, num_warps=8)
-_FP32 = {
-    "cublas_permute": _config(_CONTRACTION),
-    "cublas_permute_ln_hints": _config(_CONTRACTION, ln=(8, 4, 1)),  # LayerNorm's cache hints
-    "cublas_permute_big_gates": _config(_CONTRACTION, gate=(128, 32, 8), ln=(16, 8, 1), out_gate=(64, 64, 8)),
-    "cublas_permute_small_gates": _config(_CONTRACTION, gate=(32, 64, 4), ln=(4, 4, 1)),
-    # the GEMM writes o directly, runs of 4 channels: no transposing copy, one launch fewer
-    "cublas_direct_64x64_c4": _config(_SCATTER, ln=(8, 4, 1)),
-    "cublas_direct_128x64_c1": _config(dict(_SCATTER, STORE="direct", BLOCK_C=1, BLOCK_I=128, BLOCK_J=64, num_warps=4),
-                                       ln=(8, 4, 1)),
-    # the fused projections (tf32x3, tiles from the MLP block's sweep list), the weights copied K-major or not
-    "fused_m128_n64_k32_w4_s4": _config(_CONTRACTION, ln=(8, 4, 1), gemm=("fused",)),
-    "fused_m128_n64_k32_w4_s4_bn": _config(_CONTRACTION, ln=(8, 4, 1), gemm=("fused", 128, 64, 32, 4, 4, 0)),
-    "fused_m128_n128_k32_w8_s3": _config(_CONTRACTION, ln=(8, 4, 1), gemm=("fused", 128, 128, 32, 8, 3)),
-    "fused_m64_n128_k32_w4_s4": _config(_CONTRACTION, ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4)),
-    # the contraction on the tensor cores at FP32 accuracy (tf32x3; the operands k-innermost, as wgmma
-    # reads 4-byte operands): the triangle's fp32x3 tiles, its sweep's best at N = 384 first
-    "fused_m64_n128_k32_w4_s4_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1),
-                                           gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3"),
-    "fused_m64_n128_k32_w4_s4_x3_128": _config(TRIANGLE_TILES["fp32x3"]["permute_128x128x32_c1_w8_s3"],
-                                               ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3"),
-    # both projections on matmul's Hopper GEMM (TMA, warpgroup MMA, persistent; its own tiles)
-    "hopper_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1), gemm=("hopper",),
-                         contract="tf32x3"),
-    # three launches (_fused), the projections tf32x3, the contraction tf32x3 on the triangle's kernel (its
-    # tiles as above). Compiled for sm_90a: Triton's tf32x3 splits the [pairs, C] operand in registers, so
-    # at FP32 a program takes chunks of 16-32 columns with 8 warps (4 warps and 32 columns spill)
-    "fused_r64_h32_w8_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
-                                   fused=_fused.keys(bmm="triton", in_h=32, in_warps=8, fin_c=32, fin_warps=8)),
-    "fused_r128_h16_w8_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
-                                    fused=_fused.keys(bmm="triton", in_r=128, in_h=16, in_warps=8, fin_r=128,
-                                                      fin_c=16, fin_warps=8)),
-    "fused_r64_h16_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
-                                fused=_fused.keys(bmm="triton", in_h=16, fin_c=16)),
-}
-
-
-def _tensor_cores(store, bi, bj, bk, bc, warps, stages, group=8):
-    """A contraction config for bf16 tiles on the tensor cores: k innermost in the copies (both
-    operands K-major, as wgmma reads them), BLOCK_K = 64 (one 128-byte line of bf16 a row)."""
-    return dict(STORE=store, K_INNER=True, BLOCK_I=bi, BLOCK_J=bj, BLOCK_K=bk, BLOCK_C=bc, GROUP_I=group,
-                num_warps=warps, num_stages=stages)
-
-
-# bf16 (predictions until a GPU sweep): 128x128 tiles, one channel a program, and the transposing copy
-# ('permute'); 'direct' with BLOCK_C channels a program stores runs of BLOCK_C bf16 values (16 fill a
-# 32-byte sector), trading the copy's extra pass for a narrower accumulator tile.
-_PERMUTE_BF16 = _tensor_cores("permute", 128, 128, 64, 1, 8, 3)
-_BF16 = {
-    "cublas_permute_128x128": _config(_PERMUTE_BF16, ln=(8, 4, 1)),
-    "cublas_permute_128x128_s4": _config(_tensor_cores("permute", 128, 128, 64, 1, 8, 4), ln=(8, 4, 1)),
-    "cublas_permute_128x64": _config(_tensor_cores("permute", 128, 64, 64, 1, 4, 4), ln=(8, 4, 1)),
-    "cublas_direct_64x64_c8": _config(_tensor_cores("direct", 64, 64, 64, 8, 8, 3), ln=(8, 4, 1)),
-    "cublas_direct_64x32_c16": _config(_tensor_cores("direct", 64, 32, 64, 16, 8, 3), ln=(8, 4, 1)),  # 128 FP32 values a thread
-    # the fused projections: bf16 wgmma reads B as it comes, so no K-major copy unless asked
-    "fused_m128_n64_k64_w4_s4_bn": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 64, 64, 4, 4, 0)),
-    "fused_m128_n128_k64_w8_s3_bn": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 0)),
-    "fused_m128_n128_k64_w8_s3": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 1)),
-    "hopper": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("hopper",)),  # the projections on the Hopper GEMM
-    # three launches (_fused): LayerNorm, projections, gates and mask in one; the contraction; LayerNorm,
-    # output projection and gate in one. Pairs a program, column chunks and warps, then the contraction's
-    # road. Compiled for sm_90a without a GPU (tests/test_trimul_block_sm90.py): chunks of 32 columns keep
-    # both kernels out of local memory at 64 pairs and 4 warps or 128 and 8; chunks of 64 spill (392-896
-    # bytes a thread), so none is listed
-    "fused_r128_h32_w8_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_r=128, in_h=32, in_warps=8, fin_r=128,
-                                                                           fin_c=32, fin_warps=8)),
-    "fused_r64_h32_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, fin_c=32)),
-    "fused_r128_h32_w8_triton": _config(_PERMUTE_BF16, fused=_fused.keys(bmm="triton", in_r=128, in_h=32, in_warps=8,
-                                                                           fin_r=128, fin_c=32, fin_warps=8)),
-    # the H100 sweep's best of 29 (data/h100/fused, N = 1024): the first kernel 849 us with gate and value
-    # in one dot (931 in two), the last 388 with 128 pairs and chunks of 64 at 4 warps (429 at 64 and 32)
-    "fused_r64_h32_join_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, fin_r=128, fin_c=64)),
-    # its weights through tensor descriptors (TMA): the first kernel 667 us against 851 (the H100's second
-    # sweep, data/h100/fused/sweep2.jsonl; more stages or pairs a program were slower)
-    "fused_r64_h32_tma_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=128,
-                                                                           fin_c=64)),
-}
-# One config at every size (no rule). fp32: the block's tile sweep (run 20261204T205225Z, N = 128,
-# kernel time): the fused projections with the weights copied K-major, 113.4-114.9 us against
-# 138.8-140.0 for the cuBLAS entries (without the copies 131.0: the tf32x3 product staging an N-major
-# B); the contraction's tiles barely mattered. bf16 (same run): the cuBLAS projections, 41.0 us,
-# against 45.1-48.9 fused (Triton's bf16 GEMM is slower than cuBLAS's and the gate it saves is a
-# small pass in bf16).
-# From N = 256 (AlphaFold 3-class sizes) the contraction, 2 N^3 H FLOPs, is most of the FP32 block's work:
-# the triangle's own sweep at N = 384, C = 128 measured its tf32x3 tiles at 318 us against 432 for the
-# best IEEE FP32 ones (kernels/NOTES.md), so from there the block contracts on the tensor cores.
-# At bf16 the fused road's three launches (_fused) replace the steps' eight: on an H100 at N = 1024,
-# 1.46 ms against 2.91 (data/h100/fused/). Not at FP32: its tf32x3 projections in one kernel
-# took 5.6-9.1 ms against the steps' 5.7 for the same work, and the block 10.6-14.8 ms against 9.4.
-AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
-FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
-TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4", rule=(("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS),)),
-         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h32_tma_cublas", FUSABLE),))}
-FIRST = TILES["fp32"]["cublas_permute"]
-FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]
 
 
 def _refuse_bad_config(c: dict) -> None:

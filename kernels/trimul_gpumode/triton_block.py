@@ -31,6 +31,7 @@ from kernels.layernorm.triton_kernel import layernorm
 from kernels.matmul.triton_epilogue import gemm_epilogue
 from kernels.trimul_block import _projections as proj
 from kernels.trimul_block import triton_block as af3
+from kernels.trimul_block import tiles as af3_tiles
 from mage import ops
 from mage.errors import MageInputError
 
@@ -42,7 +43,7 @@ PREPARED = ("x", "mask", "norm_w", "norm_b", "w_in", "b_in", "out_norm_w", "out_
 def _config(contraction: dict, gemm=(64, 128, 32, 4, 4), gate=(64, 32, 4), ln=(8, 4, 1), out_gate=(32, 64, 4),
             contract="ieee") -> dict:
     """A config; ``contract='tf32x3'``: the FP32 contraction on the tensor cores (as the AlphaFold column's)."""
-    tri = {k: contraction[k] for k in af3.TRIANGLE_KEYS}
+    tri = {k: contraction[k] for k in af3_tiles.TRIANGLE_KEYS}
     bm, bn, bk, warps, stages = gemm
     return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
                 LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2],
@@ -56,7 +57,7 @@ def _config(contraction: dict, gemm=(64, 128, 32, 4, 4), gate=(64, 32, 4), ln=(8
 # preferred cuBLAS, which this column does not use). Both GEMMs have K = D or H and N = 5H or D, all
 # multiples of 128, so one tile serves every contest D; the rest of each sweep varies the GEMM tiles
 # and the contraction's epilogue.
-_FP32_TRI = af3.TRIANGLE_TILES["fp32"]["permute_128x64x16_c1_w4_s3_ij"]
+_FP32_TRI = af3_tiles.TRIANGLE_TILES["fp32"]["permute_128x64x16_c1_w4_s3_ij"]
 _FP32 = {
     "m64_n128_k32_w4_s4": _config(_FP32_TRI),
     "m128_n64_k32_w4_s4": _config(_FP32_TRI, gemm=(128, 64, 32, 4, 4)),
@@ -64,15 +65,15 @@ _FP32 = {
     "m64_n128_k32_w4_s4_direct": _config(dict(_FP32_TRI, STORE="direct", BLOCK_I=64, BLOCK_J=64, BLOCK_C=4,
                                               num_warps=8)),
     # the contraction as three TF32 tensor-core products (FP32 accuracy), as the AlphaFold column from N = 256
-    "m64_n128_k32_w4_s4_x3": _config(af3.TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3"),
+    "m64_n128_k32_w4_s4_x3": _config(af3_tiles.TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3"),
 }
-_BF16_TRI = af3.TILES["bf16"]["cublas_permute_128x128"]
+_BF16_TRI = af3_tiles.TILES["bf16"]["cublas_permute_128x128"]
 _BF16 = {
     "m128_n128_k64_w8_s3": _config(_BF16_TRI, gemm=(128, 128, 64, 8, 3)),
     "m128_n64_k64_w4_s4": _config(_BF16_TRI, gemm=(128, 64, 64, 4, 4)),
-    "m128_n128_k64_w8_s3_direct_c8": _config(af3.TILES["bf16"]["cublas_direct_64x64_c8"], gemm=(128, 128, 64, 8, 3)),
+    "m128_n128_k64_w8_s3_direct_c8": _config(af3_tiles.TILES["bf16"]["cublas_direct_64x64_c8"], gemm=(128, 128, 64, 8, 3)),
 }
-TILES = {"fp32": TileTable(NAME, _FP32, base="m64_n128_k32_w4_s4", rule=(("m64_n128_k32_w4_s4_x3", af3.AF3_CLASS),)),
+TILES = {"fp32": TileTable(NAME, _FP32, base="m64_n128_k32_w4_s4", rule=(("m64_n128_k32_w4_s4_x3", af3_tiles.AF3_CLASS),)),
          "bf16": TileTable(NAME, _BF16, base="m128_n128_k64_w8_s3")}
 
 

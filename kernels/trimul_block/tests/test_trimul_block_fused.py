@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.trimul_block import _fused
+from kernels.trimul_block import _fused, _fused_weights
 from kernels.trimul_block import triton_block as tb
 from mage import ops, registry
 from mage.check import check, describe_mismatch, outside
@@ -145,14 +145,14 @@ def test_prepared_weights_follow_in_place_updates_and_leave_with_the_weight():
     # be answered from the old copy, and a freed weight must not leave its copy behind
     z, mask, *w = SPEC.inputs(dict(N=5, C=16, H=24), seed=4)
     cfg = dict(tb.TILES["fp32"]["fused_r64_h32_w8_x3"], IN_JOIN=True, IN_TMA=True, IN_H=16)
-    before = len(_fused._PREPARED)
+    before = len(_fused_weights._PREPARED)
     first = tb.trimul_block(z, mask, *w, **cfg)
     assert rel_err(tb.trimul_block(z, mask, *w, **cfg), SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
-    assert len(_fused._PREPARED) == before + 1
+    assert len(_fused_weights._PREPARED) == before + 1
     w[2].mul_(-0.5)  # w_in
     w[3].add_(1.0)  # b_in
     again = tb.trimul_block(z, mask, *w, **cfg)
     assert rel_err(again, SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
     assert rel_err(again, first) > 0.1
     del w[2]
-    assert len(_fused._PREPARED) == before
+    assert len(_fused_weights._PREPARED) == before
