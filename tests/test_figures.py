@@ -302,3 +302,11 @@ def test_a_tile_recorded_before_its_sweep_gained_a_key_is_that_config():
     import pandas as pd
     t = F.tile_table(pd.DataFrame(rows), "neighbor_agg")
     assert len(t) == 2 and sorted(t["kernel_us"]) == [8.0, 9.0] and set(t["ORDER"]) == {0, 1}
+
+
+def test_another_machines_missing_folder_fails_clearly(monkeypatch, tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "rows.csv").write_text("op\n")
+    monkeypatch.setenv("MAGE_DATA", str(tmp_path / "mine"))
+    with pytest.raises(book.MissingData, match="beside the book's data folder"):
+        book.other_machine("h100")

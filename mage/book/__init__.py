@@ -85,7 +85,11 @@ def load() -> Book:
 def other_machine(name: str) -> Book:
     """Another machine's data folder beside the one the book shows (data/<name>): its rows are never
     mixed with the book's; a page compares columns within it and names the machine."""
-    return _load(str(data_dir().parent / name))
+    p = data_dir().parent / name
+    if not p.is_dir() or not any(p.glob("*.csv")):
+        raise MissingData(f"A passage shows measurements from {p}, which holds no data: it sits beside the "
+                          f"book's data folder ({data_dir()}).")
+    return _load(str(p))
 
 
 # ---------------------------------------------------------------------------------------------- glue
