@@ -32,7 +32,7 @@ from kernels.layernorm.triton_kernel import _down_scale
 from kernels.triangle import _channel_major as road
 from mage.errors import MageInputError
 
-from ._fused_weights import first_weights
+from ._fused_weights import first_weights, out_weights
 from .spec import NAME
 
 MAX_WIDTH = 256  # channels a program holds whole (a [64, 256] FP32 tile is 256 registers a thread at 4 warps)
@@ -167,9 +167,11 @@ def _in_kernel(
 @triton.jit
 def _out_kernel(
     O, GAMMA, BETA, W, BIAS, G, Y,  # o [B, H, NN] channel-major; w_out [H, C]; g, y [B NN, C]
+    WD,  # with TMA: a descriptor over w_out, tiles [WIDTH, CHUNK]
     NN, C, H, eps,
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     hs = tl.arange(0, WIDTH)
@@ -182,19 +184,23 @@ def _out_kernel(
         cs = c0 + tl.arange(0, CHUNK)
         cmask = cs < C
         mask = rmask[:, None] & cmask[None, :]
-        y = _project(on, W, BIAS, hs, hmask, cs, cmask, C, PRECISION)
+        if TMA:
+            y = _project_tma(on, WD, BIAS, c0, cs, cmask, PRECISION)
+        else:
+            y = _project(on, W, BIAS, hs, hmask, cs, cmask, C, PRECISION)
         g = tl.load(G + rows[:, None] * C + cs[None, :], mask=mask, other=0.0).to(tl.float32)
         tl.store(Y + rows[:, None] * C + cs[None, :], _round(y * g, BF16, EMULATE), mask=mask)
 # </kernel>
 
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
-         join=False, stages=STAGES, tma=False) -> dict:
+         join=False, stages=STAGES, tma=False, fin_tma=False) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
-    weights loaded through tensor descriptors."""
+    weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
-                FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma)
+                FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
+                FIN_TMA=fin_tma)
 
 
 def refuse_bad_config(c: dict, C: int, H: int) -> None:
@@ -249,8 +255,10 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
         o.copy_(o.to(z.dtype))  # the GPU stores o in bf16: the same values, rounded to nearest even
     direct = sdt == z.dtype  # the last kernel writes ``out`` itself (not under the interpreter at bf16)
     y = out.view(R, C) if direct else torch.empty((R, C), dtype=sdt, device=z.device)
-    _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](o, go, bo, wo, bbo, g, y, NN, C, H, EPS,
+    wdo = out_weights(w_out, wo, C, c, _width(H))
+    _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](o, go, bo, wo, bbo, g, y, wdo, NN, C, H, EPS,
                                                BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"],
+                                               TMA=c["FIN_TMA"],
                                                num_warps=c["FIN_WARPS"], num_stages=c["F_STAGES"], **flags)
     if not direct:
         out.view(R, C).copy_(y)  # bf16 values already: an exact copy

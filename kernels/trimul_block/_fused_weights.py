@@ -1,6 +1,6 @@
-"""The fused road's first-kernel weights as its config asks for them (``_fused``): with ``IN_JOIN`` the
+"""The fused road's weights as its config asks for them (``_fused``): with ``IN_JOIN`` the first kernel's
 gate and value columns interleaved, with ``IN_TMA`` also a zero-padded copy whose sections start on
-16-byte boundaries and the tensor descriptors over it."""
+16-byte boundaries and the tensor descriptors over it; with ``FIN_TMA`` a descriptor over w_out."""
 from __future__ import annotations
 
 import weakref
@@ -16,20 +16,40 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 _PREPARED: dict = {}
 
 
+def _cached(key, owners, make):
+    """make(), kept while ``owners`` (the caller's tensors) live at their present versions."""
+    hit = _PREPARED.get(key)
+    capturing = owners[0].is_cuda and torch.cuda.is_current_stream_capturing()
+    versions = tuple(t._version for t in owners)
+    if hit and not capturing and all(r() is t for r, t in zip(hit[0], owners)) and hit[1] == versions:
+        return hit[2]
+    got = make()
+    if not capturing:
+        _PREPARED[key] = (tuple(weakref.ref(t) for t in owners), versions, got)
+        for t in owners:
+            weakref.finalize(t, _PREPARED.pop, key, None)
+    return got
+
+
 def first_weights(w_in, b_in, wi, bb, C: int, H: int, c: dict, width: int):
     """(w, bias, descriptor for [WIDTH, 2 CHUNK] tiles, for [WIDTH, CHUNK], b's column, g's column)."""
     if not c["IN_JOIN"]:
         return wi, bb, None, None, 2 * H, 4 * H
-    key = (id(w_in), id(b_in), c["IN_TMA"], c["IN_H"], wi.dtype, wi.device)
-    hit = _PREPARED.get(key)
-    capturing = wi.is_cuda and torch.cuda.is_current_stream_capturing()
-    if hit and not capturing and hit[0]() is w_in and hit[1]() is b_in and hit[2] == (w_in._version, b_in._version):
-        return hit[3]
-    got = _prepare(wi, bb, C, H, c, width)
-    if not capturing:
-        _PREPARED[key] = (weakref.ref(w_in), weakref.ref(b_in), (w_in._version, b_in._version), got)
-        weakref.finalize(w_in, _PREPARED.pop, key, None)
-    return got
+    key = ("in", id(w_in), id(b_in), c["IN_TMA"], c["IN_H"], wi.dtype, wi.device)
+    return _cached(key, (w_in, b_in), lambda: _prepare(wi, bb, C, H, c, width))
+
+
+def out_weights(w_out, wo, C: int, c: dict, width: int):
+    """With ``FIN_TMA``: a descriptor over w_out [H, C] (rows padded to 16 bytes), tiles [WIDTH, FIN_C]."""
+    if not c["FIN_TMA"]:
+        return None
+
+    def make():
+        H, pad = wo.shape[0], 16 // wo.element_size()
+        wp = torch.zeros((H, -(-C // pad) * pad), dtype=wo.dtype, device=wo.device)
+        wp[:, :C] = wo
+        return TensorDescriptor(wp, [H, C], [wp.stride(0), 1], [width, c["FIN_C"]])
+    return _cached(("out", id(w_out), c["FIN_C"], wo.dtype, wo.device), (w_out,), make)
 
 
 def _prepare(wi, bb, C: int, H: int, c: dict, width: int):

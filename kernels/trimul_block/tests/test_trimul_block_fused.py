@@ -144,15 +144,18 @@ def test_prepared_weights_follow_in_place_updates_and_leave_with_the_weight():
     # the reordered first-kernel weights are kept while the weight lives: an in-place update must not
     # be answered from the old copy, and a freed weight must not leave its copy behind
     z, mask, *w = SPEC.inputs(dict(N=5, C=16, H=24), seed=4)
-    cfg = dict(tb.TILES["fp32"]["fused_r64_h32_w8_x3"], IN_JOIN=True, IN_TMA=True, IN_H=16)
+    cfg = dict(tb.TILES["fp32"]["fused_r64_h32_w8_x3"], IN_JOIN=True, IN_TMA=True, IN_H=16, FIN_TMA=True, FIN_C=16)
     before = len(_fused_weights._PREPARED)
     first = tb.trimul_block(z, mask, *w, **cfg)
     assert rel_err(tb.trimul_block(z, mask, *w, **cfg), SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
-    assert len(_fused_weights._PREPARED) == before + 1
+    assert len(_fused_weights._PREPARED) == before + 2  # the first kernel's and the last's
     w[2].mul_(-0.5)  # w_in
     w[3].add_(1.0)  # b_in
+    w[6].mul_(2.0)  # w_out
     again = tb.trimul_block(z, mask, *w, **cfg)
     assert rel_err(again, SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
     assert rel_err(again, first) > 0.1
     del w[2]
+    assert len(_fused_weights._PREPARED) == before + 1
+    del w[5]  # w_out
     assert len(_fused_weights._PREPARED) == before

@@ -34,6 +34,12 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
             else:
                 sig[d], consts[d] = "constexpr", None
         sig["WB"] = sig["WG"] = "i32"
+    else:
+        sig["TMA"], consts["TMA"] = "constexpr", c["FIN_TMA"]
+        if c["FIN_TMA"]:
+            sig["WD"] = f"tensordesc<{ty[1:]}[128, {chunk}]>"
+        else:
+            sig["WD"], consts["WD"] = "constexpr", None
     order = getattr(_fused, f"_{kernel}_kernel").arg_names  # the kernel's argument order (alignment is by index)
     sig = {a: sig[a] for a in order}
     return sm90.resources(fn, sig, consts, warps, c["F_STAGES"], aligned=(*_PTRS[kernel], "NN", "C", "H"))
