@@ -9,25 +9,33 @@ import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 
-# Prepared first-kernel weights (JOIN's column order, TMA's padded copy and descriptors) a weight lives:
-# reordering them is six small launches, more than the road's own three. An entry is used only while
-# the same tensors at the same version are passed (an in-place update bumps the version), and is dropped
-# when the weight is freed; a CUDA graph being captured prepares its own, so a replay follows updates.
+# Prepared weights (JOIN's column order, TMA's padded copies and descriptors) are kept while the weights
+# live: reordering them is six small launches a call, more than the road's own three. An entry answers
+# only the same tensors (identity, storage, shape, strides) at the same version (an in-place update bumps
+# it), and leaves when one of them is freed. Not kept where an update could go unseen: while autograd
+# records the weights (a training loop's ``p.data.add_`` bumps no version), for inference tensors (they
+# count no versions), or while a CUDA graph is being captured (it prepares its own, so a replay follows
+# the weights). Outside those, an update through ``.data`` is the one change an entry cannot see.
 _PREPARED: dict = {}
 
 
+def _stamp(owners) -> tuple:
+    return tuple((t.data_ptr(), tuple(t.shape), t.stride(), t._version) for t in owners)
+
+
 def _cached(key, owners, make):
-    """make(), kept while ``owners`` (the caller's tensors) live at their present versions."""
-    hit = _PREPARED.get(key)
-    capturing = owners[0].is_cuda and torch.cuda.is_current_stream_capturing()
-    versions = tuple(t._version for t in owners)
-    if hit and not capturing and all(r() is t for r, t in zip(hit[0], owners)) and hit[1] == versions:
+    """make(), kept while ``owners`` (the caller's tensors) live unchanged."""
+    if (any(t.is_inference() for t in owners)
+            or (torch.is_grad_enabled() and any(t.requires_grad for t in owners))
+            or (owners[0].is_cuda and torch.cuda.is_current_stream_capturing())):
+        return make()
+    hit, stamp = _PREPARED.get(key), _stamp(owners)
+    if hit and all(r() is t for r, t in zip(hit[0], owners)) and hit[1] == stamp:
         return hit[2]
     got = make()
-    if not capturing:
-        _PREPARED[key] = (tuple(weakref.ref(t) for t in owners), versions, got)
-        for t in owners:
-            weakref.finalize(t, _PREPARED.pop, key, None)
+    # the entry's weak references drop it when an owner dies; a replaced entry takes its references along
+    drop = lambda _ref, k=key: _PREPARED.pop(k, None)  # noqa: E731
+    _PREPARED[key] = (tuple(weakref.ref(t, drop) for t in owners), stamp, got)
     return got
 
 

@@ -159,3 +159,29 @@ def test_prepared_weights_follow_in_place_updates_and_leave_with_the_weight():
     assert len(_fused_weights._PREPARED) == before + 1
     del w[5]  # w_out
     assert len(_fused_weights._PREPARED) == before
+
+
+@cpu_only
+def test_prepared_weights_are_never_stale_nor_kept_where_an_update_could_go_unseen():
+    # found by a review: inference tensors crashed the cache (they count no versions), ``.data = ...``
+    # reassignments were answered from the old copy, and replaced entries left finalizers behind
+    cfg = dict(tb.TILES["fp32"]["fused_r64_h32_w8_x3"], IN_JOIN=True, IN_TMA=True, IN_H=16, FIN_TMA=True, FIN_C=16)
+    with torch.inference_mode():
+        z, mask, *w = SPEC.inputs(dict(N=4, C=16, H=8), seed=5)
+        before = len(_fused_weights._PREPARED)
+        assert rel_err(tb.trimul_block(z, mask, *w, **cfg), SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
+        assert len(_fused_weights._PREPARED) == before
+    z, mask, *w = SPEC.inputs(dict(N=4, C=16, H=8), seed=6)
+    tb.trimul_block(z, mask, *w, **cfg)
+    w[2].data = torch.randn_like(w[2])  # a new storage, no version bump
+    assert rel_err(tb.trimul_block(z, mask, *w, **cfg), SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
+    size = len(_fused_weights._PREPARED)
+    for _ in range(3):  # a fresh bias each call: its entry leaves with it
+        b = w[3].clone()
+        tb.trimul_block(z, mask, *w[:3], b, *w[4:], **cfg)
+        del b
+    assert len(_fused_weights._PREPARED) == size
+    w[2].requires_grad_(True)  # autograd records the weights: nothing kept (a p.data update would go unseen)
+    before = len(_fused_weights._PREPARED)
+    tb.trimul_block(z, mask, *w, **cfg)
+    assert len(_fused_weights._PREPARED) <= before
