@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 from collections import Counter
 from pathlib import Path
@@ -120,7 +121,8 @@ def run(a) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32, the libraries' default on this road
     torch.backends.cudnn.allow_tf32 = False
     out = Path(a.out) / "models"
-    e = env.environment(" ".join(sys.argv))
+    # the command as a user retypes it: no interpreter or checkout path (the recorded data travels)
+    e = env.environment("python -m mage " + " ".join(map(shlex.quote, sys.argv[1:])))
     data.ensure_same_machine(a.out, e)
     run_id = data.add_new_run(out, new_run_id, e)
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
