@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mage import registry
 from mage.errors import MageInputError
+
+from .swap import _ops
 
 # water's number density, about 0.1 atoms per cubic angstrom (33 molecules per nm^3, three atoms each)
 DENSITY = 0.1
@@ -104,8 +105,8 @@ class KernelSum(nn.Module):
                                  f"shape {tuple(x.shape)} and dim {dim}")
         n = int(dim_size) if dim_size is not None else int(index.max()) + 1
         rowptr, order, ones = self._grouping(index, n)
-        registry.load()  # the kernel packages' operators and their autograd, found by discovery
-        return torch.ops.mage.triton_neighbor_agg(rowptr, order, ones, x.contiguous())
+        # the kernel packages' operators and their autograd, found by discovery once (swap._ops)
+        return _ops().triton_neighbor_agg(rowptr, order, ones, x.contiguous())
 
 
 def swap(model: nn.Module) -> int:
