@@ -29,8 +29,9 @@ def value(rows: pd.DataFrame, op: str, impl: str, view: str = "kernel_time", sta
     return float(d.sort_values("run")["value"].iloc[-1]) if len(d) else float("nan")
 
 
-def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = "kernel_time", dtype: str = "fp32"):
-    """One bar per column in each view at one precision, the toggle between views."""
+def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = "kernel_time", dtype: str = "fp32",
+            note: str = ""):
+    """One bar per column in each view at one precision, the toggle between views; ``note`` ends the caption."""
     fig, owner = go.Figure(), []
     for v in VIEWS:
         for impl, (name, color) in COLUMNS.items():
@@ -51,4 +52,4 @@ def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = 
     shape = rows.loc[(rows["op"] == op) & (rows["dtype"] == dtype), "shape"]
     what = "one forward pass and its gradient" if op == "schnet" else "one forward pass"
     return with_caption(fig, f"{machine}, {what}{' (' + shape.iloc[-1] + ')' if len(shape) else ''}; "
-                             f"{'FP32' if dtype == 'fp32' else dtype}, warm.")
+                             f"{'FP32' if dtype == 'fp32' else dtype}, warm.{' ' + note if note else ''}")
