@@ -1,0 +1,38 @@
+"""The Hopper road's split fp32x3 configs compiled for sm_90a on the CPU (``kernels/_triton/sm90.py``):
+none spills to local memory and each fits a block's shared memory. The split keeps two accumulators
+(its small products apart from the large one), so tiles that fit the other roads may not fit here."""
+from __future__ import annotations
+
+import pytest
+
+from kernels._triton import sm90
+from kernels.matmul import triton_hopper as th
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sm90.available(), reason="Triton's wheel has no cuobjdump")]
+SPLIT = [n for n, c in th.TILES["fp32x3"].configs.items() if c.get("SPLIT")]
+
+
+def _usage(cfg: dict) -> dict:
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    desc = lambda r, c: f"tensordesc<fp32[{r}, {c}]>"  # noqa: E731
+    sig = dict(a_desc=desc(bm, bk), b_desc=desc(bn, bk), a_lo_desc=desc(bm, bk), b_lo_desc=desc(bn, bk),
+               c_desc=desc(bm, bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn), C="*fp32", Bias="*fp32", Res="*fp32",
+               **{k: "i32" for k in ("M", "N", "K", "stride_cm", "stride_cn", "stride_rm", "stride_rn")})
+    consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], NUM_SMS=132, PRECISION="tf32",
+                  B_NK=1, BIAS=False, GELU=False, EPILOGUE=0, TMA_STORE=bool(cfg["TMA_STORE"]),
+                  SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]), FLATTEN=bool(cfg["FLATTEN"]),
+                  WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=True)
+    sig.update({k: "constexpr" for k in consts})
+    sig = {a: sig[a] for a in th._hopper_gemm_kernel.arg_names}  # the kernel's order: alignment is by index
+    return sm90.resources("kernels.matmul.triton_hopper:_hopper_gemm_kernel", sig, consts, cfg["num_warps"],
+                          cfg["num_stages"], aligned=("C", "Bias", "Res", "M", "N", "K", "stride_cm"))
+
+
+def test_there_are_split_configs_to_sweep():
+    assert len(SPLIT) >= 4
+
+
+@pytest.mark.parametrize("name", SPLIT)
+def test_split_configs_neither_spill_nor_overflow_shared_memory(name):
+    u = _usage(th.TILES["fp32x3"][name])
+    assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, u)
