@@ -25,21 +25,15 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._triton import common
 from kernels.layernorm.spec import EPS
 from kernels.layernorm.triton_kernel import _down_scale
 from kernels.triangle import _channel_major as road
-from mage.errors import MageInputError
 
+from ._fused_config import BMMS, MAX_WIDTH, STAGES, keys, launches, refuse_bad_config  # noqa: F401 - the road's API
 from ._fused_weights import first_weights, out_weights
-from .spec import NAME
-
-MAX_WIDTH = 256  # channels a program holds whole (a [64, 256] FP32 tile is 256 registers a thread at 4 warps)
-BMMS = ("triton", "cublas")
-# The chunk loops are short (C / chunk steps) and read their weights from L2: one stage. More stages
-# only multiply the shared memory (at FP32 2-3x, past the 227 KB a block may have, compiled for sm_90a).
-STAGES = 1
 
 
 # <kernel>
@@ -112,13 +106,22 @@ def _pairs(NN, H, BLOCK_R: tl.constexpr, OFFS_64: tl.constexpr):
 
 
 @triton.jit
+def _tile_origin(NN, BLOCK_R: tl.constexpr):
+    # a program's complex and its first pair (as _pairs walks them), a descriptor's coordinates
+    tiles = tl.cdiv(NN, BLOCK_R)
+    pid = tl.program_id(0)
+    return pid // tiles, (pid % tiles) * BLOCK_R
+
+
+@triton.jit
 def _in_kernel(
     Z, GAMMA, BETA, W, BIAS, M, AT, BT, G,  # z [B NN, C], w_in [C, 4H + C], the mask [B NN]; a, b [B, H, NN]; g [B NN, C]
     WD2, WD1, WB, WG,  # with TMA: descriptors over w_in (tiles [WIDTH, 2 CHUNK], [WIDTH, CHUNK]), b's and g's column
+    AD, BD, GD,  # with TSTORE: descriptors over a, b [B, H, NN] and g [B, NN, C], tiles of one complex
     NN, C, H, eps,  # NN = N^2 pairs a complex
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
-    JOIN: tl.constexpr, TMA: tl.constexpr,
+    JOIN: tl.constexpr, TMA: tl.constexpr, TSTORE: tl.constexpr,
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     cs = tl.arange(0, WIDTH)
@@ -152,8 +155,15 @@ def _in_kernel(
             va = _project(zn, W, BIAS, cs, cmask, H + hs, hmask, ldw, PRECISION)
             gb = _project(zn, W, BIAS, cs, cmask, 2 * H + hs, hmask, ldw, PRECISION)
             vb = _project(zn, W, BIAS, cs, cmask, 3 * H + hs, hmask, ldw, PRECISION)
-        tl.store(AT + dst, _round(tl.sigmoid(ga) * va * m[:, None], BF16, EMULATE), mask=smask)
-        tl.store(BT + dst, _round(tl.sigmoid(gb) * vb * m[:, None], BF16, EMULATE), mask=smask)
+        a = _round(tl.sigmoid(ga) * va * m[:, None], BF16, EMULATE)
+        b = _round(tl.sigmoid(gb) * vb * m[:, None], BF16, EMULATE)
+        if TSTORE:  # channel-major tiles written by TMA, clipped at the complex's H channels and NN pairs
+            cx, p0 = _tile_origin(NN, BLOCK_R)
+            AD.store([cx, h0, p0], tl.reshape(tl.trans(a), (1, CHUNK, BLOCK_R)))
+            BD.store([cx, h0, p0], tl.reshape(tl.trans(b), (1, CHUNK, BLOCK_R)))
+        else:
+            tl.store(AT + dst, a, mask=smask)
+            tl.store(BT + dst, b, mask=smask)
     for c0 in range(0, C, CHUNK):
         gs = c0 + tl.arange(0, CHUNK)
         gmask = gs < C
@@ -161,7 +171,12 @@ def _in_kernel(
             g = tl.sigmoid(_project_tma(zn, WD1, BIAS, WG + c0, 4 * H + gs, gmask, PRECISION))
         else:
             g = tl.sigmoid(_project(zn, W, BIAS, cs, cmask, 4 * H + gs, gmask, ldw, PRECISION))
-        tl.store(G + rows[:, None] * C + gs[None, :], _round(g, BF16, EMULATE), mask=rmask[:, None] & gmask[None, :])
+        if TSTORE:
+            cx, p0 = _tile_origin(NN, BLOCK_R)
+            GD.store([cx, p0, c0], tl.reshape(_round(g, BF16, EMULATE), (1, BLOCK_R, CHUNK)))
+        else:
+            tl.store(G + rows[:, None] * C + gs[None, :], _round(g, BF16, EMULATE),
+                     mask=rmask[:, None] & gmask[None, :])
 
 
 @triton.jit
@@ -193,42 +208,6 @@ def _out_kernel(
 # </kernel>
 
 
-def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
-         join=False, stages=STAGES, tma=False, fin_tma=False) -> dict:
-    """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
-    ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
-    weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too."""
-    return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
-                FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
-                FIN_TMA=fin_tma)
-
-
-def refuse_bad_config(c: dict, C: int, H: int) -> None:
-    def no(why):
-        raise MageInputError(NAME, "config", why)
-    if c["ROAD"] not in ("steps", "fused"):
-        no(f"ROAD must be 'steps' or 'fused', got {c['ROAD']!r}")
-    if c["BMM"] not in BMMS:
-        no(f"BMM must be one of {BMMS}, got {c['BMM']!r}")
-    if c["ROAD"] == "fused" and c["BMM"] == "cublas" and c["CONTRACT"] != "ieee":
-        no(f"BMM='cublas' contracts in IEEE FP32 (or bf16 products); CONTRACT={c['CONTRACT']!r} needs BMM='triton'")
-    if c["IN_TMA"] and not c["IN_JOIN"]:
-        no("IN_TMA loads the weights in IN_JOIN's order: it needs IN_JOIN=True")
-    if c["F_STAGES"] not in (1, 2, 3, 4):
-        no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
-    for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):
-        if c[key] < 16 or c[key] & (c[key] - 1):  # tl.dot's tiles: powers of two from 16
-            no(f"{key} must be a power of two of at least 16, got {c[key]}")
-    if c["ROAD"] == "fused" and max(C, H) > MAX_WIDTH:
-        no(f"ROAD='fused' holds a pair's channels whole, at most {MAX_WIDTH}; got C = {C}, H = {H} "
-           f"(ROAD='steps' takes any width)")
-
-
-def launches(c: dict) -> int:
-    """Launches per call of one complex: the two fused kernels and the contraction."""
-    return 3
-
-
 def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out, out, c: dict,
            launch: dict, sdt) -> torch.Tensor:
     """The update into ``out`` by this road; ``sdt``: the dtype the kernels store (FP32 under the
@@ -246,9 +225,11 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     g = torch.empty((R, C), dtype=sdt, device=z.device)
     offs_64 = max(at.numel(), g.numel()) >= common.INT32_LIMIT
     flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
-    _in_kernel[(B * common.cdiv(NN, c["IN_R"]),)](zc, gi, bi, wi, bb, m, at, bt, g, wd2, wd1, wb, wg, NN, C, H, EPS,
+    ad, bd, gd = _store_descriptors(at, bt, g, B, NN, C, H, c)
+    _in_kernel[(B * common.cdiv(NN, c["IN_R"]),)](zc, gi, bi, wi, bb, m, at, bt, g, wd2, wd1, wb, wg, ad, bd, gd,
+                                             NN, C, H, EPS,
                                              BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"],
-                                             TMA=c["IN_TMA"],
+                                             TMA=c["IN_TMA"], TSTORE=ad is not None,
                                              num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **flags)
     _contract(at, bt, o, c, launch, offs_64)
     if emulate:
@@ -263,6 +244,17 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     if not direct:
         out.view(R, C).copy_(y)  # bf16 values already: an exact copy
     return out
+
+
+def _store_descriptors(at, bt, g, B: int, NN: int, C: int, H: int, c: dict):
+    """With ``IN_TSTORE``, where TMA can take them (rows of 16-byte multiples), descriptors over a, b
+    [B, H, NN] and g [B, NN, C] whose tiles stay inside one complex; else the pointer stores (None)."""
+    es = at.element_size()
+    if not c["IN_TSTORE"] or (NN * es) % 16 or (C * es) % 16:
+        return None, None, None
+    r, h = c["IN_R"], c["IN_H"]
+    ab = [TensorDescriptor(t.view(B, H, NN), [B, H, NN], [H * NN, NN, 1], [1, h, r]) for t in (at, bt)]
+    return (*ab, TensorDescriptor(g.view(B, NN, C), [B, NN, C], [NN * C, C, 1], [1, r, h]))
 
 
 def _width(n: int) -> int:

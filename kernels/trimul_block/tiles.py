@@ -115,6 +115,9 @@ _BF16 = {
     # and the last kernel's w_out through a descriptor: unmeasured (the next sweep's)
     "fused_r64_h32_tma2_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=128,
                                                                             fin_c=64, fin_tma=True)),
+    # and a, b and g stored through descriptors: unmeasured (the next sweep's)
+    "fused_r64_h32_tma3_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=128,
+                                                                            fin_c=64, fin_tma=True, tstore=True)),
 }
 # One config at every size (no rule). fp32: the block's tile sweep (run 20261204T205225Z, N = 128,
 # kernel time): the fused projections with the weights copied K-major, 113.4-114.9 us against

@@ -185,3 +185,18 @@ def test_prepared_weights_are_never_stale_nor_kept_where_an_update_could_go_unse
     before = len(_fused_weights._PREPARED)
     tb.trimul_block(z, mask, *w, **cfg)
     assert len(_fused_weights._PREPARED) <= before
+
+
+@cpu_only
+def test_tma_stores_stay_inside_each_complex():
+    # IN_TSTORE writes a, b and g through descriptors whose tiles are clipped at one complex's pairs and
+    # channels: 32 pairs a program over complexes of 16, three of them, outputs poisoned
+    cfg = dict(tb.TILES["fp32"]["fused_r64_h32_w8_x3"], IN_TSTORE=True, IN_R=32, IN_H=16)
+    z, mask, *w = SPEC.inputs(dict(B=3, N=4, C=16, H=24), seed=7)
+    out = torch.full_like(z, float("nan"))
+    got = tb.trimul_block(z, mask, *w, out=out, **cfg)
+    assert rel_err(got, SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
+    at = torch.empty(3, 24, 4, 4)
+    assert all(d is not None for d in _fused._store_descriptors(at, at, torch.empty(48, 16), 3, 16, 16, 24, cfg))
+    # 25 pairs of FP32 are 100 bytes a row, not a multiple of 16: the pointer stores serve
+    assert _fused._store_descriptors(at, at, torch.empty(75, 16), 3, 25, 16, 24, cfg) == (None, None, None)

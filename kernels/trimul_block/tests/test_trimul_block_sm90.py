@@ -34,6 +34,12 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
             else:
                 sig[d], consts[d] = "constexpr", None
         sig["WB"] = sig["WG"] = "i32"
+        sig["TSTORE"], consts["TSTORE"] = "constexpr", c["IN_TSTORE"]
+        for d, box in (("AD", (1, chunk, rows)), ("BD", (1, chunk, rows)), ("GD", (1, rows, chunk))):
+            if c["IN_TSTORE"]:
+                sig[d] = f"tensordesc<{et}[{box[0]}, {box[1]}, {box[2]}]>"
+            else:
+                sig[d], consts[d] = "constexpr", None
     else:
         sig["TMA"], consts["TMA"] = "constexpr", c["FIN_TMA"]
         if c["FIN_TMA"]:

@@ -1,0 +1,50 @@
+"""The fused road's config keys (``_fused``): their defaults, the refusals of values the kernels cannot
+take, and the launches a call makes."""
+from __future__ import annotations
+
+from mage.errors import MageInputError
+
+from .spec import NAME
+
+MAX_WIDTH = 256  # channels a program holds whole (a [64, 256] FP32 tile is 256 registers a thread at 4 warps)
+BMMS = ("triton", "cublas")
+# The chunk loops are short (C / chunk steps) and read their weights from L2: one stage. More stages
+# only multiply the shared memory (at FP32 2-3x, past the 227 KB a block may have, compiled for sm_90a).
+STAGES = 1
+
+
+def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
+         join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False) -> dict:
+    """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
+    ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
+    weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
+    kernel's a, b and g stored through descriptors (where their rows are 16-byte multiples)."""
+    return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
+                FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
+                FIN_TMA=fin_tma, IN_TSTORE=tstore)
+
+
+def refuse_bad_config(c: dict, C: int, H: int) -> None:
+    def no(why):
+        raise MageInputError(NAME, "config", why)
+    if c["ROAD"] not in ("steps", "fused"):
+        no(f"ROAD must be 'steps' or 'fused', got {c['ROAD']!r}")
+    if c["BMM"] not in BMMS:
+        no(f"BMM must be one of {BMMS}, got {c['BMM']!r}")
+    if c["ROAD"] == "fused" and c["BMM"] == "cublas" and c["CONTRACT"] != "ieee":
+        no(f"BMM='cublas' contracts in IEEE FP32 (or bf16 products); CONTRACT={c['CONTRACT']!r} needs BMM='triton'")
+    if c["IN_TMA"] and not c["IN_JOIN"]:
+        no("IN_TMA loads the weights in IN_JOIN's order: it needs IN_JOIN=True")
+    if c["F_STAGES"] not in (1, 2, 3, 4):
+        no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
+    for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):
+        if c[key] < 16 or c[key] & (c[key] - 1):  # tl.dot's tiles: powers of two from 16
+            no(f"{key} must be a power of two of at least 16, got {c[key]}")
+    if c["ROAD"] == "fused" and max(C, H) > MAX_WIDTH:
+        no(f"ROAD='fused' holds a pair's channels whole, at most {MAX_WIDTH}; got C = {C}, H = {H} "
+           f"(ROAD='steps' takes any width)")
+
+
+def launches(c: dict) -> int:
+    """Launches per call of one complex: the two fused kernels and the contraction."""
+    return 3
