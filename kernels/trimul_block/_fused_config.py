@@ -40,6 +40,11 @@ def refuse_bad_config(c: dict, C: int, H: int) -> None:
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):
         if c[key] < 16 or c[key] & (c[key] - 1):  # tl.dot's tiles: powers of two from 16
             no(f"{key} must be a power of two of at least 16, got {c[key]}")
+    # a TMA tile is at most 256 elements along each dimension
+    for on, key, most in (("IN_TMA", "IN_H", 128), ("FIN_TMA", "FIN_C", 256), ("IN_TSTORE", "IN_H", 256),
+                          ("IN_TSTORE", "IN_R", 256)):
+        if c[on] and c[key] > most:
+            no(f"{on} moves tiles of at most 256 elements a side: {key} must be at most {most}, got {c[key]}")
     if c["ROAD"] == "fused" and max(C, H) > MAX_WIDTH:
         no(f"ROAD='fused' holds a pair's channels whole, at most {MAX_WIDTH}; got C = {C}, H = {H} "
            f"(ROAD='steps' takes any width)")

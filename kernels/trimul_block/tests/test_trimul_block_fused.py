@@ -91,6 +91,10 @@ def test_the_fused_road_refuses_what_it_cannot_hold():
     for key, value in (("ROAD", "fast"), ("BMM", "cutlass"), ("IN_R", 8), ("FIN_C", 48), ("F_STAGES", 0)):
         e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, **{key: value}))
         assert key in str(e)
+    for over, key in ((dict(IN_JOIN=True, IN_TMA=True, IN_H=256), "IN_H"), (dict(FIN_TMA=True, FIN_C=512), "FIN_C"),
+                      (dict(IN_TSTORE=True, IN_R=512), "IN_R"), (dict(IN_TMA=True, IN_JOIN=False), "IN_JOIN")):
+        e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, **over))
+        assert key in str(e)  # TMA's tiles stop at 256 a side; its weights come in IN_JOIN's order
     e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, BMM="cublas"))
     assert "CONTRACT" in str(e)  # cuBLAS has no tf32x3: the split would be silently dropped
     wide = SPEC.inputs(dict(N=2, C=_fused.MAX_WIDTH + 1, H=3), seed=1)
