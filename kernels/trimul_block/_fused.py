@@ -131,25 +131,23 @@ def _in_kernel(
     zn = _round(zn, BF16, EMULATE)  # the GEMM's operand, rounded once as the steps road stores it
     m = tl.load(M + rows, mask=rmask, other=0.0).to(tl.float32)
     ldw = 4 * H + C
+    cx, p0 = _tile_origin(NN, BLOCK_R)  # the descriptors' coordinates of this program's tiles (TSTORE)
     for h0 in range(0, H, CHUNK):
         hs = h0 + tl.arange(0, CHUNK)
         hmask = hs < H
         dst = cm[:, None] + hs[None, :] * nn
         smask = rmask[:, None] & hmask[None, :]
-        if TMA:  # JOIN's order, the weights through descriptors
+        if JOIN:  # gate and value columns interleaved in W (see update): one dot of 2 CHUNK columns each
             ps = 2 * h0 + tl.arange(0, 2 * CHUNK)
             pmask = ps < 2 * H
-            ga, va = tl.split(tl.reshape(_project_tma(zn, WD2, BIAS, 2 * h0, ps, pmask, PRECISION),
-                                         (BLOCK_R, CHUNK, 2)))
-            gb, vb = tl.split(tl.reshape(_project_tma(zn, WD2, BIAS, WB + 2 * h0, 2 * H + ps, pmask, PRECISION),
-                                         (BLOCK_R, CHUNK, 2)))
-        elif JOIN:  # gate and value columns interleaved in W (see update): one dot of 2 CHUNK columns each
-            ps = 2 * h0 + tl.arange(0, 2 * CHUNK)
-            pmask = ps < 2 * H
-            ga, va = tl.split(tl.reshape(_project(zn, W, BIAS, cs, cmask, ps, pmask, ldw, PRECISION),
-                                         (BLOCK_R, CHUNK, 2)))
-            gb, vb = tl.split(tl.reshape(_project(zn, W, BIAS, cs, cmask, 2 * H + ps, pmask, ldw, PRECISION),
-                                         (BLOCK_R, CHUNK, 2)))
+            if TMA:  # the weights through descriptors (b's columns start at WB in their padded copy)
+                pa = _project_tma(zn, WD2, BIAS, 2 * h0, ps, pmask, PRECISION)
+                pb = _project_tma(zn, WD2, BIAS, WB + 2 * h0, 2 * H + ps, pmask, PRECISION)
+            else:
+                pa = _project(zn, W, BIAS, cs, cmask, ps, pmask, ldw, PRECISION)
+                pb = _project(zn, W, BIAS, cs, cmask, 2 * H + ps, pmask, ldw, PRECISION)
+            ga, va = tl.split(tl.reshape(pa, (BLOCK_R, CHUNK, 2)))
+            gb, vb = tl.split(tl.reshape(pb, (BLOCK_R, CHUNK, 2)))
         else:
             ga = _project(zn, W, BIAS, cs, cmask, hs, hmask, ldw, PRECISION)
             va = _project(zn, W, BIAS, cs, cmask, H + hs, hmask, ldw, PRECISION)
@@ -158,7 +156,6 @@ def _in_kernel(
         a = _round(tl.sigmoid(ga) * va * m[:, None], BF16, EMULATE)
         b = _round(tl.sigmoid(gb) * vb * m[:, None], BF16, EMULATE)
         if TSTORE:  # channel-major tiles written by TMA, clipped at the complex's H channels and NN pairs
-            cx, p0 = _tile_origin(NN, BLOCK_R)
             AD.store([cx, h0, p0], tl.reshape(tl.trans(a), (1, CHUNK, BLOCK_R)))
             BD.store([cx, h0, p0], tl.reshape(tl.trans(b), (1, CHUNK, BLOCK_R)))
         else:
@@ -172,7 +169,6 @@ def _in_kernel(
         else:
             g = tl.sigmoid(_project(zn, W, BIAS, cs, cmask, 4 * H + gs, gmask, ldw, PRECISION))
         if TSTORE:
-            cx, p0 = _tile_origin(NN, BLOCK_R)
             GD.store([cx, p0, c0], tl.reshape(_round(g, BF16, EMULATE), (1, BLOCK_R, CHUNK)))
         else:
             tl.store(G + rows[:, None] * C + gs[None, :], _round(g, BF16, EMULATE),
