@@ -28,11 +28,15 @@ class MissingData(RuntimeError):
     """The dataset the build was told to show is not there."""
 
 
+def _holds_data(p: Path) -> bool:
+    return p.is_dir() and any(p.glob("*.csv"))
+
+
 def data_dir() -> Path:
     """The data directory this build shows: $MAGE_DATA (relative to the repository root), default data/h200."""
     p = Path(os.environ.get("MAGE_DATA") or DEFAULT_DATA)
     p = p if p.is_absolute() else ROOT / p
-    if not p.is_dir() or not any(p.glob("*.csv")):
+    if not _holds_data(p):
         raise MissingData(
             f"The book shows the measurements in {p} (set by MAGE_DATA, default {DEFAULT_DATA}), and that folder "
             "holds no data. Measure on a GPU first (make regenerate), or point MAGE_DATA at a data directory, "
@@ -86,7 +90,7 @@ def other_machine(name: str) -> Book:
     """Another machine's data folder beside the one the book shows (data/<name>): its rows are never
     mixed with the book's; a page compares columns within it and names the machine."""
     p = data_dir().parent / name
-    if not p.is_dir() or not any(p.glob("*.csv")):
+    if not _holds_data(p):
         raise MissingData(f"A passage shows measurements from {p}, which holds no data: it sits beside the "
                           f"book's data folder ({data_dir()}).")
     return _load(str(p))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shlex
 import sys
 from collections import Counter
 from pathlib import Path
@@ -20,6 +19,7 @@ import pandas as pd
 import torch
 
 from mage import data, env
+from mage.cli_common import _command_line
 from mage.profile import profile
 from mage.session import new_run_id
 from mage.timing import spans
@@ -121,8 +121,7 @@ def run(a) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32, the libraries' default on this road
     torch.backends.cudnn.allow_tf32 = False
     out = Path(a.out) / "models"
-    # the command as a user retypes it: no interpreter or checkout path (the recorded data travels)
-    e = env.environment("python -m mage " + " ".join(map(shlex.quote, sys.argv[1:])))
+    e = env.environment(_command_line())  # as typed: no interpreter or checkout path in the data
     data.ensure_same_machine(a.out, e)
     run_id = data.add_new_run(out, new_run_id, e)
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
