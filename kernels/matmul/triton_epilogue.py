@@ -149,8 +149,13 @@ def linear_op(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor, gelu: bool = Fa
     _check_linear(x, W, b)
     common.on_device("linear", {"x": x, "W": W, "b": b})
     out = x.new_empty((x.shape[0], W.shape[0]))
-    return gemm_epilogue(x if x.stride(1) == 1 else x.contiguous(), W if W.stride(1) == 1 else W.contiguous(),
-                         b, out, gelu=gelu)
+    x, W = (x if x.stride(1) == 1 else x.contiguous()), (W if W.stride(1) == 1 else W.contiguous())
+    from kernels.matmul import triton_hopper as hop  # (a light import: the road's kernels compile on use)
+    if x.is_cuda and hop.available(x.device):
+        # on sm_90 the Hopper road, with its tiles chosen by size: the plain road's one fixed tile
+        # (128x64, BLOCK_K 32) ran V-JEPA 2's bf16 GEMMs 1.55x slower than cuBLAS (data/h200/models)
+        return hopper_epilogue(x, W, b, out, gelu=gelu)
+    return gemm_epilogue(x, W, b, out, gelu=gelu)
 
 
 @linear_op.register_fake

@@ -112,10 +112,14 @@ _BF16 = {
     # sweep, data/h100/fused/sweep2.jsonl; more stages or pairs a program were slower)
     "fused_r64_h32_tma_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=128,
                                                                            fin_c=64)),
-    # and the last kernel's w_out through a descriptor: unmeasured (the next sweep's)
+    # and the last kernel's w_out through a descriptor: 396 us against 382 with 128 pairs a program
     "fused_r64_h32_tma2_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=128,
                                                                             fin_c=64, fin_tma=True)),
-    # and a, b and g stored through descriptors: unmeasured (the next sweep's)
+    # with 64 pairs a program in the last kernel: 331 us against 382-396 (the H200's probe at N = 1024,
+    # data/h200/fused/probe2.txt; the block 1,357 us against 1,412 for the one above)
+    "fused_r64_h32_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=64,
+                                                                                fin_c=64, fin_tma=True)),
+    # and a, b and g stored through descriptors: the first kernel 686 us against 668 (same probe)
     "fused_r64_h32_tma3_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=128,
                                                                             fin_c=64, fin_tma=True, tstore=True)),
 }
@@ -134,6 +138,6 @@ _BF16 = {
 AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
 FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
 TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4", rule=(("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS),)),
-         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h32_tma_cublas", FUSABLE),))}
+         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h32_tma2_r64_cublas", FUSABLE),))}
 FIRST = TILES["fp32"]["cublas_permute"]
 FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]
