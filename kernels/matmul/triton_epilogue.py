@@ -151,9 +151,10 @@ def linear_op(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor, gelu: bool = Fa
     out = x.new_empty((x.shape[0], W.shape[0]))
     x, W = (x if x.stride(1) == 1 else x.contiguous()), (W if W.stride(1) == 1 else W.contiguous())
     from kernels.matmul import triton_hopper as hop  # (a light import: the road's kernels compile on use)
-    if x.is_cuda and hop.available(x.device):
-        # on sm_90 the Hopper road, with its tiles chosen by size: the plain road's one fixed tile
-        # (128x64, BLOCK_K 32) ran V-JEPA 2's bf16 GEMMs 1.55x slower than cuBLAS (data/h200/models)
+    if x.dtype == torch.float32 and x.is_cuda and hop.available(x.device):
+        # FP32 on sm_90: the Hopper road's tf32x3, 617 us against the plain road's 706 over V-JEPA 2's four
+        # Linear shapes (one H100 run, data/h100/models/linear_probe.txt). Not bf16: there the Hopper road
+        # took 259 us against the plain road's 179, and cuBLAS 111
         return hopper_epilogue(x, W, b, out, gelu=gelu)
     return gemm_epilogue(x, W, b, out, gelu=gelu)
 
