@@ -150,13 +150,17 @@ def linear_op(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor, gelu: bool = Fa
     common.on_device("linear", {"x": x, "W": W, "b": b})
     out = x.new_empty((x.shape[0], W.shape[0]))
     x, W = (x if x.stride(1) == 1 else x.contiguous()), (W if W.stride(1) == 1 else W.contiguous())
+    road = hopper_epilogue if linear_road(x) == "hopper" else gemm_epilogue
+    return road(x, W, b, out, gelu=gelu)
+
+
+def linear_road(x) -> str:
+    """The road the Linear operator takes for input ``x``: 'hopper' for FP32 on an sm_90 GPU (its tf32x3
+    took 617 us against the plain road's 706 over V-JEPA 2's four Linear shapes, one H100 run,
+    data/h100/models/linear_probe.txt), else 'plain': at bf16 the Hopper road's tiles took 259 us against
+    the plain road's 179 there (cuBLAS 111), and the interpreter keeps the plain road."""
     from kernels.matmul import triton_hopper as hop  # (a light import: the road's kernels compile on use)
-    if x.dtype == torch.float32 and x.is_cuda and hop.available(x.device):
-        # FP32 on sm_90: the Hopper road's tf32x3, 617 us against the plain road's 706 over V-JEPA 2's four
-        # Linear shapes (one H100 run, data/h100/models/linear_probe.txt). Not bf16: there the Hopper road
-        # took 259 us against the plain road's 179, and cuBLAS 111
-        return hopper_epilogue(x, W, b, out, gelu=gelu)
-    return gemm_epilogue(x, W, b, out, gelu=gelu)
+    return "hopper" if x.dtype == torch.float32 and x.is_cuda and hop.available(x.device) else "plain"
 
 
 @linear_op.register_fake

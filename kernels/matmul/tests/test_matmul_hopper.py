@@ -157,3 +157,19 @@ def test_the_split_widens_offsets_by_reach_not_size(monkeypatch):
     _split.split(torch.empty(40000, 60000, device="meta")[:, :1000], 40000, 1000, False)
     _split.split(torch.empty(64, 5_000_000, device="meta"), 64, 5_000_000, False)  # K past 65535 tiles
     assert seen[0][1] is True and seen[1][0] == (_split.common.cdiv(5_000_000, 64),)
+
+
+def test_the_linear_operator_takes_the_hopper_road_only_for_fp32_on_sm90(monkeypatch):
+    """The model Linear's road, as measured at V-JEPA 2's shapes: the Hopper road's tf32x3 at FP32 on an
+    sm_90 card; the plain road at bf16 (where the Hopper road's tiles were slower), off the GPU and under
+    the interpreter (which ``available`` alone would let through)."""
+    from types import SimpleNamespace as NS
+
+    from kernels.matmul import triton_epilogue as te
+    monkeypatch.setattr(hop, "available", lambda device=None: True)
+    road = lambda dtype, cuda: te.linear_road(NS(dtype=dtype, is_cuda=cuda, device="cuda:0" if cuda else "cpu"))  # noqa: E731
+    assert road(torch.float32, True) == "hopper"
+    assert road(torch.bfloat16, True) == "plain"
+    assert road(torch.float32, False) == "plain"
+    monkeypatch.setattr(hop, "available", lambda device=None: False)
+    assert road(torch.float32, True) == "plain"
