@@ -160,7 +160,8 @@ def linear_road(x) -> str:
     data/h100/models/linear_probe.txt), else 'plain': at bf16 the Hopper road's tiles took 259 us against
     the plain road's 179 there (cuBLAS 111), and the interpreter keeps the plain road."""
     from kernels.matmul import triton_hopper as hop  # (a light import: the road's kernels compile on use)
-    return "hopper" if x.dtype == torch.float32 and x.is_cuda and hop.available(x.device) else "plain"
+    on_sm90 = x.is_cuda and not common.interpreting() and hop.available(x.device)
+    return "hopper" if x.dtype == torch.float32 and on_sm90 else "plain"
 
 
 @linear_op.register_fake

@@ -238,6 +238,8 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
         if bias is None and residual is None and gate is None and not gelu:
             return out
         A, B, K = A.new_zeros((M, 1)), B.new_zeros((N, 1) if b_nk else (1, N)), 1  # epilogue over zeros
+    if bias is not None:
+        bias = bias.contiguous()  # the kernel indexes it as bias[n]; a strided view is copied first
     cfg = TILES[precision].choose(dict(M=M, K=K, N=N), config)
     consts, launch = common.split(cfg)
     bm, bn, bk = consts["BLOCK_M"], consts["BLOCK_N"], consts["BLOCK_K"]

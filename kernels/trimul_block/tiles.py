@@ -116,7 +116,7 @@ _BF16 = {
     "fused_r64_h32_tma2_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=128,
                                                                             fin_c=64, fin_tma=True)),
     # with 64 pairs a program in the last kernel: 331 us against 382-396 (the H200's probe at N = 1024,
-    # data/h200/fused/probe2.txt; the block 1,357 us against 1,412 for the one above)
+    # data/h200/fused/probe2.txt; the block 1,357 us against 1,412 for fused_r64_h32_tma_cublas)
     "fused_r64_h32_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=64,
                                                                                 fin_c=64, fin_tma=True)),
     # and a, b and g stored through descriptors: the first kernel 686 us against 668 (same probe)

@@ -7,7 +7,6 @@ and plotly is used only through ``mage.book.figures`` and ``mage.book.figure_pag
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -209,4 +208,4 @@ def _main() -> int:
 
 
 from . import cli  # noqa: E402,F401 - importing it plugs in the book's subcommands
-from .tile_widget import tile_widget  # noqa: E402,F401 - pages call it as book.tile_widget
+from .widget import tile_widget  # noqa: E402,F401 - pages call it as book.tile_widget

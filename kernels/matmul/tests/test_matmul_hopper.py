@@ -165,11 +165,36 @@ def test_the_linear_operator_takes_the_hopper_road_only_for_fp32_on_sm90(monkeyp
     the interpreter (which ``available`` alone would let through)."""
     from types import SimpleNamespace as NS
 
+    from kernels._triton import common
     from kernels.matmul import triton_epilogue as te
     monkeypatch.setattr(hop, "available", lambda device=None: True)
+    monkeypatch.setattr(common, "interpreting", lambda: False)  # as on a GPU
     road = lambda dtype, cuda: te.linear_road(NS(dtype=dtype, is_cuda=cuda, device="cuda:0" if cuda else "cpu"))  # noqa: E731
     assert road(torch.float32, True) == "hopper"
     assert road(torch.bfloat16, True) == "plain"
     assert road(torch.float32, False) == "plain"
     monkeypatch.setattr(hop, "available", lambda device=None: False)
     assert road(torch.float32, True) == "plain"
+
+
+@cpu_only
+def test_a_strided_bias_is_read_as_its_values():
+    """A bias that is a view with a stride (``b[::2]``, which the Linear operator's checks accept) is read
+    element by element: the kernel indexes the bias as contiguous, so the road makes it so first."""
+    from kernels.matmul import triton_epilogue as te
+    A, W = torch.randn(37, 29), torch.randn(45, 29)
+    b = torch.randn(90)[::2]
+    out = torch.full((37, 45), float("nan"))
+    te.hopper_epilogue(A, W, b, out, gelu=True)
+    want = torch.nn.functional.gelu(A.double() @ W.double().T + b.double())
+    assert rel_err(out, want) < 1e-5
+
+
+def test_the_interpreter_keeps_the_linear_operator_on_the_plain_road(monkeypatch):
+    from types import SimpleNamespace as NS
+
+    from kernels._triton import common
+    from kernels.matmul import triton_epilogue as te
+    monkeypatch.setattr(hop, "available", lambda device=None: True)
+    monkeypatch.setattr(common, "interpreting", lambda: True)
+    assert te.linear_road(NS(dtype=torch.float32, is_cuda=True, device="cuda:0")) == "plain"
