@@ -105,17 +105,32 @@ def _linear_ok(m: nn.Linear) -> str:
     return "" if m.bias is not None else "Linear without bias"
 
 
-def swap(model: nn.Module, *, layernorm: bool = True, linear: bool = True, mlp: bool = True) -> Swapped:
+# Where our GEMM loses to cuBLAS, the swap leaves the Linears to cuBLAS unless asked. At bf16 it does: the
+# MLP block's tile sweep chose cuBLAS (50.6 us against 58.5 for the best fused tile, T = 2,048, H200 run
+# 20261204T205225Z), and in V-JEPA 2 our bf16 GEMMs took 4.05 ms against cuBLAS's 2.45 (run 175641Z).
+_GEMM_WINS = {torch.float32: True, torch.bfloat16: False}
+
+
+def swap(model: nn.Module, *, layernorm: bool = True, linear: bool | None = None,
+         mlp: bool | None = None) -> Swapped:
     """Rewrite ``model`` in place. ``mlp``: a module with children ``fc1`` (Linear), an exact-GELU
     activation (``activation``/``act``) and ``fc2`` becomes one fused Linear + GELU and a Linear;
     ``linear``: every other biased Linear becomes the epilogue GEMM; ``layernorm``: every last-dimension
-    affine LayerNorm. The parameters must be FP32 or bf16 (the kernels' storage)."""
+    affine LayerNorm. ``linear`` and ``mlp`` left unset follow the model's precision: swapped at FP32,
+    where our fp32x3 GEMM beats cuBLAS's FP32, kept (and counted) at bf16, where cuBLAS is faster. The
+    parameters must be FP32 or bf16 (the kernels' storage)."""
     if not isinstance(model, nn.Module):
         raise MageInputError("swap", "model", f"must be a torch.nn.Module, got {type(model).__name__}")
+    floats = set()
     for name, p in model.named_parameters():
         if p.is_floating_point() and p.dtype not in _FLOATS:
             raise MageInputError("swap", "model", f"parameter {name} is {p.dtype}; the kernels take float32 or bfloat16")
+        floats.add(p.dtype)
+    gemm_wins = all(_GEMM_WINS[d] for d in floats)
     done = Swapped()
+    by_precision = linear is None and not gemm_wins
+    linear = gemm_wins if linear is None else linear
+    mlp = gemm_wins if mlp is None else mlp
     fused = set()
     if mlp:
         for parent in list(model.modules()):
@@ -154,4 +169,8 @@ def swap(model: nn.Module, *, layernorm: bool = True, linear: bool = True, mlp: 
             else:
                 setattr(parent, child_name, new)
                 done.replaced[kind] += 1
+    if by_precision:  # the Linears left to cuBLAS, counted so the swap says what it did not touch
+        left = sum(isinstance(m, nn.Linear) for m in model.modules())
+        if left:
+            done.kept["Linear (cuBLAS is faster at bf16)"] += left
     return done

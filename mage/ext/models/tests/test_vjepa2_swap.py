@@ -125,3 +125,18 @@ def test_a_swapped_forward_does_not_rediscover_the_operators(monkeypatch):
     monkeypatch.setattr("mage.registry.load", lambda: calls.append(1))
     vjepa2.encode(swapped, video)
     assert not calls
+
+
+def test_at_bf16_the_swap_leaves_the_linears_to_cublas_and_says_so():
+    """Unset, ``linear`` and ``mlp`` follow the precision: at bf16 (where cuBLAS's GEMMs beat ours, in the
+    MLP block's sweep and inside V-JEPA 2) only the LayerNorms are swapped and every Linear is counted as
+    kept; asked for explicitly, the Linears are swapped at bf16 too."""
+    stock = vjepa2.build(vjepa2.TINY, seed=3).to(torch.bfloat16)
+    layers = vjepa2.TINY["num_hidden_layers"] + vjepa2.TINY["pred_num_hidden_layers"]
+    m = copy.deepcopy(stock)
+    done = S.swap(m)
+    assert done.replaced == {"LayerNorm": 2 * layers + 2}
+    assert done.kept["Linear (cuBLAS is faster at bf16)"] == 6 * layers + 2
+    assert sum(isinstance(x, torch.nn.Linear) for x in m.modules()) == 6 * layers + 2
+    forced = S.swap(copy.deepcopy(stock), linear=True, mlp=True)
+    assert forced.replaced["Linear + GELU"] == layers and not forced.kept
