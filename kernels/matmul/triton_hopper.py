@@ -42,12 +42,12 @@ from . import triton_kernel as plain
 PRECISION = {"fp32x3": "tf32x3", "tf32": "tf32", "bf16": "ieee"}
 
 
-def _cfg(bm, bn, bk, warps, stages, group=8, store=1, subtile=0, flatten=0, ws=0, split=0):
+def _cfg(bm, bn, bk, warps, stages, group=8, store=1, subtile=0, flatten=0, ws=0, split=0, nocopy=0):
     """One config: tiles, warps, stages, GROUP_M, and the switches (TMA store of C, its two-half
     subtile, the tile loop's flatten and warp-specialize options; the last three risky, off by default;
-    fp32x3's operands split once before the GEMM, ``_split``)."""
+    fp32x3's operands split once before the GEMM, ``_split``; a 4-byte B read as [K, N] with no copy, ``_nc``)."""
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps, num_stages=stages,
-                TMA_STORE=store, EPILOGUE_SUBTILE=subtile, FLATTEN=flatten, WARP_SPEC=ws, SPLIT=split)
+                TMA_STORE=store, EPILOGUE_SUBTILE=subtile, FLATTEN=flatten, WARP_SPEC=ws, SPLIT=split, B_AS_IS=nocopy)
 
 
 # Names: tiles, warps (w), stages (s); suffixes: '_ps' plain masked stores instead of the TMA store,
@@ -67,6 +67,12 @@ _TF32 = {
     "m256_n128_k32_w8_s3_ps": _cfg(256, 128, 32, 8, 3, store=0),
     "m128_n128_k32_w8_s4_g16": _cfg(128, 128, 32, 8, 4, group=16),
     "m128_n128_k32_w8_s4_fl": _cfg(128, 128, 32, 8, 4, flatten=1),
+    # '_nc': B read as it comes, [K, N], with no K-major copy first (a launch and 2 K N 4 bytes of traffic a
+    # call). TF32 wgmma still needs B K-major in shared memory: compiled for sm_90a, Triton keeps wgmma and
+    # transposes each B stage through registers (32 st.shared and 8 more ld.shared a K step at 128x256x32).
+    # The copy is about half of the gap to cuBLAS at 4096^3 (kernels/NOTES.md); unmeasured
+    "m128_n256_k32_w8_s3_ps_nc": _cfg(128, 256, 32, 8, 3, store=0, nocopy=1),
+    "m128_n128_k32_w8_s4_nc": _cfg(128, 128, 32, 8, 4, nocopy=1),
 }
 # fp32x3 holds each operand's TF32 high part and remainder in registers next to the accumulator: the
 # plain road found 128x128 tiles fit with 8 warps and spill with 4, bigger tiles spill with 8.
@@ -88,6 +94,7 @@ _FP32X3 = {
     "m128_n128_k16_w8_s4_split": _cfg(128, 128, 16, 8, 4, split=1),
     "m128_n128_k16_w8_s6_ps_split": _cfg(128, 128, 16, 8, 6, store=0, split=1),
     "m64_n256_k32_w8_s2_ps_split": _cfg(64, 256, 32, 8, 2, store=0, split=1),
+    "m128_n128_k64_w8_s3_ps_nc": _cfg(128, 128, 64, 8, 3, store=0, nocopy=1),  # as TF32's '_nc'
 }
 _BF16 = {
     "m128_n256_k64_w8_s3": _cfg(128, 256, 64, 8, 3),
@@ -250,7 +257,8 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
     split = bool(consts.pop("SPLIT", 0)) and precision == "fp32x3"
     a_lo_desc = b_lo_desc = None
     # B^T [N, K] K-major for 4-byte types (or where a bf16 [K, N] cannot be read as it is)
-    nk = b_nk or A.element_size() == 4 or not _tma_ready(B)
+    as_is = bool(consts.pop("B_AS_IS", 0))  # a 4-byte [K, N] B read in place, transposed in shared memory
+    nk = b_nk or (A.element_size() == 4 and not as_is) or not _tma_ready(B)
     if split:  # the high parts take A's and B's places; the products are plain TF32
         (a, a_lo), (b, b_lo) = _split.split(A, M, K, False), _split.split(B, N, K, not b_nk)
         a_lo_desc = TensorDescriptor(a_lo, [M, K], [a_lo.stride(0), 1], [bm, bk])

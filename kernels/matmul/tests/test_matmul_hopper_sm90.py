@@ -36,3 +36,27 @@ def test_there_are_split_configs_to_sweep():
 def test_split_configs_neither_spill_nor_overflow_shared_memory(name):
     u = _usage(th.TILES["fp32x3"][name])
     assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, u)
+
+
+NO_COPY = [(p, n) for p in ("tf32", "fp32x3") for n, c in th.TILES[p].configs.items() if c.get("B_AS_IS")]
+
+
+@pytest.mark.parametrize("precision,name", NO_COPY)
+def test_configs_reading_b_in_place_neither_spill_nor_overflow_shared_memory(precision, name):
+    """The '_nc' configs hand the kernel B as [K, N] (no K-major copy): the B tile is transposed on chip,
+    which must still fit a block and its registers."""
+    cfg = th.TILES[precision][name]
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    desc = lambda r, c: f"tensordesc<fp32[{r}, {c}]>"  # noqa: E731
+    sig = dict(a_desc=desc(bm, bk), b_desc=desc(bk, bn), a_lo_desc=desc(bm, bk), b_lo_desc=desc(bn, bk),
+               c_desc=desc(bm, bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn), C="*fp32", Bias="*fp32", Res="*fp32",
+               **{k: "i32" for k in ("M", "N", "K", "stride_cm", "stride_cn", "stride_rm", "stride_rn")})
+    consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
+                  PRECISION=th.PRECISION[precision], B_NK=0, BIAS=False, GELU=False, EPILOGUE=0,
+                  TMA_STORE=bool(cfg["TMA_STORE"]), SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]), FLATTEN=bool(cfg["FLATTEN"]),
+                  WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=False)
+    sig.update({k: "constexpr" for k in consts})
+    sig = {a: sig[a] for a in th._hopper_gemm_kernel.arg_names}
+    u = sm90.resources("kernels.matmul.triton_hopper:_hopper_gemm_kernel", sig, consts, cfg["num_warps"],
+                       cfg["num_stages"], aligned=("C", "Bias", "Res", "M", "N", "K", "stride_cm"))
+    assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, u)
