@@ -92,6 +92,27 @@ def clock_warnings(readings: list[dict]) -> list[str]:
     return flags
 
 
+# Libraries a column or an extension compares with or runs inside (distribution names), declared by the
+# modules that use them: a run records the version it measured, so a row is never read against the wrong one
+_LIBRARIES: set[str] = set()
+
+
+def declare_library(*distributions: str) -> None:
+    _LIBRARIES.update(distributions)
+
+
+def library_versions() -> dict:
+    """{distribution: version} of the declared libraries installed here ('absent' where one is not)."""
+    from importlib import metadata
+    out = {}
+    for d in sorted(_LIBRARIES):
+        try:
+            out[d] = metadata.version(d)
+        except metadata.PackageNotFoundError:
+            out[d] = "absent"
+    return out
+
+
 def environment(command: str | None = None) -> dict:
     env = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -100,6 +121,8 @@ def environment(command: str | None = None) -> dict:
         "pandas": _version("pandas"), "cuda": torch.version.cuda or "none",
         "git_commit": _git_commit(), "source_digest": source_digest(), "command": command or " ".join(sys.argv),
     }
+    if _LIBRARIES:
+        env["libraries"] = library_versions()
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(torch.cuda.current_device())
         env.update(gpu=p.name, sm_count=p.multi_processor_count, l2_bytes=getattr(p, "L2_cache_size", None),

@@ -15,8 +15,12 @@ from typing import Optional
 import torch
 
 from kernels.layernorm.spec import EPS
-from mage import facets
+from mage import env, facets
 from mage.registry import register
+
+# the versions a run measured go into its environment record
+env.declare_library("cuequivariance", "cuequivariance-torch", "cuequivariance-ops-torch-cu13",
+                    "cuequivariance-ops-torch-cu12")
 
 
 def library_arguments(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out) -> dict:
