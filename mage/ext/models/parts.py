@@ -29,6 +29,7 @@ class Case:
     reference: Callable
     replaced: list
     fused_kinds: tuple = ()
+    swap: str = ""  # what the swap replaced and kept, in words: the run records it beside the rows
 
 
 def calls_made(swapped, video) -> Counter:
@@ -83,7 +84,7 @@ def _columns(stock, swapped, call):
 def vjepa2_case(frames: int, dtype: str, small: bool = False):
     stock = vjepa2.build(vjepa2.TINY if small else vjepa2.VITL16, dtype=DTYPE[dtype], device="cuda")
     swapped = copy.deepcopy(stock)
-    S.swap(swapped)
+    done = S.swap(swapped)
     video = vjepa2.clip(stock, frames, device="cuda")
     f64 = copy.deepcopy(stock).double()
     replaced = [(_call(k, xs, ws, eps, DTYPE[dtype], False), _call(k, xs, ws, eps, DTYPE[dtype], True), n)
@@ -91,7 +92,7 @@ def vjepa2_case(frames: int, dtype: str, small: bool = False):
     # fc1 and its GELU become one call: the stock GELU's time leaves with it (its share in the profile)
     return Case("vjepa2_encoder", f"frames={frames},tokens={vjepa2.tokens(stock, frames)},batch=1", dtype,
                 _columns(stock, swapped, lambda m: vjepa2.encode(m, video)),
-                lambda: vjepa2.encode(f64, video.double()), replaced, fused_kinds=("gelu",))
+                lambda: vjepa2.encode(f64, video.double()), replaced, fused_kinds=("gelu",), swap=str(done))
 
 
 def _sum_call(E, n, F, ours: bool):
@@ -120,4 +121,5 @@ def schnet_case(atoms: int, small: bool = False):
     replaced = [(_sum_call(E, atoms, F, False), _sum_call(E, atoms, F, True), n_layers)]
     return Case("schnet", f"atoms={atoms},edges={E},cutoff={cfg['cutoff']}", "fp32",
                 _columns(stock, swapped, lambda m: schnet.energy_and_forces(m, z, pos)),
-                lambda: schnet.energy_and_forces(f64, z, pos.double()), replaced)
+                lambda: schnet.energy_and_forces(f64, z, pos.double()), replaced,
+                swap=f"replaced {n_layers} neighbour sums")

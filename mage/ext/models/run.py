@@ -132,7 +132,11 @@ def run(a) -> int:
         cases += [lambda n=n: parts.schnet_case(n, a.small) for n in a.atoms]
     key = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "stage"]
     for make in cases:
-        rows, checks = measure(make(), a.iters, a.spans, log)
+        case = make()
+        # what "swapped" means in this case (it follows the precision): kept with the run, never implied
+        e.setdefault("swap", {})[f"{case.op} {case.dtype} {case.shape}"] = case.swap
+        data.add_environment(out, run_id, e)
+        rows, checks = measure(case, a.iters, a.spans, log)
         data.merge_csv(pd.DataFrame(rows).assign(run=run_id), out / "rows.csv", key)
         data.merge_csv(pd.DataFrame(checks).assign(run=run_id), out / "checks.csv", ["op", "impl", "dtype", "shape"])
         torch.cuda.empty_cache()

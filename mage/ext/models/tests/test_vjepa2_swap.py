@@ -138,5 +138,6 @@ def test_at_bf16_the_swap_leaves_the_linears_to_cublas_and_says_so():
     assert done.replaced == {"LayerNorm": 2 * layers + 2}
     assert done.kept["Linear (cuBLAS is faster at bf16)"] == 6 * layers + 2
     assert sum(isinstance(x, torch.nn.Linear) for x in m.modules()) == 6 * layers + 2
+    assert "kept" in str(done) and "cuBLAS is faster at bf16" in str(done)  # what a run records
     forced = S.swap(copy.deepcopy(stock), linear=True, mlp=True)
     assert forced.replaced["Linear + GELU"] == layers and not forced.kept
