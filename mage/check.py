@@ -52,33 +52,37 @@ def elementwise_bounds(dtype: str) -> tuple[float, float]:
     return p.atol, p.rtol
 
 
-def _bound(ref: torch.Tensor, dtype: str, size=None) -> torch.Tensor:
+def _bound(ref: torch.Tensor, dtype: str, size=None, rows: bool = False) -> torch.Tensor:
     """Each element's bound: ``atol * rms|ref| + rtol * size``, the size |ref| unless the operation gives
-    its elements' size before cancellation (``Op.magnitude``)."""
+    its elements' size before cancellation (``Op.magnitude``); with ``rows`` (``Op.row_scale``) the rms is
+    the larger of the whole output's and the element's row's (the last axis)."""
     atol, rtol = elementwise_bounds(dtype)
     rms = float(ref.pow(2).mean().sqrt()) if ref.numel() else 0.0
-    return atol * rms + rtol * (ref.abs() if size is None else size.to(ref.device))
+    scale = ref.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(rms) if rows and ref.dim() and ref.numel() else rms
+    return atol * scale + rtol * (ref.abs() if size is None else size.to(ref.device))
 
 
-def outside(out: torch.Tensor, ref: torch.Tensor, dtype: str, size=None) -> torch.Tensor:
+def outside(out: torch.Tensor, ref: torch.Tensor, dtype: str, size=None, rows: bool = False) -> torch.Tensor:
     """The elements of ``out`` outside ``atol * rms|ref| + rtol * |ref|`` of the float64 ``ref`` (``size``
-    in place of |ref| where given); a boolean mask; NaN and Inf are always outside."""
+    in place of |ref| where given, the row's rms where larger with ``rows``); a boolean mask; NaN and Inf
+    are always outside."""
     out = out.double().to(ref.device)
-    return ~torch.isfinite(out) | ~((out - ref).abs() <= _bound(ref, dtype, size))
+    return ~torch.isfinite(out) | ~((out - ref).abs() <= _bound(ref, dtype, size, rows))
 
 
-def describe_mismatch(out: torch.Tensor, ref: torch.Tensor, dtype: str, size=None) -> str:
+def describe_mismatch(out: torch.Tensor, ref: torch.Tensor, dtype: str, size=None, rows: bool = False) -> str:
     """How many elements lie outside the elementwise bound, and the worst of them (the largest excess
     over its bound), so a failure points at its cause."""
     atol, rtol = elementwise_bounds(dtype)
-    bad = outside(out, ref, dtype, size)
+    bad = outside(out, ref, dtype, size, rows)
     n_bad = int(bad.sum())
     what = "|ref|" if size is None else "the size of its terms"
-    head = f"{n_bad} of {ref.numel()} elements outside {atol:.0e} x rms|ref| + {rtol:.0e} x {what}"
+    rms = "rms|ref| (or its row's, if larger)" if rows else "rms|ref|"
+    head = f"{n_bad} of {ref.numel()} elements outside {atol:.0e} x {rms} + {rtol:.0e} x {what}"
     if n_bad == 0:
         return head + " (errors spread thinly over all elements: precision, not indexing)"
     out = out.double().to(ref.device)
-    excess = ((out - ref).abs() - _bound(ref, dtype, size)).nan_to_num(math.inf, math.inf, math.inf)
+    excess = ((out - ref).abs() - _bound(ref, dtype, size, rows)).nan_to_num(math.inf, math.inf, math.inf)
     where = tuple(torch.nonzero(excess == excess.max())[0].tolist())
     return f"{head}; worst at index {where}: got {out[where].item():.6g}, want {ref[where].item():.6g}"
 
@@ -157,7 +161,8 @@ def check(impl, shape: dict, trials: int = 3, seed: int = 0, dist: str = "normal
         worst = max(worst, err)
         # the verdict: norm-wise, then elementwise, for the result written to out= and then the fresh one
         for y, e, called in zip((out, fresh), errs, ("", "called without out=: ")):
-            why = (_verdict(y, e, ref, tol, impl.dtype, size, (spec.outliers or {}).get(impl.dtype, 0.0))
+            why = (_verdict(y, e, ref, tol, impl.dtype, size, (spec.outliers or {}).get(impl.dtype, 0.0),
+                            spec.row_scale)
                    if y is out or fresh_ok else "returned no output-shaped tensor")
             if why:
                 result.error, result.reason = err, called + why
@@ -166,17 +171,17 @@ def check(impl, shape: dict, trials: int = 3, seed: int = 0, dist: str = "normal
     return result
 
 
-def _verdict(y, err, ref, tol, dtype, size=None, allowed: float = 0.0) -> str:
+def _verdict(y, err, ref, tol, dtype, size=None, allowed: float = 0.0, rows: bool = False) -> str:
     """Why ``y`` fails against ``ref`` (norm-wise error ``err`` above ``tol``, more elements outside the
     elementwise bound than the ``allowed`` fraction, an element left NaN); empty when it passes."""
     unwritten = int(torch.isnan(y).sum() - torch.isnan(ref).sum())
     if unwritten > 0:
         return f"{unwritten} of {y.numel()} output elements left unwritten (still NaN)"
     if not err <= tol:
-        return f"relative error {err:.3g} > {tol:.0e}: " + describe_mismatch(y, ref, dtype, size)
-    bad = outside(y, ref, dtype, size)
+        return f"relative error {err:.3g} > {tol:.0e}: " + describe_mismatch(y, ref, dtype, size, rows)
+    bad = outside(y, ref, dtype, size, rows)
     if int(bad.sum()) > allowed * bad.numel() or not bool(torch.isfinite(y.double()).all()):
-        return f"relative error {err:.3g} within {tol:.0e}, but " + describe_mismatch(y, ref, dtype, size)
+        return f"relative error {err:.3g} within {tol:.0e}, but " + describe_mismatch(y, ref, dtype, size, rows)
     return ""
 
 

@@ -71,6 +71,11 @@ class Op:
     # per dtype: the fraction of elements allowed outside the elementwise bound (default none): rare
     # single elements the precision's own arithmetic puts there, eager PyTorch's composition included
     outliers: Optional[dict] = None
+    # True where the output's last axis is one vector per row with a scale of its own (a LayerNorm, then a
+    # projection and a gate, per pair): each element's atol then takes the larger of the output's rms and
+    # its row's, since bf16 rounding follows the row's scale and heavy-tailed inputs make a few rows far
+    # larger than the rest
+    row_scale: bool = False
 
     def inputs(self, shape: dict, seed: int = 0, device="cpu", dtype="fp32", dist="normal"):
         """Fresh inputs from a seeded generator on ``device``; 'heavy' draws heavy-tailed values."""

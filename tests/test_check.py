@@ -248,3 +248,19 @@ def test_a_stated_fraction_of_outliers_is_allowed_and_no_more():
     y = ref.clone()
     y[5, 5] = float("inf")
     assert _verdict(y, 0.0, ref, 2e-2, "bf16", allowed=1e-5)
+
+
+def test_a_row_scaled_bound_follows_each_rows_own_scale():
+    """``Op.row_scale``: an error of 15% of a row's own scale, in a row fifty times the others, is inside
+    the bound (bf16: a quarter of the row's rms), where the whole output's rms would flag it; an ordinary
+    row keeps the whole output's rms, so a large error there stays outside."""
+    from mage.check import outside
+    g = torch.Generator().manual_seed(5)
+    ref = torch.randn(40, 16, generator=g, dtype=torch.float64)
+    ref[7] *= 50
+    got = ref.clone()
+    got[7, 3] += 0.15 * float(ref[7].pow(2).mean().sqrt())
+    assert outside(got, ref, "bf16").sum() == 1 and outside(got, ref, "bf16", rows=True).sum() == 0
+    bad = ref.clone()
+    bad[2, 3] += 5 * float(ref[2].pow(2).mean().sqrt())
+    assert outside(bad, ref, "bf16", rows=True)[2, 3]

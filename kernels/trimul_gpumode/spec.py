@@ -154,6 +154,11 @@ SPEC = Op(
     # field shape; seen on the CPU and the H200): the second LayerNorm divides by the spread of a pair's
     # H contracted channels, and where that spread is small it multiplies their bf16 rounding.
     outliers={"bf16": 1e-5},
+    # each pair's output row is a LayerNorm's, projected and gated: its rounding follows the row's own
+    # scale, and heavy-tailed inputs make a few rows tens of times the rest (eager bf16 on the CPU, 12
+    # heavy-tailed draws at N = 97-183: 43 elements outside the bound judged by the output's rms, 20 by
+    # the larger of that and the row's; two channels swapped in five rows still put 244-1,328 outside)
+    row_scale=True,
 )
 
 
