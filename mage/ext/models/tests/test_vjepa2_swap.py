@@ -141,3 +141,11 @@ def test_at_bf16_the_swap_leaves_the_linears_to_cublas_and_says_so():
     assert "kept" in str(done) and "cuBLAS is faster at bf16" in str(done)  # what a run records
     forced = S.swap(copy.deepcopy(stock), linear=True, mlp=True)
     assert forced.replaced["Linear + GELU"] == layers and not forced.kept
+
+
+def test_amdahl_counts_the_gelu_as_removed_only_where_the_swap_fused_it():
+    """The prediction subtracts the stock GELU's time only when fc1 and its GELU became one call: at bf16
+    the MLPs stay as they were, and counting their GELU as gone would predict a gain that cannot happen."""
+    from mage.ext.models import parts
+    fp32, bf16 = (S.swap(vjepa2.build(vjepa2.TINY, seed=3).to(dt)) for dt in (torch.float32, torch.bfloat16))
+    assert parts.fused_kinds(fp32) == ("gelu",) and parts.fused_kinds(bf16) == ()
