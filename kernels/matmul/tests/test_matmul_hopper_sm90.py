@@ -38,21 +38,22 @@ def test_split_configs_neither_spill_nor_overflow_shared_memory(name):
     assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, u)
 
 
-NO_COPY = [(p, n) for p in ("tf32", "fp32x3") for n, c in th.TILES[p].configs.items() if c.get("B_AS_IS")]
+UNSPLIT = [(p, n) for p in ("tf32", "fp32x3") for n, c in th.TILES[p].configs.items() if not c.get("SPLIT")]
 
 
-@pytest.mark.parametrize("precision,name", NO_COPY)
-def test_configs_reading_b_in_place_neither_spill_nor_overflow_shared_memory(precision, name):
-    """The '_nc' configs hand the kernel B as [K, N] (no K-major copy): the B tile is transposed on chip,
-    which must still fit a block and its registers."""
+@pytest.mark.parametrize("precision,name", UNSPLIT)
+def test_four_byte_configs_neither_spill_nor_overflow_shared_memory(precision, name):
+    """Every TF32 and fp32x3 config as the launcher runs it: B K-major after its copy, or as [K, N] for
+    the '_nc' configs, whose B tile is transposed on chip and must still fit a block and its registers."""
     cfg = th.TILES[precision][name]
+    B_NK = 0 if cfg["B_AS_IS"] else 1
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     desc = lambda r, c: f"tensordesc<fp32[{r}, {c}]>"  # noqa: E731
-    sig = dict(a_desc=desc(bm, bk), b_desc=desc(bk, bn), a_lo_desc=desc(bm, bk), b_lo_desc=desc(bn, bk),
+    sig = dict(a_desc=desc(bm, bk), b_desc=desc(bn, bk) if B_NK else desc(bk, bn), a_lo_desc=desc(bm, bk), b_lo_desc=desc(bn, bk),
                c_desc=desc(bm, bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn), C="*fp32", Bias="*fp32", Res="*fp32",
                **{k: "i32" for k in ("M", "N", "K", "stride_cm", "stride_cn", "stride_rm", "stride_rn")})
     consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
-                  PRECISION=th.PRECISION[precision], B_NK=0, BIAS=False, GELU=False, EPILOGUE=0,
+                  PRECISION=th.PRECISION[precision], B_NK=B_NK, BIAS=False, GELU=False, EPILOGUE=0,
                   TMA_STORE=bool(cfg["TMA_STORE"]), SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]), FLATTEN=bool(cfg["FLATTEN"]),
                   WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=False)
     sig.update({k: "constexpr" for k in consts})
