@@ -1,0 +1,20 @@
+"""A development probe of the triangle update's fused bf16 road on one GPU: its TMA configs at N = 1,024
+(C = H = 128), each with the last kernel's pairs, chunk or warps varied, kernel time per kernel from one
+profile of 10 calls, each config checked against float64 at N = 96 (heavy-tailed) first:
+
+    python3 tools/probe_trimul_fused.py          # from the repository root; prints one line a variant
+
+Not the record (that is ``mage measure``); data/h200/fused/probe2.txt is its output of 2026-12-05."""
+from mage import registry, ops
+from mage.check import check
+from mage.profile import profile
+import kernels.trimul_block.triton_block as tb
+SPEC = ops.OPS["trimul_block"]
+impl = registry.get("trimul_block", "triton", "bf16")
+args = SPEC.inputs(dict(N=1024, C=128, H=128), seed=1, dtype="bf16", device="cuda")
+for n in ("fused_r64_h32_tma_cublas", "fused_r64_h32_tma2_cublas", "fused_r64_h32_tma3_cublas"):
+    for over in ({}, dict(FIN_R=64), dict(FIN_C=32), dict(FIN_WARPS=8)):
+        v = impl.variant(**dict(tb.TILES["bf16"][n], **over))
+        r = check(v, dict(N=96, C=128, H=128), trials=1, device="cuda", dist="heavy")
+        p = profile(lambda: v.fn(*args), iters=10)
+        print(n, over, r.passed, f"{p.kernel_us:.1f}", p.launches, {k[:12]: round(u, 1) for k, u in p.kernel_us_by_name.items()}, flush=True)
