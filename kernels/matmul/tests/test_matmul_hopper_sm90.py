@@ -1,5 +1,5 @@
-"""The Hopper road's split fp32x3 configs compiled for sm_90a on the CPU (``kernels/_triton/sm90.py``):
-none spills to local memory and each fits a block's shared memory. The split keeps two accumulators
+"""The Hopper road's 4-byte configs (TF32, fp32x3, and fp32x3 split once) compiled for sm_90a on the CPU
+(``kernels/_triton/sm90.py``): none spills to local memory and each fits a block's shared memory. The split keeps two accumulators
 (its small products apart from the large one), so tiles that fit the other roads may not fit here."""
 from __future__ import annotations
 
@@ -12,16 +12,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sm90.available(), reason=
 SPLIT = [n for n, c in th.TILES["fp32x3"].configs.items() if c.get("SPLIT")]
 
 
-def _usage(cfg: dict) -> dict:
+def _usage(cfg: dict, precision: str = "fp32x3") -> dict:
+    """The config compiled as the launcher runs it: split operands multiply as plain TF32; B K-major (after
+    its copy, or split) unless an '_nc' config reads it as [K, N]."""
+    split = bool(cfg["SPLIT"])
+    b_nk = 0 if cfg["B_AS_IS"] and not split else 1
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     desc = lambda r, c: f"tensordesc<fp32[{r}, {c}]>"  # noqa: E731
-    sig = dict(a_desc=desc(bm, bk), b_desc=desc(bn, bk), a_lo_desc=desc(bm, bk), b_lo_desc=desc(bn, bk),
-               c_desc=desc(bm, bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn), C="*fp32", Bias="*fp32", Res="*fp32",
-               **{k: "i32" for k in ("M", "N", "K", "stride_cm", "stride_cn", "stride_rm", "stride_rn")})
-    consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], NUM_SMS=132, PRECISION="tf32",
-                  B_NK=1, BIAS=False, GELU=False, EPILOGUE=0, TMA_STORE=bool(cfg["TMA_STORE"]),
-                  SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]), FLATTEN=bool(cfg["FLATTEN"]),
-                  WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=True)
+    sig = dict(a_desc=desc(bm, bk), b_desc=desc(bn, bk) if b_nk else desc(bk, bn), a_lo_desc=desc(bm, bk),
+               b_lo_desc=desc(bn, bk), c_desc=desc(bm, bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn), C="*fp32",
+               Bias="*fp32", Res="*fp32", **{k: "i32" for k in ("M", "N", "K", "stride_cm", "stride_cn", "stride_rm", "stride_rn")})
+    consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
+                  PRECISION="tf32" if split else th.PRECISION[precision], B_NK=b_nk, BIAS=False, GELU=False,
+                  EPILOGUE=0, TMA_STORE=bool(cfg["TMA_STORE"]), SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]),
+                  FLATTEN=bool(cfg["FLATTEN"]), WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=split)
     sig.update({k: "constexpr" for k in consts})
     sig = {a: sig[a] for a in th._hopper_gemm_kernel.arg_names}  # the kernel's order: alignment is by index
     return sm90.resources("kernels.matmul.triton_hopper:_hopper_gemm_kernel", sig, consts, cfg["num_warps"],
@@ -45,19 +49,5 @@ UNSPLIT = [(p, n) for p in ("tf32", "fp32x3") for n, c in th.TILES[p].configs.it
 def test_four_byte_configs_neither_spill_nor_overflow_shared_memory(precision, name):
     """Every TF32 and fp32x3 config as the launcher runs it: B K-major after its copy, or as [K, N] for
     the '_nc' configs, whose B tile is transposed on chip and must still fit a block and its registers."""
-    cfg = th.TILES[precision][name]
-    B_NK = 0 if cfg["B_AS_IS"] else 1
-    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    desc = lambda r, c: f"tensordesc<fp32[{r}, {c}]>"  # noqa: E731
-    sig = dict(a_desc=desc(bm, bk), b_desc=desc(bn, bk) if B_NK else desc(bk, bn), a_lo_desc=desc(bm, bk), b_lo_desc=desc(bn, bk),
-               c_desc=desc(bm, bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn), C="*fp32", Bias="*fp32", Res="*fp32",
-               **{k: "i32" for k in ("M", "N", "K", "stride_cm", "stride_cn", "stride_rm", "stride_rn")})
-    consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
-                  PRECISION=th.PRECISION[precision], B_NK=B_NK, BIAS=False, GELU=False, EPILOGUE=0,
-                  TMA_STORE=bool(cfg["TMA_STORE"]), SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]), FLATTEN=bool(cfg["FLATTEN"]),
-                  WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=False)
-    sig.update({k: "constexpr" for k in consts})
-    sig = {a: sig[a] for a in th._hopper_gemm_kernel.arg_names}
-    u = sm90.resources("kernels.matmul.triton_hopper:_hopper_gemm_kernel", sig, consts, cfg["num_warps"],
-                       cfg["num_stages"], aligned=("C", "Bias", "Res", "M", "N", "K", "stride_cm"))
+    u = _usage(th.TILES[precision][name], precision)
     assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, u)
