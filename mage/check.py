@@ -52,37 +52,65 @@ def elementwise_bounds(dtype: str) -> tuple[float, float]:
     return p.atol, p.rtol
 
 
-def _bound(ref: torch.Tensor, dtype: str, size=None, rows: bool = False) -> torch.Tensor:
+def _bound(ref: torch.Tensor, dtype: str, size=None, rows: bool = False, spread=None) -> torch.Tensor:
     """Each element's bound: ``atol * rms|ref| + rtol * size``, the size |ref| unless the operation gives
     its elements' size before cancellation (``Op.magnitude``); with ``rows`` (``Op.row_scale``) the rms is
-    the larger of the whole output's and the element's row's (the last axis)."""
+    the larger of the whole output's and the element's row's (the last axis); plus twice ``spread``
+    (``Op.storage_error``) where given."""
     atol, rtol = elementwise_bounds(dtype)
     rms = float(ref.pow(2).mean().sqrt()) if ref.numel() else 0.0
     scale = ref.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(rms) if rows and ref.dim() and ref.numel() else rms
-    return atol * scale + rtol * (ref.abs() if size is None else size.to(ref.device))
+    bound = atol * scale + rtol * (ref.abs() if size is None else size.to(ref.device))
+    return bound if spread is None else bound + 2 * spread.to(ref.device)
 
 
-def outside(out: torch.Tensor, ref: torch.Tensor, dtype: str, size=None, rows: bool = False) -> torch.Tensor:
+def storage_spread(model, inputs, dtype: str, draws: int = 2, seed: int = 0):
+    """How far storing a computation's intermediates at ``dtype`` can move each output element: the
+    largest change of ``model(*inputs, R=...)`` (its float64 reference, with ``R`` applied to every
+    intermediate it stores) when ``R`` rounds to ``dtype``, or multiplies by 1 + e with e uniform within
+    half the precision's spacing (``draws`` seeded draws: implementations round at other points and in
+    other orders, so one rounding pattern alone would under-state some elements). None for 4-byte
+    precisions, whose storage moves outputs far less than their tolerance."""
+    storage = PRECISIONS[dtype].storage
+    if torch.finfo(storage).bits >= 32:
+        return None
+    half = torch.finfo(storage).eps / 2
+    exact = model(*inputs)
+    worst = (model(*inputs, R=lambda t: t.to(storage).double()) - exact).abs()
+    gen = torch.Generator(device=exact.device).manual_seed(seed)
+
+    def jitter(t):
+        return t * (1 + half * (2 * torch.rand(t.shape, generator=gen, device=t.device, dtype=t.dtype) - 1))
+
+    for _ in range(draws):
+        worst = torch.maximum(worst, (model(*inputs, R=jitter) - exact).abs())
+    return worst
+
+
+def outside(out: torch.Tensor, ref: torch.Tensor, dtype: str, size=None, rows: bool = False,
+            spread=None) -> torch.Tensor:
     """The elements of ``out`` outside ``atol * rms|ref| + rtol * |ref|`` of the float64 ``ref`` (``size``
-    in place of |ref| where given, the row's rms where larger with ``rows``); a boolean mask; NaN and Inf
-    are always outside."""
+    in place of |ref| where given, the row's rms where larger with ``rows``, twice ``spread`` added); a
+    boolean mask; NaN and Inf are always outside."""
     out = out.double().to(ref.device)
-    return ~torch.isfinite(out) | ~((out - ref).abs() <= _bound(ref, dtype, size, rows))
+    return ~torch.isfinite(out) | ~((out - ref).abs() <= _bound(ref, dtype, size, rows, spread))
 
 
-def describe_mismatch(out: torch.Tensor, ref: torch.Tensor, dtype: str, size=None, rows: bool = False) -> str:
+def describe_mismatch(out: torch.Tensor, ref: torch.Tensor, dtype: str, size=None, rows: bool = False,
+                      spread=None) -> str:
     """How many elements lie outside the elementwise bound, and the worst of them (the largest excess
     over its bound), so a failure points at its cause."""
     atol, rtol = elementwise_bounds(dtype)
-    bad = outside(out, ref, dtype, size, rows)
+    bad = outside(out, ref, dtype, size, rows, spread)
     n_bad = int(bad.sum())
     what = "|ref|" if size is None else "the size of its terms"
     rms = "rms|ref| (or its row's, if larger)" if rows else "rms|ref|"
-    head = f"{n_bad} of {ref.numel()} elements outside {atol:.0e} x {rms} + {rtol:.0e} x {what}"
+    head = f"{n_bad} of {ref.numel()} elements outside {atol:.0e} x {rms} + {rtol:.0e} x {what}" + (
+        "" if spread is None else " + 2 x the storage's spread")
     if n_bad == 0:
         return head + " (errors spread thinly over all elements: precision, not indexing)"
     out = out.double().to(ref.device)
-    excess = ((out - ref).abs() - _bound(ref, dtype, size, rows)).nan_to_num(math.inf, math.inf, math.inf)
+    excess = ((out - ref).abs() - _bound(ref, dtype, size, rows, spread)).nan_to_num(math.inf, math.inf, math.inf)
     where = tuple(torch.nonzero(excess == excess.max())[0].tolist())
     return f"{head}; worst at index {where}: got {out[where].item():.6g}, want {ref[where].item():.6g}"
 
@@ -140,6 +168,7 @@ def check(impl, shape: dict, trials: int = 3, seed: int = 0, dist: str = "normal
         inputs = spec.inputs(shape, seed=seed + 7919 * t, device=device, dtype=impl.dtype, dist=dist)
         ref = spec.reference(*inputs)
         size = spec.magnitude(*inputs) if spec.magnitude else None
+        spread = spec.storage_error(impl.dtype, *inputs) if spec.storage_error else None
         try:
             args = impl.prepare(*inputs) if impl.prepare else inputs
             out = spec.empty_out(*inputs).fill_(math.nan)
@@ -162,7 +191,7 @@ def check(impl, shape: dict, trials: int = 3, seed: int = 0, dist: str = "normal
         # the verdict: norm-wise, then elementwise, for the result written to out= and then the fresh one
         for y, e, called in zip((out, fresh), errs, ("", "called without out=: ")):
             why = (_verdict(y, e, ref, tol, impl.dtype, size, (spec.outliers or {}).get(impl.dtype, 0.0),
-                            spec.row_scale)
+                            spec.row_scale, spread)
                    if y is out or fresh_ok else "returned no output-shaped tensor")
             if why:
                 result.error, result.reason = err, called + why
@@ -171,17 +200,17 @@ def check(impl, shape: dict, trials: int = 3, seed: int = 0, dist: str = "normal
     return result
 
 
-def _verdict(y, err, ref, tol, dtype, size=None, allowed: float = 0.0, rows: bool = False) -> str:
+def _verdict(y, err, ref, tol, dtype, size=None, allowed: float = 0.0, rows: bool = False, spread=None) -> str:
     """Why ``y`` fails against ``ref`` (norm-wise error ``err`` above ``tol``, more elements outside the
     elementwise bound than the ``allowed`` fraction, an element left NaN); empty when it passes."""
     unwritten = int(torch.isnan(y).sum() - torch.isnan(ref).sum())
     if unwritten > 0:
         return f"{unwritten} of {y.numel()} output elements left unwritten (still NaN)"
     if not err <= tol:
-        return f"relative error {err:.3g} > {tol:.0e}: " + describe_mismatch(y, ref, dtype, size, rows)
-    bad = outside(y, ref, dtype, size, rows)
+        return f"relative error {err:.3g} > {tol:.0e}: " + describe_mismatch(y, ref, dtype, size, rows, spread)
+    bad = outside(y, ref, dtype, size, rows, spread)
     if int(bad.sum()) > allowed * bad.numel() or not bool(torch.isfinite(y.double()).all()):
-        return f"relative error {err:.3g} within {tol:.0e}, but " + describe_mismatch(y, ref, dtype, size, rows)
+        return f"relative error {err:.3g} within {tol:.0e}, but " + describe_mismatch(y, ref, dtype, size, rows, spread)
     return ""
 
 

@@ -76,6 +76,12 @@ class Op:
     # its row's, since bf16 rounding follows the row's scale and heavy-tailed inputs make a few rows far
     # larger than the rest
     row_scale: bool = False
+    # (dtype, *inputs) -> float64 tensor shaped as the reference, or None: how far storing the
+    # computation's intermediates at ``dtype`` can move each output element (``check.storage_spread`` over
+    # the reference with its stored intermediates rounded). The elementwise bound adds twice it: where a
+    # LayerNorm of a heavy-tailed row or a cancelling sum makes an element sensitive to that storage, any
+    # implementation storing there moves it, and elsewhere the bound stays as tight as before
+    storage_error: Optional[Callable] = None
 
     def inputs(self, shape: dict, seed: int = 0, device="cpu", dtype="fp32", dist="normal"):
         """Fresh inputs from a seeded generator on ``device``; 'heavy' draws heavy-tailed values."""

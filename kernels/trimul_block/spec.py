@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from kernels.layernorm.spec import EPS
+from mage.check import storage_spread
 from mage.errors import MageInputError
 from mage.ops import FLOAT, Op, dim, randn, same_device, tensor, torch_dtype
 
@@ -73,17 +74,22 @@ def _layernorm(x, gamma, beta):
     return (x - mean) / torch.sqrt(var + EPS) * gamma + beta
 
 
-def reference(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out):
-    """The update in float64 (of the inputs as given: bf16 inputs are widened exactly)."""
+def _exact(t):
+    return t
+
+
+def reference(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out, R=_exact):
+    """The update in float64 (of the inputs as given: bf16 inputs are widened exactly). ``R`` is applied
+    to every intermediate a bf16 block stores (``check.storage_spread`` rounds them; exact by default)."""
     z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out = (
         t.double() for t in (z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out))
     H = gamma_out.shape[0]
-    p = _layernorm(z, gamma_in, beta_in) @ w_in + b_in
+    p = R(R(_layernorm(z, gamma_in, beta_in)) @ w_in + b_in)
     m = mask[..., None]
-    a = torch.sigmoid(p[..., :H]) * p[..., H:2 * H] * m
-    b = torch.sigmoid(p[..., 2 * H:3 * H]) * p[..., 3 * H:4 * H] * m
-    o = torch.einsum("...ikc,...jkc->...ijc", a, b)  # each complex on its own
-    return torch.sigmoid(p[..., 4 * H:]) * (_layernorm(o, gamma_out, beta_out) @ w_out + b_out)
+    a = R(torch.sigmoid(p[..., :H]) * p[..., H:2 * H] * m)
+    b = R(torch.sigmoid(p[..., 2 * H:3 * H]) * p[..., 3 * H:4 * H] * m)
+    o = R(torch.einsum("...ikc,...jkc->...ijc", a, b))  # each complex on its own
+    return R(R(torch.sigmoid(p[..., 4 * H:])) * R(R(_layernorm(o, gamma_out, beta_out)) @ w_out + b_out))
 
 
 def validate(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out):
@@ -171,14 +177,18 @@ SPEC = Op(
     # CPU): a property of bf16 storage at those sizes, not of an implementation. The seeded checks of
     # the awkward shapes pass.
     tolerance={"fp32": 5e-5, "bf16": 2e-2},
-    # bf16: one element in 10^5 may lie outside the elementwise bound. Eager PyTorch's own bf16 composition
-    # puts single elements there (4 of 2.8 million at N = 183, C = 84, H = 41; 1 of 2.1 million at the
-    # field shape; seen on the CPU and the H200): the second LayerNorm divides by the spread of a pair's
-    # H contracted channels, and where that spread is small it multiplies their bf16 rounding.
+    # bf16: one element in 10^5 may lie outside the elementwise bound (eager PyTorch's own bf16 composition
+    # put single elements there before the storage spread below was added: 4 of 2.8 million at N = 183,
+    # C = 84, H = 41; 1 of 2.1 million at the field shape; seen on the CPU and the H200).
     outliers={"bf16": 1e-5},
     # each pair's output row is a LayerNorm's, projected and gated: its rounding follows the row's own
     # scale, and heavy-tailed inputs make a few rows tens of times the rest (eager bf16 on the CPU, 12
     # heavy-tailed draws at N = 97-183: 43 elements outside the bound judged by the output's rms, 20 by
     # the larger of that and the row's; two channels swapped in five rows still put 244-1,328 outside)
     row_scale=True,
+    # bf16: heavy-tailed inputs leave some elements sensitive to the storage itself (a row of z with one
+    # huge value normalises the rest to small differences on a common offset, which bf16 rounds away):
+    # eager bf16 on the CPU, 60 draws at 30 random shapes, 27 elements outside the bound above, none with
+    # twice this spread added (whose median loosening of an element's bound is about 5%)
+    storage_error=lambda dtype, *inputs: storage_spread(reference, inputs, dtype),
 )

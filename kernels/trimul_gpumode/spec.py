@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from mage.check import storage_spread
 from mage.errors import MageInputError
 from mage.ops import FLOAT, Op, dim, same_device, tensor, torch_dtype
 
@@ -59,18 +60,24 @@ def _layernorm(v, w, b):
     return (v - mean) / torch.sqrt(var + EPS) * w + b
 
 
+def _exact(t):
+    return t
+
+
 def reference(x, mask, norm_w, norm_b, left_proj, right_proj, left_gate, right_gate, out_gate,
-              out_norm_w, out_norm_b, to_out):
-    """The update in float64 (of the inputs as given: bf16 inputs are widened exactly)."""
+              out_norm_w, out_norm_b, to_out, R=_exact):
+    """The update in float64 (of the inputs as given: bf16 inputs are widened exactly). ``R`` is applied
+    to every intermediate a bf16 module stores (``check.storage_spread`` rounds them; exact by default)."""
     (x, mask, norm_w, norm_b, left_proj, right_proj, left_gate, right_gate, out_gate, out_norm_w, out_norm_b,
      to_out) = (t.double() for t in (x, mask, norm_w, norm_b, left_proj, right_proj, left_gate, right_gate,
                                      out_gate, out_norm_w, out_norm_b, to_out))
-    xn = _layernorm(x, norm_w, norm_b)
+    xn = R(_layernorm(x, norm_w, norm_b))
     m = mask[..., None]
-    a = (xn @ left_proj.T) * m * torch.sigmoid(xn @ left_gate.T)
-    b = (xn @ right_proj.T) * m * torch.sigmoid(xn @ right_gate.T)
-    o = torch.einsum("bikh,bjkh->bijh", a, b)
-    return (_layernorm(o, out_norm_w, out_norm_b) * torch.sigmoid(xn @ out_gate.T)) @ to_out.T
+    a = R(R(xn @ left_proj.T) * m * R(torch.sigmoid(R(xn @ left_gate.T))))
+    b = R(R(xn @ right_proj.T) * m * R(torch.sigmoid(R(xn @ right_gate.T))))
+    o = R(torch.einsum("bikh,bjkh->bijh", a, b))
+    gate = R(torch.sigmoid(R(xn @ out_gate.T)))
+    return R(R(R(_layernorm(o, out_norm_w, out_norm_b)) * gate) @ to_out.T)
 
 
 def validate(x, mask, norm_w, norm_b, left_proj, right_proj, left_gate, right_gate, out_gate,
@@ -149,16 +156,19 @@ SPEC = Op(
     dtypes=("fp32", "bf16"),
     # the task's own verdict (elementwise rtol = atol = 2e-2) is checked beside these norm-wise ones
     tolerance={"fp32": 5e-5, "bf16": 2e-2},
-    # bf16: one element in 10^5 may lie outside the elementwise bound. Eager PyTorch's own bf16 composition
-    # puts single elements there (4 of 2.8 million at N = 183, C = 84, H = 41; 1 of 2.1 million at the
-    # field shape; seen on the CPU and the H200): the second LayerNorm divides by the spread of a pair's
-    # H contracted channels, and where that spread is small it multiplies their bf16 rounding.
+    # bf16: one element in 10^5 may lie outside the elementwise bound (eager PyTorch's own bf16 composition
+    # put single elements there before the storage spread below was added: 4 of 2.8 million at N = 183,
+    # C = 84, H = 41; 1 of 2.1 million at the field shape; seen on the CPU and the H200).
     outliers={"bf16": 1e-5},
     # each pair's output row is a LayerNorm's, projected and gated: its rounding follows the row's own
     # scale, and heavy-tailed inputs make a few rows tens of times the rest (eager bf16 on the CPU, 12
     # heavy-tailed draws at N = 97-183: 43 elements outside the bound judged by the output's rms, 20 by
     # the larger of that and the row's; two channels swapped in five rows still put 244-1,328 outside)
     row_scale=True,
+    # bf16: heavy-tailed inputs leave some elements sensitive to the storage itself (a row of x with one
+    # huge value normalises the rest to small differences on a common offset, which bf16 rounds away);
+    # the elementwise bound adds twice the spread of this form's storage (see the block's spec)
+    storage_error=lambda dtype, *inputs: storage_spread(reference, inputs, dtype),
 )
 
 
