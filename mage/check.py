@@ -159,7 +159,7 @@ def check(impl, shape: dict, trials: int = 3, seed: int = 0, dist: str = "normal
     device = device or default_device(impl)
     tol = spec.tol(impl.dtype)  # the spec's own tolerance where it states one
     result = CheckResult(impl.op, impl.name, impl.dtype, shape_key(shape), dist, math.nan, tol, False, trials)
-    why_not = impl.runs_on(device)
+    why_not = impl.runs_on(device) or impl.outside_limits(shape)
     if why_not:
         result.reason, result.ran = f"not run: {why_not}", False
         return result

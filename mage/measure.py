@@ -198,7 +198,11 @@ def plan(op_names, impl_names, shape_sets, caches, dtypes=None, log=None, where=
                         if past and log and cache == set_caches[0]:  # said once a shape, not once a cache
                             log(f"left out at {ops.shape_key(shape)} (past their max_flops): "
                                 f"{', '.join(f'{i.name}/{i.dtype}' for i in past)}")
-                        group = [i for i in group if i not in past]
+                        limited = [i for i in group if i.outside_limits(shape)]
+                        if limited and log and cache == set_caches[0]:
+                            log(f"left out at {ops.shape_key(shape)} (outside their stated limits): "
+                                + "; ".join(f"{i.name}/{i.dtype}: {i.outside_limits(shape)}" for i in limited))
+                        group = [i for i in group if i not in past and i not in limited]
                         if group:
                             cases.append((spec, shape, shape_set, cache, group))
     return cases

@@ -47,6 +47,10 @@ class Impl:
     # The most work (the spec's FLOPs) it is measured at: a teaching baseline past it would spend minutes of
     # a run's GPU time on one case. Shapes above it get no row (its line in the size sweep ends there).
     max_flops: float = float("inf")
+    # limits(shape) -> why it does not take ``shape`` (a library's documented limit, such as a width it
+    # needs a multiple of), else None. Such shapes get no row and no check: a call there is refused by
+    # its adapter with that reason, never computed wrong.
+    limits: Optional[Callable] = None
     # config_for(shape) -> the exact config that runs at ``shape`` (recorded with every row).
     config_for: Optional[Callable] = None
     # Tile choices: the configs a sweep tries (first: the plain one), and variant(**config) -> Impl.
@@ -64,6 +68,10 @@ class Impl:
     def config_at(self, shape: dict) -> dict:
         """The config that runs at ``shape``."""
         return self.config_for(shape) if self.config_for else dict(self.config)
+
+    def outside_limits(self, shape: dict) -> Optional[str]:
+        """Why ``shape`` is outside this implementation's stated limits, or None."""
+        return self.limits(shape) if self.limits else None
 
     def runs_on(self, device: str) -> Optional[str]:
         """None if this implementation can run on ``device`` ('cpu' or 'cuda') now, else why not."""

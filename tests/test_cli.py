@@ -107,6 +107,20 @@ def test_a_set_of_one_operations_own_is_a_choice_and_leaves_the_others_out(monke
     assert measure.plan(["matmul"], ["pytorch"], ["contest"], ["warm"], ["fp32"]) == []
 
 
+def test_a_column_is_left_out_of_the_shapes_outside_its_stated_limits(monkeypatch):
+    """cuEquivariance takes hidden widths in multiples of 32: at the AF3-class shapes (128) its columns are
+    planned, at a width of 41 they are left out and the log says why, never run to fail or time."""
+    from mage import measure, ops, registry
+    monkeypatch.setattr(registry.Impl, "runs_on", lambda self, device: None)  # plan as on a GPU machine
+    spec = ops.get("trimul_block")
+    monkeypatch.setitem(spec.shapes, "af3", [dict(N=8, C=128, H=128), dict(N=8, C=128, H=41)])
+    heard = []
+    cases = measure.plan(["trimul_block"], ["cuequivariance", "pytorch"], ["af3"], ["warm"], ["fp32"], log=heard.append)
+    names = {c[1]["H"]: sorted(i.name for i in c[4]) for c in cases}
+    assert names == {128: ["cuequivariance", "pytorch"], 41: ["pytorch"]}, names
+    assert any("stated limits" in h and "multiples of 32" in h for h in heard), heard
+
+
 def test_where_takes_key_value_pairs():
     from mage.cli_common import parse_where as _where
     from mage.errors import MageInputError

@@ -16,6 +16,7 @@ import torch
 
 from kernels.layernorm.spec import EPS
 from mage import env, facets
+from mage.errors import MageInputError
 from mage.registry import register
 
 # the versions a run measured go into its environment record
@@ -38,6 +39,17 @@ def library_arguments(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_ou
         norm_out_weight=gamma_out, norm_out_bias=beta_out,
         p_out_weight=w_out.t().contiguous(), p_out_bias=b_out,
         g_out_weight=g.t().contiguous(), g_out_bias=bg, eps=EPS)
+
+
+HIDDEN_MULTIPLE = 32  # the library's documented limit on the hidden width (0.13's docstring, note 3)
+
+
+def limits(shape: dict) -> Optional[str]:
+    """Why the library does not take ``shape``: a hidden width that is not a multiple of 32."""
+    H = shape["H"]
+    if H % HIDDEN_MULTIPLE:
+        return f"cuEquivariance takes hidden widths that are multiples of {HIDDEN_MULTIPLE}, not H = {H}"
+    return None
 
 
 def unavailable() -> Optional[str]:
@@ -67,6 +79,9 @@ class _Column:
         self.precision = precision
 
     def prepare(self, *inputs):
+        why = limits(dict(H=inputs[6].shape[0]))  # gamma_out: [H]
+        if why:  # refused here, so the library never sees a width it may compute wrong
+            raise MageInputError("trimul_block (cuequivariance)", "gamma_out", why)
         torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32-class: tf32x3, not TF32
         return library_arguments(*inputs), inputs[0].dim() == 4
 
@@ -79,9 +94,9 @@ class _Column:
 
 
 for _dtype in ("fp32", "bf16"):
-    register("trimul_block", "cuequivariance", dtype=_dtype, family="library", available=unavailable,
+    register("trimul_block", "cuequivariance", dtype=_dtype, family="library", available=unavailable, limits=limits,
              prepare=_Column(None).prepare, config={"call": "triangle_multiplicative_update", "precision": "default"}
              )(_Column(None))
-register("trimul_block", "cuequivariance_ieee", dtype="fp32", family="library", available=unavailable,
+register("trimul_block", "cuequivariance_ieee", dtype="fp32", family="library", available=unavailable, limits=limits,
          prepare=_Column("IEEE").prepare, config={"call": "triangle_multiplicative_update", "precision": "IEEE"}
          )(_Column("IEEE"))

@@ -303,7 +303,11 @@ def _id(i):
 @pytest.mark.parametrize("impl", IMPLS, ids=_id)
 def test_gpu_random_shapes(impl):
     shapes = SPEC.random_shapes(30) + SPEC.awkward + SPEC.shapes["field"] + SPEC.shapes["large"]
-    bad = [(s, d, r.reason) for s in shapes for d in ("normal", "heavy")
+    # a library's stated limits (cuEquivariance: hidden widths in multiples of 32) leave shapes out; the
+    # model's own shapes are never among them
+    taken = [s for s in shapes if not impl.outside_limits(s)]
+    assert SPEC.shapes["field"][0] in taken and SPEC.shapes["large"][0] in taken
+    bad = [(s, d, r.reason) for s in taken for d in ("normal", "heavy")
            for r in [check(impl, s, trials=1, dist=d, device="cuda")] if not r.passed]
     assert not bad, bad[:5]
 

@@ -44,3 +44,22 @@ def test_a_swapped_pair_of_weights_is_caught():
     H = inputs[6].shape[0]
     kw["p_in_weight"] = torch.cat([kw["p_in_weight"][H:], kw["p_in_weight"][:H]])
     assert (documented_update(**kw)[0] - SPEC.reference(*inputs)).abs().max() > 1e-3
+
+
+def test_a_hidden_width_the_library_does_not_take_is_refused_and_never_checked():
+    """cuEquivariance 0.13 documents hidden widths in multiples of 32 (the H200's random-shape test failed
+    its columns at widths like 41): the column refuses such a call with the reason, and the harness
+    neither checks nor times it there, while the AlphaFold 3 widths (128) stay in."""
+    import dataclasses
+
+    from mage import registry
+    from mage.check import check
+    from mage.errors import MageInputError
+    inputs = SPEC.inputs(dict(N=3, C=8, H=41), seed=0)
+    with pytest.raises(MageInputError, match="cuequivariance.*gamma_out.*multiples of 32"):
+        CQ._Column(None).prepare(*inputs)
+    for impl in (i for i in registry.impls("trimul_block") if i.name.startswith("cuequivariance")):
+        assert impl.outside_limits(dict(N=3, C=8, H=41)) and not impl.outside_limits(dict(N=3, C=8, H=128))
+        here = dataclasses.replace(impl, available=lambda: None, needs_cuda=False)  # as if installed
+        result = check(here, dict(N=3, C=8, H=41), trials=1, device="cpu")
+        assert not result.ran and "multiples of 32" in result.reason, result.reason
