@@ -2,7 +2,7 @@
 PY      := .venv/bin/python
 MACHINE ?= $(shell $(PY) -m mage machine-name 2>/dev/null || echo local)
 
-.PHONY: venv test test-all test-gpu measure check ceilings rust rust-lint book book-assets book-test regenerate wheels wheels-libraries clean
+.PHONY: venv test test-all test-gpu measure check ceilings rust rust-lint book book-assets book-test regenerate wheels wheels-libraries wheels-models clean
 
 venv: .venv/.stamp
 .venv/.stamp: requirements.txt pyproject.toml
@@ -97,6 +97,10 @@ wheels:
 # cuEquivariance and what it needs, for the triangle update's comparison on a GPU machine without them
 wheels-libraries:
 	MAGE_WHEELS=.whl-lib MAGE_WHEEL_LIST=notes/wheels_libraries.txt bash notes/wheels.sh
+
+# MACE and what importing it needs, for the model chapter's molecular model on such a machine
+wheels-models:
+	MAGE_WHEELS=.whl-models MAGE_WHEEL_LIST=notes/wheels_models.txt bash notes/wheels.sh
 
 clean:
 	rm -rf _build .pytest_cache

@@ -14,7 +14,7 @@ def cmd_models(a):
 
 @subcommand(65)
 def add_models(sub):
-    sp = sub.add_parser("models", help="V-JEPA 2's encoder and SchNet, stock and with the project's kernels "
+    sp = sub.add_parser("models", help="V-JEPA 2's encoder, SchNet and MACE, stock and with the project's kernels "
                         "swapped in: kernel time, spans, launches, kinds of work, Amdahl's prediction (needs CUDA)")
     run.arguments(sp)
     sp.set_defaults(fn=cmd_models)

@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from . import schnet, vjepa2
+from . import atoms, mace, schnet, vjepa2
 from . import swap as S
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -100,31 +100,74 @@ def fused_kinds(done: S.Swapped) -> tuple:
     return ("gelu",) if done.replaced["Linear + GELU"] else ()
 
 
-def _sum_call(E, n, F, ours: bool):
-    """A layer's sum of E messages of width F into n atoms, forward and backward (forces need both)."""
-    msgs = torch.randn(E, F, device="cuda", requires_grad=True)
-    index = torch.randint(0, n, (E,), device="cuda")
-    dy = torch.randn(n, F, device="cuda")
-    agg = schnet.KernelSum() if ours else None
+def _sum_call(index, n, F, ours: bool, stock_sum=None, device="cuda"):
+    """A layer's sum of one message of width F per edge into its receiver (``index``, the model's own
+    receivers, in the order its graph keeps them) over ``n`` atoms, forward and backward (forces need
+    both). Stock: ``stock_sum(messages, index, n)`` where the model has its own, else ``index_add``."""
+    msgs = torch.randn(index.numel(), F, device=device, requires_grad=True)
+    dy = torch.randn(n, F, device=device)
+    agg = atoms.KernelSum() if ours else None
 
     def fn():
-        y = agg(msgs, index, dim_size=n) if ours else torch.zeros(n, F, device="cuda").index_add(0, index, msgs)
+        if ours:
+            y = agg(msgs, index, dim_size=n)
+        elif stock_sum is not None:
+            y = stock_sum(msgs, index, n)
+        else:
+            y = torch.zeros(n, F, device=device).index_add(0, index, msgs)
         (g,) = torch.autograd.grad(y, msgs, dy)
-        return g
+        return y.detach(), g
     return fn
 
 
-def schnet_case(atoms: int, small: bool = False):
+def schnet_case(n_atoms: int, small: bool = False):
     cfg = schnet.SMALL if small else schnet.PUBLISHED
-    z, pos, L = schnet.box(atoms, device="cuda")
+    z, pos, L = schnet.box(n_atoms, device="cuda")
     edges = schnet.radius_graph(pos, L, cfg["cutoff"])
     stock = schnet.build(cfg, edges, L, device="cuda")
     swapped = copy.deepcopy(stock)
     n_layers = schnet.swap(swapped)
     f64 = copy.deepcopy(stock).double()
     E, F = edges.shape[1], cfg["num_filters"]
-    replaced = [(_sum_call(E, atoms, F, False), _sum_call(E, atoms, F, True), n_layers)]
-    return Case("schnet", f"atoms={atoms},edges={E},cutoff={cfg['cutoff']}", "fp32",
+    replaced = [(_sum_call(edges[1], n_atoms, F, False), _sum_call(edges[1], n_atoms, F, True), n_layers)]
+    return Case("schnet", f"atoms={n_atoms},edges={E},cutoff={cfg['cutoff']}", "fp32",
                 _columns(stock, swapped, lambda m: schnet.energy_and_forces(m, z, pos)),
                 lambda: schnet.energy_and_forces(f64, z, pos.double()), replaced,
                 swap=f"replaced {n_layers} neighbour sums")
+
+
+def _mace_scatter(msgs, index, n):
+    from mace.tools.scatter import scatter_sum  # the sum the package's interactions call
+    return scatter_sum(src=msgs, index=index, dim=0, dim_size=n)
+
+
+def _refusing(why: str):
+    """A column that could not be built: calling it raises ``why`` (the run records it as a failed check)."""
+    def fn():
+        raise RuntimeError(why)
+    return fn
+
+
+def mace_case(n_atoms: int, small: bool = False):
+    """MACE's energy and forces in FP32 (its precision for simulation), stock, compiled, swapped, and on
+    the package's cuEquivariance road ('accelerated', where the library is installed)."""
+    cfg = mace.SMALL if small else mace.PUBLISHED
+    z, pos, L = atoms.box(n_atoms, device="cuda", model="mace")
+    g = mace.graph(z, pos, L, cfg["r_max"])
+    stock = mace.build(cfg, mace.neighbours(g), device="cuda")
+    swapped = copy.deepcopy(stock)
+    widths = mace.swap(swapped)
+    f64 = copy.deepcopy(stock).double()
+    columns = _columns(stock, swapped, lambda m: mace.energy_and_forces(m, g))
+    try:
+        fast = mace.accelerated(copy.deepcopy(stock))
+        columns["accelerated"] = lambda: mace.energy_and_forces(fast, g)
+    except Exception as e:  # noqa: BLE001 - the library's road is a column where it installs, said where not
+        columns["accelerated"] = _refusing(f"no cuEquivariance road: {type(e).__name__}: {e}")
+    receivers = g["edge_index"][1]
+    replaced = [(_sum_call(receivers, n_atoms, F, False, _mace_scatter), _sum_call(receivers, n_atoms, F, True), 1)
+                for F in widths]
+    E = receivers.numel()
+    return Case("mace", f"atoms={n_atoms},edges={E},cutoff={cfg['r_max']}", "fp32", columns,
+                lambda: mace.energy_and_forces(f64, g), replaced,
+                swap=f"replaced {len(widths)} message sums (widths {widths} floats per edge)")

@@ -103,11 +103,14 @@ def measure(case: Case, iters: int, n_spans: int, log) -> tuple[list, list]:
 def arguments(ap) -> None:
     """The options of ``python -m mage models``."""
     ap.add_argument("--out", required=True, help="the machine's data folder; rows go to <out>/models/")
-    ap.add_argument("--models", nargs="+", default=["vjepa2", "schnet"], choices=["vjepa2", "schnet"])
+    ap.add_argument("--models", nargs="+", default=["vjepa2", "schnet", "mace"], choices=["vjepa2", "schnet", "mace"])
     ap.add_argument("--frames", type=int, nargs="+", default=[16, 64], help="V-JEPA 2 clip lengths")
     # 30,000 atoms: about 1.6 M edges; the float64 reference's forces at 100,000 atoms would need over
     # 100 GB (six interactions' saved messages), so larger boxes are asked for by name
     ap.add_argument("--atoms", type=int, nargs="+", default=[3000, 30000], help="SchNet box sizes")
+    # MACE-MP-0 medium's sizes at 6 A: about 90 neighbours an atom and 2,048 + 5,120 floats a message, so
+    # 3,000 atoms carry about 7.6 GB of messages a forward (and the float64 reference twice that)
+    ap.add_argument("--mace-atoms", type=int, nargs="+", default=[1000, 3000], help="MACE box sizes")
     ap.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--spans", type=int, default=30)
@@ -130,6 +133,8 @@ def run(a) -> int:
         cases += [lambda f=f, d=d: parts.vjepa2_case(f, d, a.small) for f in a.frames for d in a.dtypes]
     if "schnet" in a.models:  # SchNet's published form is FP32
         cases += [lambda n=n: parts.schnet_case(n, a.small) for n in a.atoms]
+    if "mace" in a.models:  # MACE simulates in FP32 (or FP64, which no kernel here has)
+        cases += [lambda n=n: parts.mace_case(n, a.small) for n in a.mace_atoms]
     key = ["op", "impl", "dtype", "shape", "shape_set", "cache", "view", "round", "stat", "stage"]
     for make in cases:
         case = make()

@@ -2,9 +2,8 @@
 over each atom's neighbours' messages swapped for this project's neighbour aggregation.
 
 SchNet's continuous-filter convolution sums, for every atom, one message per edge (the neighbour's
-features times a filter of the distance). That is a segment sum of message rows: the neighbour
-aggregation with the messages as its sources, the edges grouped by receiving atom and weights of one.
-The grouping is built once per graph, as a simulation keeps its neighbour list for several steps.
+features times a filter of the distance): PyTorch Geometric's sum aggregation, which the swap replaces
+with ``atoms.KernelSum``.
 """
 from __future__ import annotations
 
@@ -13,47 +12,19 @@ from torch import nn
 
 from mage.errors import MageInputError
 
-from .swap import _ops
+from . import atoms as A
+from .atoms import DENSITY, KernelSum, _minimum_image  # noqa: F401 - the names SchNet's users and tests know
 
-# water's number density, about 0.1 atoms per cubic angstrom (33 molecules per nm^3, three atoms each)
-DENSITY = 0.1
 SMALL = dict(hidden_channels=32, num_filters=32, num_interactions=2, num_gaussians=16, cutoff=4.0)
 PUBLISHED = dict(hidden_channels=128, num_filters=128, num_interactions=6, num_gaussians=50, cutoff=5.0)
 
 
 def box(atoms: int, seed: int = 0, device="cpu", density: float = DENSITY):
-    """(z, pos, L): water-like atom types (O, H, H), positions on a jittered cubic lattice (no two atoms
-    on top of each other) in a periodic cube of side L angstrom."""
-    if atoms < 1:
-        raise MageInputError("schnet", "atoms", f"must be at least 1, got {atoms}")
-    gen = torch.Generator().manual_seed(seed)
-    L = (atoms / density) ** (1 / 3)
-    side = int(round(atoms ** (1 / 3) + 0.5))
-    grid = torch.stack(torch.meshgrid(*[torch.arange(side)] * 3, indexing="ij"), -1).reshape(-1, 3)
-    pick = torch.randperm(len(grid), generator=gen)[:atoms]
-    pos = (grid[pick] + 0.5 + 0.3 * (torch.rand(atoms, 3, generator=gen) - 0.5)) * (L / side)
-    z = torch.tensor([8, 1, 1]).repeat(atoms // 3 + 1)[:atoms]
-    return z.to(device), pos.to(device=device, dtype=torch.float32), L
+    return A.box(atoms, seed, device, density, model="schnet")
 
 
-def _minimum_image(d, L):
-    return d - L * torch.round(d / L)
-
-
-@torch.no_grad()
 def radius_graph(pos, L: float, cutoff: float):
-    """Edges (source, target) between atoms closer than ``cutoff`` under periodic boundaries, both
-    directions, no self loops; by brute force in chunks (built once, so its cost is not measured)."""
-    if cutoff * 2 >= L:
-        raise MageInputError("schnet", "cutoff", f"{cutoff} must be under half the box side {L:.1f} (minimum image)")
-    chunk = max(1, min(4096, (1 << 26) // max(len(pos), 1)))  # rows of distances held at once: about 1 GB
-    parts = []
-    for lo in range(0, len(pos), chunk):
-        d = _minimum_image(pos[None, :, :] - pos[lo:lo + chunk, None, :], L).norm(dim=-1)
-        tgt, src = torch.nonzero(d < cutoff, as_tuple=True)
-        keep = src != tgt + lo
-        parts.append(torch.stack([src[keep], tgt[keep] + lo]))
-    return torch.cat(parts, 1)
+    return A.radius_graph(pos, L, cutoff, model="schnet")
 
 
 class FixedGraph(nn.Module):
@@ -77,36 +48,6 @@ def build(config: dict, edge_index, L: float, device="cpu", seed: int = 0):
         raise MageInputError("schnet", "torch_geometric", f"is needed to build the model ({e})") from None
     torch.manual_seed(seed)
     return SchNet(**config, interaction_graph=FixedGraph(edge_index, L)).to(device).eval()
-
-
-class KernelSum(nn.Module):
-    """A message-passing layer's sum over neighbours through the neighbour aggregation: messages [E, F]
-    summed into their receivers. The receivers' grouping (the edges sorted by receiver, and where each
-    receiver's run starts) is kept for the index tensor it was built from."""
-
-    def __init__(self):
-        super().__init__()
-        self._key, self._csr = None, None
-
-    def _grouping(self, index, n: int):
-        key = (index.data_ptr(), index._version, index.numel(), n)
-        if key != self._key:
-            order = torch.argsort(index, stable=True)
-            counts = torch.bincount(index, minlength=n)
-            rowptr = torch.zeros(n + 1, dtype=torch.int32, device=index.device)
-            rowptr[1:] = torch.cumsum(counts, 0)
-            ones = torch.ones(index.numel(), dtype=torch.float32, device=index.device)
-            self._key, self._csr = key, (rowptr, order.to(torch.int32), ones)
-        return self._csr
-
-    def forward(self, x, index, ptr=None, dim_size=None, dim=-2):
-        if x.dim() != 2 or dim not in (0, -2):
-            raise MageInputError("neighbor_agg", "messages", f"must be [edges, features] summed over dim 0, got "
-                                 f"shape {tuple(x.shape)} and dim {dim}")
-        n = int(dim_size) if dim_size is not None else int(index.max()) + 1
-        rowptr, order, ones = self._grouping(index, n)
-        # the kernel packages' operators and their autograd, found by discovery once (swap._ops)
-        return _ops().triton_neighbor_agg(rowptr, order, ones, x.contiguous())
 
 
 def swap(model: nn.Module) -> int:

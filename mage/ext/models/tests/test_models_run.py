@@ -60,12 +60,28 @@ def test_the_calls_amdahl_times_run_alone_and_agree(kind):
     torch.testing.assert_close(ours(), want, rtol=1e-4, atol=1e-4)
 
 
+@needs_kernels
+@pytest.mark.parametrize("stock_sum", ["index_add", "mace"])
+def test_the_sums_amdahl_times_agree_forward_and_backward(stock_sum):
+    """The molecular models' replaced call, ours and stock (PyTorch's index_add for SchNet, the package's
+    scatter for MACE), at receivers grouped as the models' graphs keep them."""
+    if stock_sum == "mace":
+        pytest.importorskip("mace.tools.scatter")
+    index = torch.sort(torch.randint(0, 9, (50,), generator=torch.Generator().manual_seed(0))).values
+    got = []
+    for ours in (True, False):
+        torch.manual_seed(1)  # the same messages and output gradient for both
+        got.append(P._sum_call(index, 9, 5, ours, P._mace_scatter if stock_sum == "mace" else None, device="cpu")())
+    torch.testing.assert_close(got[0], got[1])
+
+
 @pytest.mark.gpu
 def test_the_run_records_rows_the_loader_reads(tmp_path):
-    assert R.main(["--out", str(tmp_path), "--small", "--frames", "4", "--atoms", "200", "--iters", "3",
-                   "--spans", "3"]) == 0
+    assert R.main(["--out", str(tmp_path), "--small", "--frames", "4", "--atoms", "200", "--mace-atoms", "200",
+                   "--iters", "3", "--spans", "3"]) == 0
     rows = data.load(tmp_path / "models")
-    assert set(rows.impl) == {"stock", "stock_compile", "swapped", "swapped_compile"}
+    assert set(rows.impl) == {"stock", "stock_compile", "swapped", "swapped_compile", "accelerated"}
+    assert set(rows[rows.impl == "accelerated"].op) == {"mace"}  # MACE's own cuEquivariance road
     assert set(rows.view) >= {"kernel_time", "launches", "event_span", "kernel_part"}
     checks = data.load_checks(tmp_path / "models")
     assert checks.passed.all(), checks
