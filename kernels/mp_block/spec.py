@@ -1,6 +1,7 @@
-"""The message-passing layer (a graph network / MACE-style interaction, simplified): each node sums
-its neighbours' features weighted by a smooth function of their distance, normalises the sum, passes
-it through a two-layer MLP and adds the result to its own features:
+"""The message-passing layer, closest to a SchNet interaction or a graph convolution: each node sums its
+neighbours' features weighted by a smooth function of their distance, normalises the sum, passes it
+through a two-layer MLP and adds the result to its own features (no equivariant features, no learned
+radial basis, no higher-order products: not MACE, which the model chapter runs as its package builds it):
 
     m_i = sum over j in N(i) of w_ij h_j,   h'_i = h_i + W2 gelu(W1 LN(m_i) + b1) + b2
 
