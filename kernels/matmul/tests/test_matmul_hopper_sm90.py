@@ -1,6 +1,6 @@
 """The Hopper road's 4-byte configs (TF32, fp32x3, and fp32x3 split once) compiled for sm_90a on the CPU
-(``kernels/_triton/sm90.py``): none spills to local memory and each fits a block's shared memory. The split keeps two accumulators
-(its small products apart from the large one), so tiles that fit the other roads may not fit here."""
+(``kernels/_triton/sm90.py``): none spills to local memory and each fits a block's shared memory. The split keeps two
+accumulators (a k step's three products, and the running sum), so tiles that fit the other roads may not fit here."""
 from __future__ import annotations
 
 import pytest
