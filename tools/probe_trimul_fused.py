@@ -3,8 +3,11 @@
 profile of 10 calls, each config checked against float64 at N = 96 (heavy-tailed) first:
 
     python3 tools/probe_trimul_fused.py          # from the repository root; prints one line a variant
+    python3 tools/probe_trimul_fused.py NAME ... # those bf16 configs as they are (no variations)
 
 Not the record (that is ``mage measure``); data/h200/fused/probe2.txt is its output of 2026-12-05."""
+import sys
+
 from mage import registry, ops
 from mage.check import check
 from mage.profile import profile
@@ -12,8 +15,9 @@ import kernels.trimul_block.triton_block as tb
 SPEC = ops.OPS["trimul_block"]
 impl = registry.get("trimul_block", "triton", "bf16")
 args = SPEC.inputs(dict(N=1024, C=128, H=128), seed=1, dtype="bf16", device="cuda")
-for n in ("fused_r64_h32_tma_cublas", "fused_r64_h32_tma2_cublas", "fused_r64_h32_tma3_cublas"):
-    for over in ({}, dict(FIN_R=64), dict(FIN_C=32), dict(FIN_WARPS=8)):
+names = sys.argv[1:] or ["fused_r64_h32_tma_cublas", "fused_r64_h32_tma2_cublas", "fused_r64_h32_tma3_cublas"]
+for n in names:
+    for over in ({}, dict(FIN_R=64), dict(FIN_C=32), dict(FIN_WARPS=8))[:1 if sys.argv[1:] else 4]:
         v = impl.variant(**dict(tb.TILES["bf16"][n], **over))
         r = check(v, dict(N=96, C=128, H=128), trials=1, device="cuda", dist="heavy")
         p = profile(lambda: v.fn(*args), iters=10)

@@ -222,11 +222,18 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     offs_64 = max(at.numel(), g.numel()) >= common.INT32_LIMIT
     flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
     ad, bd, gd = _store_descriptors(at, bt, g, B, NN, C, H, c)
-    _in_kernel[(B * common.cdiv(NN, c["IN_R"]),)](zc, gi, bi, wi, bb, m, at, bt, g, wd2, wd1, wb, wg, ad, bd, gd,
-                                             NN, C, H, EPS,
-                                             BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"],
-                                             TMA=c["IN_TMA"], TSTORE=ad is not None,
-                                             num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **flags)
+    tiles = B * common.cdiv(NN, c["IN_R"])
+    if c["IN_RESIDENT"]:  # persistent, w_in loaded once a program (imported here: it uses this module's helpers)
+        from . import _fused_resident as res
+        n = res.programs(tiles, z.device)
+        res._in_resident_kernel[(n,)](zc, gi, bi, wi, bb, m, at, bt, g, NN, C, H, EPS, tiles, NUM_PROGRAMS=n,
+                                      BLOCK_R=c["IN_R"], CW=_width(C), HW=_width(H),
+                                      num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **flags)
+    else:
+        _in_kernel[(tiles,)](zc, gi, bi, wi, bb, m, at, bt, g, wd2, wd1, wb, wg, ad, bd, gd, NN, C, H, EPS,
+                             BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"],
+                             TMA=c["IN_TMA"], TSTORE=ad is not None,
+                             num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **flags)
     _contract(at, bt, o, c, launch, offs_64)
     if emulate:
         o.copy_(o.to(z.dtype))  # the GPU stores o in bf16: the same values, rounded to nearest even

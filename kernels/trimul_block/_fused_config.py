@@ -14,17 +14,18 @@ STAGES = 1
 
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
-         join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False) -> dict:
+         join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
-    kernel's a, b and g stored through descriptors (where their rows are 16-byte multiples)."""
+    kernel's a, b and g stored through descriptors (where their rows are 16-byte multiples); ``resident``: the
+    first kernel persistent, w_in loaded once a program and kept in shared memory (``_fused_resident``)."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
-                FIN_TMA=fin_tma, IN_TSTORE=tstore)
+                FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident)
 
 
-def refuse_bad_config(c: dict, C: int, H: int) -> None:
+def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
     def no(why):
         raise MageInputError(NAME, "config", why)
     if c["ROAD"] not in ("steps", "fused"):
@@ -35,6 +36,15 @@ def refuse_bad_config(c: dict, C: int, H: int) -> None:
         no(f"BMM='cublas' contracts in IEEE FP32 (or bf16 products); CONTRACT={c['CONTRACT']!r} needs BMM='triton'")
     if c["IN_TMA"] and not c["IN_JOIN"]:
         no("IN_TMA loads the weights in IN_JOIN's order: it needs IN_JOIN=True")
+    if c["IN_RESIDENT"] and (not c["IN_JOIN"] or c["IN_TMA"] or c["IN_TSTORE"]):
+        no("IN_RESIDENT loads w_in whole in IN_JOIN's order and stores by pointer: it needs IN_JOIN=True, "
+           "IN_TMA=False and IN_TSTORE=False")
+    if c["IN_RESIDENT"] and c["ROAD"] == "fused":
+        from ._fused_resident import RESIDENT_BYTES, resident_bytes
+        need = resident_bytes(C, H, itemsize)
+        if need > RESIDENT_BYTES:
+            no(f"IN_RESIDENT keeps w_in in shared memory: {need // 1024} KB at C = {C}, H = {H} and "
+               f"{itemsize}-byte values, past its {RESIDENT_BYTES // 1024} KB (bf16 at 128 channels fits)")
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):

@@ -119,6 +119,13 @@ _BF16 = {
     # data/h200/fused/probe2.txt; the block 1,357 us against 1,412 for fused_r64_h32_tma_cublas)
     "fused_r64_h32_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=64,
                                                                                 fin_c=64, fin_tma=True)),
+    # the first kernel persistent, w_in kept in shared memory (_fused_resident): its weights cross from L2
+    # once an SM, not once a tile of 64 pairs (160 KB for 16 KB of z). Compiled for sm_90a: 64 pairs and 8
+    # warps fit (255 registers, no spills, 184 KB of shared memory); 4 warps spill 584 bytes a thread, 32
+    # pairs at 4 warps 56, 128 pairs at 8 warps 560. Not yet measured
+    "fused_res_r64_w8_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, in_warps=8, join=True,
+                                                                                   resident=True, fin_r=64, fin_c=64,
+                                                                                   fin_tma=True)),
     # and a, b and g stored through descriptors: the first kernel 686 us against 668 (same probe)
     "fused_r64_h32_tma3_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=128,
                                                                             fin_c=64, fin_tma=True, tstore=True)),

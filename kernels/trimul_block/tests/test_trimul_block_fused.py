@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from kernels.trimul_block import _fused, _fused_weights
+from kernels.trimul_block import _fused_resident as res
 from kernels.trimul_block import triton_block as tb
 from mage import ops, registry
 from mage.check import check, describe_mismatch, outside
@@ -39,7 +40,33 @@ def test_every_fused_config_is_in_the_sweep_and_makes_three_launches():
 @pytest.mark.parametrize("dist", ("normal", "heavy"))
 @pytest.mark.parametrize("dtype,name", FUSED, ids=[f"{d}-{n}" for d, n in FUSED])
 def test_fused_configs_at_awkward_shapes(dtype, name, dist):
-    check_shapes(_variant(dtype, name), SHAPES, dist)
+    c = tb.TILES[dtype][name]
+    # a resident config holds w_in whole in shared memory: shapes past its budget are refused (tested below)
+    shapes = [s for s in SHAPES if not c["IN_RESIDENT"] or res.resident_bytes(s["C"], s["H"], 2) <= res.RESIDENT_BYTES]
+    check_shapes(_variant(dtype, name), shapes, dist)
+
+
+@cpu_only
+def test_the_resident_first_kernel_walks_tiles_across_complexes(poisoned):
+    """Persistent: a few programs under the interpreter, each walking tiles that cross from one complex to
+    the next (16 pairs a tile, 81 pairs a complex, three complexes: 18 tiles), each complex against its own
+    float64 reference; and its refusals: FP32's w_in past the shared memory, a width past the budget."""
+    name = next(n for d, n in FUSED if d == "bf16" and tb.TILES[d][n]["IN_RESIDENT"])
+    v = _variant("bf16", name, IN_R=16)
+    reqs = [SPEC.inputs(dict(N=9, C=12, H=20), seed=60 + c, dtype="bf16", dist="heavy" if c == 2 else "normal")
+            for c in range(3)]
+    z, mask = torch.stack([r[0] for r in reqs]), torch.stack([r[1] for r in reqs])
+    out = torch.full_like(z, math.nan)
+    v.fn(z, mask, *reqs[0][2:], out=out)
+    for c, (zc, mc, *_) in enumerate(reqs):
+        want = SPEC.reference(zc, mc, *reqs[0][2:])
+        assert rel_err(out[c], want) <= SPEC.tol("bf16"), (c, rel_err(out[c], want))
+    fp32 = SPEC.inputs(dict(N=3, C=128, H=128), seed=1)
+    e = assert_refuses(lambda: tb.trimul_block(*fp32, **tb.TILES["bf16"][name]), "trimul_block", "config")
+    assert "IN_RESIDENT" in str(e) and "4-byte" in str(e)
+    wide = SPEC.inputs(dict(N=2, C=160, H=33), seed=1, dtype="bf16")
+    e = assert_refuses(lambda: tb.trimul_block(*wide, **tb.TILES["bf16"][name]), "trimul_block", "config")
+    assert "shared memory" in str(e)
 
 
 @cpu_only

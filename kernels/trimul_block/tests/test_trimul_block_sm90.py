@@ -17,7 +17,21 @@ _CONSTS = ("BLOCK_R", "WIDTH", "CHUNK", "BF16", "EMULATE", "PRECISION", "OFFS_64
 FUSED = [(dt, n) for dt in ("bf16", "fp32") for n, c in tb.TILES[dt].configs.items() if c["ROAD"] == "fused"]
 
 
+def _resident_usage(c: dict) -> dict:
+    """The persistent first kernel (``IN_RESIDENT``): w_in's three tiles kept in shared memory."""
+    from kernels.trimul_block import _fused_resident as res
+    sig = dict({p: "*bf16" for p in _PTRS["in"]}, NN="i32", C="i32", H="i32", eps="fp32", tiles_total="i32")
+    consts = dict(NUM_PROGRAMS=132, BLOCK_R=c["IN_R"], CW=128, HW=128, BF16=True, EMULATE=False, PRECISION="ieee",
+                  OFFS_64=False)
+    sig.update({k: "constexpr" for k in consts})
+    sig = {a: sig[a] for a in res._in_resident_kernel.arg_names}
+    return sm90.resources("kernels.trimul_block._fused_resident:_in_resident_kernel", sig, consts, c["IN_WARPS"],
+                          c["F_STAGES"], aligned=(*_PTRS["in"], "NN", "C", "H"))
+
+
 def _usage(kernel: str, c: dict, dtype: str) -> dict:
+    if kernel == "in" and c["IN_RESIDENT"]:
+        return _resident_usage(c)
     fn = f"kernels.trimul_block._fused:_{kernel}_kernel"
     rows, chunk, warps = (c["IN_R"], c["IN_H"], c["IN_WARPS"]) if kernel == "in" else (c["FIN_R"], c["FIN_C"], c["FIN_WARPS"])
     ty = "*bf16" if dtype == "bf16" else "*fp32"

@@ -1,0 +1,86 @@
+"""The fused road's first kernel with its weights resident (config key ``IN_RESIDENT``, bf16 only).
+
+``_fused._in_kernel`` reads all of w_in for every tile of pairs: at C = H = 128 and bf16 that is 160 KB of
+weights for 16 KB of z, and a profile found the first kernel bound by that traffic through L1 (70% busy,
+DRAM 24%). Here one program per SM loads w_in once, as three tiles (a's gates and values interleaved, b's,
+and the output gate's), and walks the pair tiles pid, pid + #programs, ...: the compiler keeps the
+loop-invariant tiles in shared memory, where wgmma reads them (compiled for sm_90a, the tiles' allocations
+sit before the loop), so the weights cross from L2 once an SM instead of once a tile.
+
+It holds the whole of w_in: 2 (4 H' + C') C' bytes at bf16 for the padded widths C', H', 160 KB at the
+models' 128 channels; FP32 would need twice that, past a block's shared memory, so it is refused there.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._fused import _layernorm_rows, _round
+
+RESIDENT_BYTES = 176 * 1024  # the resident weights' budget: a block has 227 KB, z's tiles need the rest
+
+
+def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
+    """Bytes of shared memory the resident weights take at padded widths (tl tiles are powers of two)."""
+    cw, hw = max(16, triton.next_power_of_2(C)), max(16, triton.next_power_of_2(H))
+    return itemsize * cw * (4 * hw + cw)
+
+
+# <kernel>
+@triton.jit
+def _in_resident_kernel(
+    Z, GAMMA, BETA, W, BIAS, M, AT, BT, G,  # as _fused._in_kernel, w_in and its bias in IN_JOIN's order
+    NN, C, H, eps, tiles_total,
+    NUM_PROGRAMS: tl.constexpr, BLOCK_R: tl.constexpr, CW: tl.constexpr, HW: tl.constexpr,
+    BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
+):
+    cs = tl.arange(0, CW)
+    cmask = cs < C
+    ps = tl.arange(0, 2 * HW)
+    pmask = ps < 2 * H
+    ldw = 4 * H + C
+    # w_in's three tiles, loaded once: loop invariants, kept in shared memory for the dots below
+    wmask = cmask[:, None] & pmask[None, :]
+    wa = tl.load(W + cs[:, None] * ldw + ps[None, :], mask=wmask, other=0.0)
+    wb = tl.load(W + cs[:, None] * ldw + 2 * H + ps[None, :], mask=wmask, other=0.0)
+    wg = tl.load(W + cs[:, None] * ldw + 4 * H + cs[None, :], mask=cmask[:, None] & cmask[None, :], other=0.0)
+    bias_a = tl.load(BIAS + ps, mask=pmask, other=0.0).to(tl.float32)
+    bias_b = tl.load(BIAS + 2 * H + ps, mask=pmask, other=0.0).to(tl.float32)
+    bias_g = tl.load(BIAS + 4 * H + cs, mask=cmask, other=0.0).to(tl.float32)
+    hs = tl.arange(0, HW)
+    hmask = hs < H
+    tiles = tl.cdiv(NN, BLOCK_R)
+    nn = NN
+    if OFFS_64:
+        nn = nn.to(tl.int64)
+    for t in range(tl.program_id(0), tiles_total, NUM_PROGRAMS):
+        # this tile's pairs, all of one complex (as _fused._pairs, for tile t rather than the program's)
+        b = t // tiles
+        pair = (t % tiles) * BLOCK_R + tl.arange(0, BLOCK_R)
+        if OFFS_64:
+            b = b.to(tl.int64)
+            pair = pair.to(tl.int64)
+        rows, cm, rmask = b * nn + pair, b * H * nn + pair, pair < nn
+        zn = _layernorm_rows(Z + rows[:, None] * C + cs[None, :], rmask[:, None] & cmask[None, :], GAMMA, BETA,
+                             cs, cmask, C, eps)
+        zn = _round(zn, BF16, EMULATE).to(wa.dtype)  # the GEMM's operand, rounded once
+        m = tl.load(M + rows, mask=rmask, other=0.0).to(tl.float32)
+        dst = cm[:, None] + hs[None, :] * nn
+        smask = rmask[:, None] & hmask[None, :]
+        pa = tl.dot(zn, wa, input_precision=PRECISION) + bias_a[None, :]
+        ga, va = tl.split(tl.reshape(pa, (BLOCK_R, HW, 2)))  # columns gate 0, value 0, gate 1, ...
+        tl.store(AT + dst, _round(tl.sigmoid(ga) * va * m[:, None], BF16, EMULATE), mask=smask)
+        pb = tl.dot(zn, wb, input_precision=PRECISION) + bias_b[None, :]
+        gb, vb = tl.split(tl.reshape(pb, (BLOCK_R, HW, 2)))
+        tl.store(BT + dst, _round(tl.sigmoid(gb) * vb * m[:, None], BF16, EMULATE), mask=smask)
+        g = tl.sigmoid(tl.dot(zn, wg, input_precision=PRECISION) + bias_g[None, :])
+        tl.store(G + rows[:, None] * C + cs[None, :], _round(g, BF16, EMULATE), mask=rmask[:, None] & cmask[None, :])
+# </kernel>
+
+
+def programs(tiles_total: int, device) -> int:
+    """One program an SM (none idle at small sizes); under the interpreter a few, so its loop is walked."""
+    if device.type != "cuda":
+        return max(1, min(tiles_total, 3))
+    import torch
+    return max(1, min(tiles_total, torch.cuda.get_device_properties(device).multi_processor_count))
