@@ -5,12 +5,14 @@ from __future__ import annotations
 from kernels._triton import TileTable
 
 
-def _cfg(bm, bn, bk, warps, stages, group=8, store=1, subtile=0, flatten=0, ws=0, split=0, nocopy=0):
+def _cfg(bm, bn, bk, warps, stages, group=8, store=1, subtile=0, flatten=0, ws=0, split=0, nocopy=0, swap=0):
     """One config: tiles, warps, stages, GROUP_M, and the switches (TMA store of C, its two-half
     subtile, the tile loop's flatten and warp-specialize options; the last three risky, off by default;
-    fp32x3's operands split once before the GEMM, ``_split``; a 4-byte B read as [K, N] with no copy, ``_nc``)."""
+    fp32x3's operands split once before the GEMM, ``_split``; a 4-byte B read as [K, N] with no copy, ``_nc``;
+    the product taken as C^T = B^T A^T with B's tiles the register operand, ``_sw``)."""
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps, num_stages=stages,
-                TMA_STORE=store, EPILOGUE_SUBTILE=subtile, FLATTEN=flatten, WARP_SPEC=ws, SPLIT=split, B_AS_IS=nocopy)
+                TMA_STORE=store, EPILOGUE_SUBTILE=subtile, FLATTEN=flatten, WARP_SPEC=ws, SPLIT=split, B_AS_IS=nocopy,
+                SWAP_AB=swap)
 
 
 # Names: tiles, warps (w), stages (s); suffixes: '_ps' plain masked stores instead of the TMA store,
@@ -37,6 +39,11 @@ _TF32 = {
     # The copy is about half of the gap to cuBLAS at 4096^3 (kernels/NOTES.md); unmeasured
     "m128_n256_k32_w8_s3_ps_nc": _cfg(128, 256, 32, 8, 3, store=0, nocopy=1),
     "m128_n128_k32_w8_s4_nc": _cfg(128, 128, 32, 8, 4, nocopy=1),
+    # '_sw': C^T = B^T A^T, so a [K, N] B is the dot's first operand, which wgmma may take from registers:
+    # its tiles go from shared memory to registers transposed, with no store back (where a [K, N] B comes
+    # with no epilogue; elsewhere the base road). Unmeasured
+    "m128_n128_k32_w8_s4_sw": _cfg(128, 128, 32, 8, 4, swap=1),
+    "m128_n256_k32_w8_s3_sw": _cfg(128, 256, 32, 8, 3, swap=1),
     # longer K steps and deeper pipelines for the 128x256 tile (96 KB a stage at BLOCK_K 64, 48 KB at 32):
     # fewer waits per output tile, the lever the B-K-major kernel alone has left (0.81 of cuBLAS at 4096^3)
     "m128_n256_k64_w8_s2_ps": _cfg(128, 256, 64, 8, 2, store=0),

@@ -64,6 +64,7 @@ def _hopper_gemm_kernel(
     SUBTILE: tl.constexpr,  # TMA store in two halves of BLOCK_N / 2 (fewer live registers at the store)
     FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,  # the tile loop's compiler options (off unless a config asks)
     SPLIT: tl.constexpr,  # fp32x3 from operands split before the GEMM: three TF32 products of loaded tiles
+    A_KM: tl.constexpr,  # 1: a_desc is over A^T [K, M] (M-major): each tile transposed on the way to the dot
 ):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -75,7 +76,10 @@ def _hopper_gemm_kernel(
         on = tile_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ks in range(k_steps):
-            a = a_desc.load([om, ks * BLOCK_K])  # past K (or M) TMA reads zeros: no masks
+            if A_KM:
+                a = a_desc.load([ks * BLOCK_K, om]).T
+            else:
+                a = a_desc.load([om, ks * BLOCK_K])  # past K (or M) TMA reads zeros: no masks
             if B_NK:
                 b = b_desc.load([on, ks * BLOCK_K]).T
             else:
@@ -183,6 +187,10 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
         # exact in FP32, so FP32 copies give the sums the tensor cores form (checks indexing on the CPU)
         A, B = A.float(), B.float()
     split = bool(consts.pop("SPLIT", 0)) and precision == "fp32x3"
+    swap = bool(consts.pop("SWAP_AB", 0))
+    if swap and not split and not b_nk and A.element_size() == 4 and bias is None and res_none(residual, gate) \
+            and not gelu and _tma_ready(B) and _tma_ready(A):
+        return _swapped(A, B, out, M, K, N, precision, consts, launch, num_sms)
     a_lo_desc = b_lo_desc = None
     # B^T [N, K] K-major for 4-byte types (or where a bf16 [K, N] cannot be read as it is)
     as_is = bool(consts.pop("B_AS_IS", 0))  # a 4-byte [K, N] B read in place, transposed in shared memory
@@ -212,8 +220,31 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
         NUM_SMS=nsm, PRECISION="tf32" if split else PRECISION[precision], B_NK=int(nk), BIAS=bias is not None, GELU=bool(gelu),
         EPILOGUE=1 if residual is not None else 2 if gate is not None else 0,
         TMA_STORE=c_desc is not None, SUBTILE=bool(subtile and c_desc is not None),
-        FLATTEN=bool(consts.pop("FLATTEN", 0)), WARP_SPEC=bool(consts.pop("WARP_SPEC", 0)), SPLIT=split, **consts,
-        **launch)
+        FLATTEN=bool(consts.pop("FLATTEN", 0)), WARP_SPEC=bool(consts.pop("WARP_SPEC", 0)), SPLIT=split, A_KM=False,
+        **consts, **launch)
+    return out
+
+
+def res_none(residual, gate) -> bool:
+    return residual is None and gate is None
+
+
+def _swapped(A, B, out, M, K, N, precision, consts, launch, num_sms):
+    """C^T = B^T A^T ('_sw' configs: a 4-byte [K, N] B, no epilogue): B's tiles, loaded as they lie and
+    transposed in registers, become the dot's first operand, which wgmma may read from registers, and A,
+    K-major already, the second, read from shared memory; no copy of B and no transposing pass through
+    shared memory. C's tile is stored transposed through pointers."""
+    bm, bn, bk = consts["BLOCK_M"], consts["BLOCK_N"], consts["BLOCK_K"]
+    consts = {k: v for k, v in consts.items() if k not in ("TMA_STORE", "EPILOGUE_SUBTILE", "B_AS_IS")}
+    a_desc = TensorDescriptor(B, [K, N], [B.stride(0), 1], [bk, bm])  # the product's first operand: B^T [N, K]
+    b_desc = TensorDescriptor(A, [M, K], [A.stride(0), 1], [bn, bk])  # its second, K-major: A [M, K]
+    tiles = common.cdiv(N, bm) * common.cdiv(M, bn)
+    nsm = num_sms or programs(A.device, tiles)
+    _hopper_gemm_kernel[(nsm,)](
+        a_desc, b_desc, None, None, None, out, out, out, N, M, K, out.stride(1), out.stride(0), 0, 0,
+        NUM_SMS=nsm, PRECISION=PRECISION[precision], B_NK=1, BIAS=False, GELU=False, EPILOGUE=0, TMA_STORE=False,
+        SUBTILE=False, FLATTEN=bool(consts.pop("FLATTEN", 0)), WARP_SPEC=bool(consts.pop("WARP_SPEC", 0)),
+        SPLIT=False, A_KM=True, **consts, **launch)
     return out
 
 

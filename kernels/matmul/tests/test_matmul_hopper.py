@@ -6,6 +6,8 @@ interpreter computes TF32 and tf32x3 dots in full FP32 and bf16 through FP32 cop
 indexing and layouts, not precision, TMA or wgmma (the GPU sweep does)."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -86,6 +88,32 @@ def test_every_sweep_config(dtype):
     for cfg in impl.sweep:
         r = check(impl.variant(**cfg), dict(M=67, K=45, N=33), trials=1, device="cpu")
         assert r.passed, f"{cfg}: {r.reason}"
+
+
+@cpu_only
+def test_the_swapped_product_and_where_it_steps_aside(monkeypatch):
+    """'_sw' configs compute C^T = B^T A^T (B's [K, N] tiles as the register operand, C stored transposed):
+    at 16-byte-aligned rows they take that road, at odd sizes or with an epilogue or a Linear's [N, K]
+    weight the base road, and every case matches float64."""
+    names = [n for n, c in hop.TILES["tf32"].configs.items() if c.get("SWAP_AB")]
+    assert names
+    taken = []
+    real = hop._swapped
+    monkeypatch.setattr(hop, "_swapped", lambda *a: taken.append(1) or real(*a))
+    for name in names:
+        cfg = dict(hop.TILES["tf32"][name], BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, num_stages=2)
+        A, B = _inputs(68, 48, 36)  # rows of 48 and 36 floats: 16-byte multiples, tiles cut at the edges
+        want = A.double() @ B.double()
+        out = torch.full((68, 36), math.nan)
+        assert hop.gemm(A, B, precision="tf32", out=out, **cfg) is out and rel_err(out, want) < 1e-6
+        assert len(taken) == 1
+        bias = torch.randn(36)
+        assert rel_err(hop.gemm(A, B, precision="tf32", bias=bias, **cfg), want + bias.double()) < 1e-6
+        assert rel_err(hop.gemm(A, B.t().contiguous(), precision="tf32", b_nk=True, **cfg), want) < 1e-6
+        A2, B2 = _inputs(67, 45, 33)
+        assert rel_err(hop.gemm(A2, B2, precision="tf32", **cfg), A2.double() @ B2.double()) < 1e-6
+        assert len(taken) == 1  # none of the last three took it
+        taken.clear()
 
 
 def test_tables_name_their_tiles_and_the_bases_avoid_risky_switches():

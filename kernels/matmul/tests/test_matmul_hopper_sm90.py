@@ -14,18 +14,20 @@ SPLIT = [n for n, c in th.TILES["fp32x3"].configs.items() if c.get("SPLIT")]
 
 def _usage(cfg: dict, precision: str = "fp32x3") -> dict:
     """The config compiled as the launcher runs it: split operands multiply as plain TF32; B K-major (after
-    its copy, or split) unless an '_nc' config reads it as [K, N]."""
-    split = bool(cfg["SPLIT"])
-    b_nk = 0 if cfg["B_AS_IS"] and not split else 1
+    its copy, or split) unless an '_nc' config reads it as [K, N]; a '_sw' config's first operand is B as
+    [K, N] (transposed in registers), its second A K-major, and C stored by pointer."""
+    split, swap = bool(cfg["SPLIT"]), bool(cfg.get("SWAP_AB"))
+    b_nk = 0 if cfg["B_AS_IS"] and not split and not swap else 1
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     desc = lambda r, c: f"tensordesc<fp32[{r}, {c}]>"  # noqa: E731
-    sig = dict(a_desc=desc(bm, bk), b_desc=desc(bn, bk) if b_nk else desc(bk, bn), a_lo_desc=desc(bm, bk),
+    sig = dict(a_desc=desc(bk, bm) if swap else desc(bm, bk), b_desc=desc(bn, bk) if b_nk else desc(bk, bn), a_lo_desc=desc(bm, bk),
                b_lo_desc=desc(bn, bk), c_desc=desc(bm, bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn), C="*fp32",
                Bias="*fp32", Res="*fp32", **{k: "i32" for k in ("M", "N", "K", "stride_cm", "stride_cn", "stride_rm", "stride_rn")})
     consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
                   PRECISION="tf32" if split else th.PRECISION[precision], B_NK=b_nk, BIAS=False, GELU=False,
-                  EPILOGUE=0, TMA_STORE=bool(cfg["TMA_STORE"]), SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]),
-                  FLATTEN=bool(cfg["FLATTEN"]), WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=split)
+                  EPILOGUE=0, TMA_STORE=bool(cfg["TMA_STORE"]) and not swap,
+                  SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]) and not swap, FLATTEN=bool(cfg["FLATTEN"]),
+                  WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=split, A_KM=swap)
     sig.update({k: "constexpr" for k in consts})
     sig = {a: sig[a] for a in th._hopper_gemm_kernel.arg_names}  # the kernel's order: alignment is by index
     return sm90.resources("kernels.matmul.triton_hopper:_hopper_gemm_kernel", sig, consts, cfg["num_warps"],
