@@ -71,15 +71,15 @@ class Op:
     # per dtype: the fraction of elements allowed outside the elementwise bound (default none): rare
     # single elements the precision's own arithmetic puts there, eager PyTorch's composition included
     outliers: Optional[dict] = None
-    # True where the output's last axis is one vector per row with a scale of its own (a LayerNorm, then a
-    # projection and a gate, per pair): each element's atol then takes the larger of the output's rms and
+    # True where the output's last axis is one vector per row with a scale of its own (a normalisation,
+    # then a projection and a gate, per row): each element's atol then takes the larger of the output's rms and
     # its row's, since bf16 rounding follows the row's scale and heavy-tailed inputs make a few rows far
     # larger than the rest
     row_scale: bool = False
-    # (dtype, *inputs) -> float64 tensor shaped as the reference, or None: how far storing the
+    # (dtype, ref, *inputs) -> float64 tensor shaped as the reference ``ref``, or None: how far storing the
     # computation's intermediates at ``dtype`` can move each output element (``check.storage_spread`` over
     # the reference with its stored intermediates rounded). The elementwise bound adds twice it: where a
-    # LayerNorm of a heavy-tailed row or a cancelling sum makes an element sensitive to that storage, any
+    # normalisation of a heavy-tailed row or a cancelling sum makes an element sensitive to that storage, any
     # implementation storing there moves it, and elsewhere the bound stays as tight as before
     storage_error: Optional[Callable] = None
 

@@ -81,7 +81,7 @@ class _Column:
     def prepare(self, *inputs):
         why = limits(dict(H=inputs[6].shape[0]))  # gamma_out: [H]
         if why:  # refused here, so the library never sees a width it may compute wrong
-            raise MageInputError("trimul_block (cuequivariance)", "gamma_out", why)
+            raise MageInputError("trimul_block", "gamma_out", why)  # why names the library
         torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32-class: tf32x3, not TF32
         return library_arguments(*inputs), inputs[0].dim() == 4
 

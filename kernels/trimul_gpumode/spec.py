@@ -168,7 +168,7 @@ SPEC = Op(
     # bf16: heavy-tailed inputs leave some elements sensitive to the storage itself (a row of x with one
     # huge value normalises the rest to small differences on a common offset, which bf16 rounds away);
     # the elementwise bound adds twice the spread of this form's storage (see the block's spec)
-    storage_error=lambda dtype, *inputs: storage_spread(reference, inputs, dtype),
+    storage_error=lambda dtype, ref, *inputs: storage_spread(reference, inputs, dtype, exact=ref),
 )
 
 

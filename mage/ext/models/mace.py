@@ -39,6 +39,9 @@ def _mace():
 def build(config: dict, avg_num_neighbors: float, device="cpu", seed: int = 0):
     """MACE in eval mode with weights drawn from ``seed``: residual interactions (the package's default),
     SiLU gates, zero atomic energies."""
+    if set(config) != set(PUBLISHED):
+        raise MageInputError("mace", "config", f"must have the keys {sorted(PUBLISHED)}; missing "
+                             f"{sorted(set(PUBLISHED) - set(config))}, unknown {sorted(set(config) - set(PUBLISHED))}")
     M = _mace()
     from e3nn import o3
     torch.manual_seed(seed)
@@ -51,8 +54,6 @@ def build(config: dict, avg_num_neighbors: float, device="cpu", seed: int = 0):
         MLP_irreps=o3.Irreps(cfg.pop("MLP_irreps")), atomic_energies=torch.zeros(len(ELEMENTS)).numpy(),
         avg_num_neighbors=float(avg_num_neighbors), atomic_numbers=list(ELEMENTS),
         correlation=cfg.pop("correlation"), gate=torch.nn.functional.silu, radial_MLP=cfg.pop("radial_MLP"))
-    if cfg:
-        raise MageInputError("mace", "config", f"has keys the builder does not take: {sorted(cfg)}")
     return model.to(device).eval()
 
 

@@ -62,8 +62,10 @@ def test_energy_and_forces_match_the_stock_model_and_float64(monkeypatch):
 
 def test_bad_configs_and_boxes_are_refused_by_name():
     g, _ = _graph()
-    with pytest.raises(MageInputError, match="mace.*config.*cutof"):
+    with pytest.raises(MageInputError, match="mace.*config.*unknown \\['cutof'\\]"):
         M.build(dict(M.SMALL, cutof=5.0), 10.0)
+    with pytest.raises(MageInputError, match="mace.*config.*missing \\['r_max'\\]"):
+        M.build({k: v for k, v in M.SMALL.items() if k != "r_max"}, 10.0)
     z, pos, L = A.box(50)
     with pytest.raises(MageInputError, match="mace.*cutoff"):
         M.graph(z, pos, L, L)
