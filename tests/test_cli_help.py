@@ -17,7 +17,7 @@ OPTIONS = {
     "serve": "--out --ops --impls --dtypes --shape-set --items --host --requests --batch --wait-us --loads "
              "--sweep-limit --seed --no-pad --no-pin --force-machine",
     "amdahl": "--out --ops --shapes --dtypes --baseline --custom --iters --no-pin --force-machine",
-    "models": "--out --models --frames --atoms --dtypes --iters --spans --small",
+    "models": "--out --models --frames --atoms --mace-atoms --dtypes --iters --spans --small",
     "ceilings": "--out --force-machine",
     "import-published": "src --out",
     "targets": "data",

@@ -18,31 +18,33 @@ set_role("custom", "triton")  # the project's own kernels: what a block's Amdahl
 
 
 def register_kernel(op: str, launcher, tiles: TileTable, precision: str = "fp32", prepare=None,
-                    interpret: bool = True, **fixed) -> None:
+                    interpret: bool = True, limits=None, **fixed) -> None:
     """Register ``launcher(*inputs, out=None, **config)`` as op's 'triton' column at ``precision``.
 
     The Impl records no fixed config: ``config_for(shape)`` is the config ``tiles``' rule picks from
     the shape's sizes (the launcher's own choice), ``sweep`` the configs a tile sweep tries (the first:
     the plain one a newcomer would write) and ``variant(**config)`` builds an Impl pinned to one config.
-    ``fixed``: launcher arguments that are not tile choices (matmul's precision)."""
+    ``fixed``: launcher arguments that are not tile choices (matmul's precision). ``limits(config, shape)``:
+    why a variant pinned to ``config`` does not take ``shape`` (a config the launcher refuses there), or None."""
     def fn(*inputs, out=None):
         return launcher(*inputs, out=out, **fixed)
 
     fn.__name__ = f"{op}_triton_{precision}"
     register(op, "triton", dtype=precision, family="triton", interpret=interpret, needs_cuda=True, prepare=prepare,
              config_for=tiles.choose, sweep=tiles.sweep_configs(),
-             variant=functools.partial(_variant, op, launcher, tiles, precision, prepare, interpret, fixed))(fn)
+             variant=functools.partial(_variant, op, launcher, tiles, precision, prepare, interpret, fixed, limits))(fn)
     # its launch-path stages, for the extension that times them (stage by stage)
     declare("stages", op, "triton", precision)(functools.partial(stages.hook, op, fixed))
 
 
-def _variant(op, launcher, tiles, precision, prepare, interpret, fixed, **config) -> Impl:
+def _variant(op, launcher, tiles, precision, prepare, interpret, fixed, limits, **config) -> Impl:
     """An unregistered Impl of ``op`` running with ``config`` (missing keys from the table's base
     config, so the Impl records every tile choice it runs with)."""
     full = tiles.complete(config)
     fn = functools.partial(launcher, **fixed, **full)
     prep = functools.partial(prepare, **full) if prepare else None
-    return Impl(op=op, name="triton", fn=fn, dtype=precision, family="triton", needs_cuda=True, interpret=interpret, prepare=prep, config=dict(full))
+    return Impl(op=op, name="triton", fn=fn, dtype=precision, family="triton", needs_cuda=True, interpret=interpret,
+                prepare=prep, config=dict(full), limits=functools.partial(limits, full) if limits else None)
 
 
 __all__ = ["register_kernel", "common", "TileTable"]

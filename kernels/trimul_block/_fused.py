@@ -29,45 +29,16 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._triton import common
 from kernels.layernorm.spec import EPS
-from kernels.layernorm.triton_kernel import _down_scale
 from kernels.triangle import _channel_major as road
 
-from ._fused_config import BMMS, MAX_WIDTH, STAGES, keys, launches, refuse_bad_config  # noqa: F401 - the road's API
+from ._fused_config import (BMMS, MAX_WIDTH, STAGES, config_limits, keys, launches,  # noqa: F401 - the road's API
+                            refuse_bad_config)
+from . import _fused_resident as res
+from ._fused_rows import _layernorm_rows, _round
 from ._fused_weights import first_weights, out_weights
 
 
 # <kernel>
-@triton.jit
-def _round(x, BF16: tl.constexpr, EMULATE: tl.constexpr):
-    # x as the GPU stores it at bf16, rounded to nearest even; under the interpreter (which cuts the
-    # mantissa at every conversion) as FP32 holding the same bf16 values, rounded by hand
-    if BF16:
-        if EMULATE:
-            bits = x.to(tl.uint32, bitcast=True)
-            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-            return bits.to(tl.float32, bitcast=True)
-        else:
-            return x.to(tl.bfloat16)
-    else:
-        return x
-
-
-@triton.jit
-def _layernorm_rows(ptrs, mask, GAMMA, BETA, cs, cmask, width, eps):
-    # rows of ``width`` values (padded with zeros to the tile) normalised in FP32, padding left at zero.
-    # Each row is first scaled by a power of two below its largest value, as the project's LayerNorm
-    # does (kernels/layernorm): the squares of values past 2^64 would overflow, and s cancels but in eps
-    x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-    s = _down_scale(tl.max(tl.abs(x), axis=1))
-    x = x * s[:, None]
-    mean = tl.sum(x, axis=1) / width
-    d = tl.where(mask, x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / width + eps * s * s)
-    gamma = tl.load(GAMMA + cs, mask=cmask, other=0.0).to(tl.float32)
-    beta = tl.load(BETA + cs, mask=cmask, other=0.0).to(tl.float32)
-    return d * rstd[:, None] * gamma[None, :] + beta[None, :]
-
-
 @triton.jit
 def _project(x, W, BIAS, ks, kmask, cols, colmask, ldw, PRECISION: tl.constexpr):
     # x [rows, K] @ W[ks, cols] + BIAS[cols], FP32 (W row-major with ``ldw`` columns)
@@ -223,8 +194,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
     ad, bd, gd = _store_descriptors(at, bt, g, B, NN, C, H, c)
     tiles = B * common.cdiv(NN, c["IN_R"])
-    if c["IN_RESIDENT"]:  # persistent, w_in loaded once a program (imported here: it uses this module's helpers)
-        from . import _fused_resident as res
+    if c["IN_RESIDENT"]:  # persistent, w_in loaded once a program
         n = res.programs(tiles, z.device)
         res._in_resident_kernel[(n,)](zc, gi, bi, wi, bb, m, at, bt, g, NN, C, H, EPS, tiles, NUM_PROGRAMS=n,
                                       BLOCK_R=c["IN_R"], CW=_width(C), HW=_width(H),

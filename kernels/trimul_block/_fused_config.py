@@ -11,6 +11,13 @@ BMMS = ("triton", "cublas")
 # The chunk loops are short (C / chunk steps) and read their weights from L2: one stage. More stages
 # only multiply the shared memory (at FP32 2-3x, past the 227 KB a block may have, compiled for sm_90a).
 STAGES = 1
+RESIDENT_BYTES = 176 * 1024  # IN_RESIDENT's budget for w_in: a block has 227 KB, z's tiles need the rest
+
+
+def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
+    """Bytes of shared memory IN_RESIDENT's w_in takes at padded widths (tiles are powers of two from 16)."""
+    cw, hw = (max(16, 1 << max(n - 1, 0).bit_length()) for n in (C, H))
+    return itemsize * cw * (4 * hw + cw)
 
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
@@ -39,12 +46,9 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
     if c["IN_RESIDENT"] and (not c["IN_JOIN"] or c["IN_TMA"] or c["IN_TSTORE"]):
         no("IN_RESIDENT loads w_in whole in IN_JOIN's order and stores by pointer: it needs IN_JOIN=True, "
            "IN_TMA=False and IN_TSTORE=False")
-    if c["IN_RESIDENT"] and c["ROAD"] == "fused":
-        from ._fused_resident import RESIDENT_BYTES, resident_bytes
-        need = resident_bytes(C, H, itemsize)
-        if need > RESIDENT_BYTES:
-            no(f"IN_RESIDENT keeps w_in in shared memory: {need // 1024} KB at C = {C}, H = {H} and "
-               f"{itemsize}-byte values, past its {RESIDENT_BYTES // 1024} KB (bf16 at 128 channels fits)")
+    if config_limits(c, dict(C=C, H=H), itemsize):
+        no(f"IN_RESIDENT keeps w_in in shared memory: {resident_bytes(C, H, itemsize) // 1024} KB at C = {C}, "
+           f"H = {H} and {itemsize}-byte values, past its {RESIDENT_BYTES // 1024} KB (bf16 at 128 channels fits)")
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):
@@ -58,6 +62,15 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
     if c["ROAD"] == "fused" and max(C, H) > MAX_WIDTH:
         no(f"ROAD='fused' holds a pair's channels whole, at most {MAX_WIDTH}; got C = {C}, H = {H} "
            f"(ROAD='steps' takes any width)")
+
+
+def config_limits(c: dict, shape: dict, itemsize: int = 4):
+    """Why a variant pinned to ``c`` does not take ``shape``: a resident first kernel whose w_in would not
+    fit its shared-memory budget (the launcher refuses it there); else None."""
+    if c.get("ROAD") == "fused" and c.get("IN_RESIDENT"):
+        if resident_bytes(shape["C"], shape["H"], itemsize) > RESIDENT_BYTES:
+            return f"IN_RESIDENT keeps w_in in shared memory, past its budget at C = {shape['C']}, H = {shape['H']}"
+    return None
 
 
 def launches(c: dict) -> int:

@@ -15,15 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._fused import _layernorm_rows, _round
-
-RESIDENT_BYTES = 176 * 1024  # the resident weights' budget: a block has 227 KB, z's tiles need the rest
-
-
-def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
-    """Bytes of shared memory the resident weights take at padded widths (tl tiles are powers of two)."""
-    cw, hw = max(16, triton.next_power_of_2(C)), max(16, triton.next_power_of_2(H))
-    return itemsize * cw * (4 * hw + cw)
+from ._fused_config import RESIDENT_BYTES, resident_bytes  # noqa: F401 - the budget, where it applies
+from ._fused_rows import _layernorm_rows, _round
 
 
 # <kernel>

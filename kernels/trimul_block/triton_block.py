@@ -22,6 +22,8 @@ sigmoid gates, cuBLAS's bf16 GEMMs and the contraction's ``tl.dot`` on bf16 tile
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -215,7 +217,8 @@ def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
 
 
 for _dtype, _tiles in TILES.items():
-    register_kernel(NAME, trimul_block, _tiles, precision=_dtype)
+    register_kernel(NAME, trimul_block, _tiles, precision=_dtype,
+                    limits=functools.partial(_fused.config_limits, itemsize=2 if _dtype == "bf16" else 4))
 
 
 @torch.library.custom_op("mage::triton_trimul_block", mutates_args=())
