@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from . import atoms, mace, schnet, vjepa2
+from . import atoms, mace, rope, schnet, vjepa2
 from . import swap as S
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -34,11 +34,15 @@ class Case:
 
 def calls_made(swapped, video) -> Counter:
     """(kind, rows x width, weight shape, eps) -> how many calls of our kernels one encoder forward of the
-    swapped model makes: 'linear', 'linear_gelu' (a Linear with the GELU after it fused) or 'layernorm'.
-    Counted on the swapped model, so only what the swap replaced is counted."""
+    swapped model makes: 'linear', 'linear_gelu' (a Linear with the GELU after it fused), 'layernorm' or
+    'rope' (queries' or keys' rotation: their [B, H, N, D] shape and (grid, channels an axis)). Counted on
+    the swapped model, so only what the swap replaced is counted."""
     seen, hooks = Counter(), []
 
     def hook(mod, args, _out):
+        if isinstance(mod, rope.KernelRope):
+            seen[("rope", tuple(args[0].shape), (mod.grid, mod.seg), 0.0)] += 1
+            return
         x = args[0].reshape(-1, args[0].shape[-1])
         if isinstance(mod, S.KernelLinear):
             kind, eps = ("linear_gelu" if mod.gelu else "linear"), 0.0
@@ -47,7 +51,7 @@ def calls_made(swapped, video) -> Counter:
         seen[(kind, tuple(x.shape), tuple(mod.weight.shape), eps)] += 1
 
     for m in swapped.modules():
-        if isinstance(m, (S.KernelLinear, S.KernelLayerNorm)):
+        if isinstance(m, (S.KernelLinear, S.KernelLayerNorm, rope.KernelRope)):
             hooks.append(m.register_forward_hook(hook))
     try:
         vjepa2.encode(swapped, video)
@@ -55,6 +59,18 @@ def calls_made(swapped, video) -> Counter:
         for h in hooks:
             h.remove()
     return seen
+
+
+def _rope_call(x_shape, grid_seg, dtype, ours: bool, attn, device="cuda"):
+    """The rotation of one [B, H, N, D] queries or keys tensor (a transposed view, as the model makes it):
+    ours, or the model's own method on the stock attention ``attn`` with its position ids."""
+    B, H, N, D = x_shape
+    x = torch.randn((B, N, H, D), device=device, dtype=dtype).transpose(1, 2)
+    if ours:
+        fn = rope.KernelRope(*grid_seg)
+        return lambda: fn(x)
+    pos = attn.get_position_ids(x.new_empty((B, N, 1)))
+    return lambda: type(attn).apply_rotary_embeddings(attn, x, pos)
 
 
 def _call(kind, x_shape, w_shape, eps, dtype, ours: bool, device="cuda"):
@@ -84,10 +100,13 @@ def _columns(stock, swapped, call):
 def vjepa2_case(frames: int, dtype: str, small: bool = False):
     stock = vjepa2.build(vjepa2.TINY if small else vjepa2.VITL16, dtype=DTYPE[dtype], device="cuda")
     swapped = copy.deepcopy(stock)
-    done = S.swap(swapped)
+    done = vjepa2.swap(swapped)
     video = vjepa2.clip(stock, frames, device="cuda")
     f64 = copy.deepcopy(stock).double()
-    replaced = [(_call(k, xs, ws, eps, DTYPE[dtype], False), _call(k, xs, ws, eps, DTYPE[dtype], True), n)
+    attn = vjepa2.rope_attention(stock)
+    replaced = [((_rope_call(xs, ws, DTYPE[dtype], False, attn), _rope_call(xs, ws, DTYPE[dtype], True, attn), n)
+                 if k == "rope" else
+                 (_call(k, xs, ws, eps, DTYPE[dtype], False), _call(k, xs, ws, eps, DTYPE[dtype], True), n))
                 for (k, xs, ws, eps), n in calls_made(swapped, video).items()]
     return Case("vjepa2_encoder", f"frames={frames},tokens={vjepa2.tokens(stock, frames)},batch=1", dtype,
                 _columns(stock, swapped, lambda m: vjepa2.encode(m, video)),

@@ -50,3 +50,20 @@ def encode(model, video):
     """The encoder's output tokens [batch, tokens, width] (the predictor is skipped: users of the
     encoder's features run only this)."""
     return model(pixel_values_videos=video, skip_predictor=True).last_hidden_state
+
+
+def rope_attention(model):
+    """The model's first rotary attention module (the stock rotation's owner, for timing it alone)."""
+    return next(m for m in model.modules() if hasattr(type(m), "apply_rotary_embeddings"))
+
+
+def swap(model):
+    """The project's swap (LayerNorms, and at FP32 the Linears and MLPs) and the fused rotary embedding of
+    every attention layer (``rope``); what was replaced and kept, as ``swap.Swapped``."""
+    from . import rope
+    from .swap import swap as swap_modules
+    done = swap_modules(model)
+    n = rope.swap_rope(model)
+    if n:
+        done.replaced["rotary embedding"] += n
+    return done

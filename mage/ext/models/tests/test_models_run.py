@@ -35,14 +35,17 @@ def test_kernel_names_sort_into_kinds_of_work(name, kind):
 @needs_kernels
 def test_the_calls_a_forward_makes_are_counted_at_their_shapes():
     model = vjepa2.build(vjepa2.TINY)
-    S.swap(model)
+    vjepa2.swap(model)
     counts = P.calls_made(model, vjepa2.clip(model, frames=4))
     T, W, L = vjepa2.tokens(model, 4), vjepa2.TINY["hidden_size"], vjepa2.TINY["num_hidden_layers"]
     assert counts[("linear", (T, W), (W, W), 0.0)] == 4 * L  # query, key, value, output projection
     assert counts[("linear_gelu", (T, W), (4 * W, W), 0.0)] == L  # fc1 with its GELU fused
     assert counts[("linear", (T, 4 * W), (W, 4 * W), 0.0)] == L
     assert counts[("layernorm", (T, W), (W,), 1e-6)] == 2 * L + 1
-    assert sum(counts.values()) == 6 * L + 2 * L + 1  # the encoder only: the predictor is skipped
+    heads = vjepa2.TINY["num_attention_heads"]
+    seg = 2 * ((W // heads // 3) // 2)  # channels an axis, as the model sets them
+    assert counts[("rope", (1, heads, T, W // heads), (32 // 16, seg), 0.0)] == 2 * L  # queries and keys
+    assert sum(counts.values()) == 6 * L + 2 * L + 1 + 2 * L  # the encoder only: the predictor is skipped
 
 
 @needs_kernels

@@ -20,12 +20,13 @@ needs_kernels = pytest.mark.skipif(
 def _models():
     stock = vjepa2.build(vjepa2.TINY, seed=3)
     swapped = copy.deepcopy(stock)
-    return stock, swapped, S.swap(swapped)
+    return stock, swapped, vjepa2.swap(swapped)
 
 
 def test_the_swap_replaces_every_layernorm_and_linear_of_the_encoder():
     _, swapped, done = _models()
     layers = vjepa2.TINY["num_hidden_layers"] + vjepa2.TINY["pred_num_hidden_layers"]
+    assert done.replaced["rotary embedding"] == layers  # every attention, encoder and predictor
     assert done.replaced["Linear + GELU"] == layers  # one MLP a layer, encoder and predictor
     # per layer: query, key, value, proj and fc2; plus the predictor's embedding and output projections
     assert done.replaced["Linear"] == 5 * layers + 2

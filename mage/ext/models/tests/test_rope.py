@@ -1,0 +1,83 @@
+"""V-JEPA 2's rotary embedding in one launch (``rope``) computes the model's own rotation: against the
+model's method in float64 at the published head size, at awkward token counts, on the transposed views
+the model hands it, in bf16; where the call is not the encoder's (position masks) the model's code runs."""
+import copy
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from mage.errors import MageInputError  # noqa: E402
+from mage.ext.models import parts as P  # noqa: E402
+from mage.ext.models import rope, vjepa2  # noqa: E402
+
+needs_kernels = pytest.mark.skipif(not (torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"),
+                                   reason="the Triton kernels need CUDA or TRITON_INTERPRET=1")
+
+
+def _attention(head: int, grid: int):
+    """A rotary attention of the model's class with the published head size's axis widths."""
+    attn = copy.copy(vjepa2.rope_attention(vjepa2.build(vjepa2.TINY)))
+    attn.attention_head_size = head
+    attn.d_dim = attn.h_dim = attn.w_dim = 2 * ((head // 3) // 2)
+    attn.grid_size = grid
+    return attn
+
+
+def _ids(attn, n: int):
+    return attn.get_position_ids(torch.empty(1, n, 1))
+
+
+@needs_kernels
+@pytest.mark.parametrize("n", [2048, 37, 1])
+def test_the_rotation_is_the_models_in_float64(n):
+    attn = _attention(64, 16)  # ViT-L/16: 16 heads of 64 channels, 20 an axis, 4 passed through
+    x = torch.randn(1, n, 3, 64).transpose(1, 2)  # [B, H, N, D] as a view, the model's layout
+    want = type(attn).apply_rotary_embeddings(attn, x.double(), _ids(attn, n))
+    got = rope.rope3(x, 16, attn.d_dim)
+    assert got.shape == want.shape and got.is_contiguous()
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    bf = rope.rope3(x.bfloat16(), 16, attn.d_dim)
+    assert bf.dtype == torch.bfloat16
+    assert float((bf.double() - want).norm() / want.norm()) < 4e-3  # one bf16 rounding of the output
+
+
+@needs_kernels
+def test_other_calls_take_the_models_own_code():
+    """With position masks (the predictor's case) the ids are per head, and the model's method runs."""
+    m = vjepa2.build(vjepa2.TINY)
+    assert rope.swap_rope(m) == vjepa2.TINY["num_hidden_layers"] + vjepa2.TINY["pred_num_hidden_layers"]
+    attn = vjepa2.rope_attention(m)
+    x = torch.randn(1, 4, 8, attn.attention_head_size)
+    masked = attn.get_position_ids(torch.empty(1, 8, 1), masks=torch.arange(8)[None])
+    calls = []
+    real = attn.rope.forward
+    attn.rope.forward = lambda qk: calls.append(1) or real(qk)
+    torch.testing.assert_close(attn.apply_rotary_embeddings(x, masked),
+                               type(attn).apply_rotary_embeddings(attn, x, masked))
+    assert not calls
+    attn.apply_rotary_embeddings(x, attn.get_position_ids(torch.empty(1, 8, 1)))
+    assert calls == [1]
+
+
+@needs_kernels
+def test_the_calls_amdahl_times_agree():
+    attn = _attention(64, 16)
+    got = []
+    for ours in (True, False):
+        torch.manual_seed(0)
+        got.append(P._rope_call((1, 2, 300, 64), (16, attn.d_dim), torch.float32, ours, attn, device="cpu")())
+    torch.testing.assert_close(got[0], got[1], rtol=1e-4, atol=1e-4)
+
+
+def test_bad_calls_are_refused_by_name():
+    with pytest.raises(MageInputError, match="rope3.*x"):
+        rope.rope3(torch.randn(4, 64), 16, 20)
+    with pytest.raises(MageInputError, match="rope3.*x"):
+        rope.rope3(torch.randn(1, 2, 3, 64, dtype=torch.float64), 16, 20)
+    with pytest.raises(MageInputError, match="rope3.*seg"):
+        rope.rope3(torch.randn(1, 2, 3, 64), 16, 22)
+    with pytest.raises(MageInputError, match="rope3.*grid"):
+        rope.rope3(torch.randn(1, 2, 3, 64), 0, 20)
