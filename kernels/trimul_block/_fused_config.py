@@ -47,8 +47,9 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         no("IN_RESIDENT loads w_in whole in IN_JOIN's order and stores by pointer: it needs IN_JOIN=True, "
            "IN_TMA=False and IN_TSTORE=False")
     if config_limits(c, dict(C=C, H=H), itemsize):
-        no(f"IN_RESIDENT keeps w_in in shared memory: {resident_bytes(C, H, itemsize) // 1024} KB at C = {C}, "
-           f"H = {H} and {itemsize}-byte values, past its {RESIDENT_BYTES // 1024} KB (bf16 at 128 channels fits)")
+        no(f"IN_RESIDENT keeps w_in in shared memory and C, H at most 128: {resident_bytes(C, H, itemsize) // 1024} "
+           f"KB at C = {C}, H = {H} and {itemsize}-byte values, against its {RESIDENT_BYTES // 1024} KB (bf16 at "
+           f"128 channels fits)")
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):
@@ -68,6 +69,8 @@ def config_limits(c: dict, shape: dict, itemsize: int = 4):
     """Why a variant pinned to ``c`` does not take ``shape``: a resident first kernel whose w_in would not
     fit its shared-memory budget (the launcher refuses it there); else None."""
     if c.get("ROAD") == "fused" and c.get("IN_RESIDENT"):
+        if max(shape["C"], shape["H"]) > 128:  # compiled for sm_90a, wider hidden tiles spill (H = 150: 216-280 B)
+            return f"IN_RESIDENT holds pairs' channels up to 128, not C = {shape['C']}, H = {shape['H']}"
         if resident_bytes(shape["C"], shape["H"], itemsize) > RESIDENT_BYTES:
             return f"IN_RESIDENT keeps w_in in shared memory, past its budget at C = {shape['C']}, H = {shape['H']}"
     return None

@@ -1,4 +1,4 @@
-"""The fused road's first kernel with its weights resident (config key ``IN_RESIDENT``, bf16 only).
+"""The fused road's first kernel with its weights resident (config key ``IN_RESIDENT``; listed for bf16).
 
 ``_fused._in_kernel`` reads all of w_in for every tile of pairs: at C = H = 128 and bf16 that is 160 KB of
 weights for 16 KB of z, and a profile found the first kernel bound by that traffic through L1 (70% busy,
@@ -8,7 +8,8 @@ loop-invariant tiles in shared memory, where wgmma reads them (compiled for sm_9
 sit before the loop), so the weights cross from L2 once an SM instead of once a tile.
 
 It holds the whole of w_in: 2 (4 H' + C') C' bytes at bf16 for the padded widths C', H', 160 KB at the
-models' 128 channels; FP32 would need twice that, past a block's shared memory, so it is refused there.
+models' 128 channels; FP32 there would need twice that, past a block's shared memory. Widths past its
+budget, or past 128 channels (wider tiles spill), are refused (``_fused_config.config_limits``).
 """
 from __future__ import annotations
 

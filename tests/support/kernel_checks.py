@@ -77,13 +77,16 @@ def gpu_failures(impl: registry.Impl, shapes) -> list:
     """(shape, reason) for every one of ``shapes`` at which ``impl`` misses the float64 check on the GPU:
     each shape its own seed, every third heavy-tailed; all failures, so one run shows the pattern. Shapes
     outside ``impl``'s stated limits (a library's widths, a config's shared-memory budget) are left out."""
-    failures = []
+    failures, checked = [], 0
     for k, shape in enumerate(shapes):
         if impl.outside_limits(shape):
             continue
+        checked += 1
         r = check(impl, shape, trials=1, seed=k, dist="heavy" if k % 3 == 0 else "normal", device="cuda")
         if not r.passed:
             failures.append((shape, r.reason))
+    if not checked:  # every shape outside the limits: nothing was checked, which is no pass
+        failures.append((None, "no shape within the implementation's stated limits was checked"))
     return failures
 
 

@@ -28,10 +28,14 @@ def _usage(cfg: dict, precision: str = "fp32x3") -> dict:
                   EPILOGUE=0, TMA_STORE=bool(cfg["TMA_STORE"]) and not swap,
                   SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]) and not swap, FLATTEN=bool(cfg["FLATTEN"]),
                   WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=split, A_KM=swap)
+    aligned = ("C", "Bias", "Res", "M", "N", "K", "stride_cm")
+    if swap:  # C stored transposed: its row stride is the output's column stride, 1, which the JIT specialises
+        consts["stride_cm"] = 1
+        aligned = ("C", "Bias", "Res", "M", "N", "K", "stride_cn")
     sig.update({k: "constexpr" for k in consts})
     sig = {a: sig[a] for a in th._hopper_gemm_kernel.arg_names}  # the kernel's order: alignment is by index
     return sm90.resources("kernels.matmul.triton_hopper:_hopper_gemm_kernel", sig, consts, cfg["num_warps"],
-                          cfg["num_stages"], aligned=("C", "Bias", "Res", "M", "N", "K", "stride_cm"))
+                          cfg["num_stages"], aligned=aligned)
 
 
 def test_there_are_split_configs_to_sweep():

@@ -66,11 +66,13 @@ def _rope_call(x_shape, grid_seg, dtype, ours: bool, attn, device="cuda"):
     ours, or the model's own method on the stock attention ``attn`` with its position ids."""
     B, H, N, D = x_shape
     x = torch.randn((B, N, H, D), device=device, dtype=dtype).transpose(1, 2)
-    if ours:
-        fn = rope.KernelRope(*grid_seg)
-        return lambda: fn(x)
+    fn = rope.KernelRope(*grid_seg) if ours else None
     pos = attn.get_position_ids(x.new_empty((B, N, 1)))
-    return lambda: type(attn).apply_rotary_embeddings(attn, x, pos)
+
+    def call():
+        with torch.inference_mode():  # as the encoder runs
+            return fn(x) if ours else type(attn).apply_rotary_embeddings(attn, x, pos)
+    return call
 
 
 def _call(kind, x_shape, w_shape, eps, dtype, ours: bool, device="cuda"):

@@ -2,7 +2,7 @@
 
 Each attention layer rotates its queries and keys along three axes of the token grid (frame, row,
 column), a third of each head's channels per axis, the rest passed through. The model does it as about
-twenty PyTorch calls per axis (angles, sin, cos, repeats, the pairwise swap, products, a sum) and a
+twelve PyTorch calls per axis (angles, sin, cos, repeats, the pairwise swap, products, a sum) and a
 concatenation: at 16 frames in bf16 the profile put 62% of the encoder's kernel time in elementwise
 kernels. Here one program reads a block of tokens of one head once, forms the angles and the rotation in
 FP32 and writes the result once.
@@ -41,11 +41,13 @@ def _rope3_kernel(X, Y, N, H, sx_b, sx_h, sx_n, GRID: tl.constexpr, SEG: tl.cons
     base = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h + n.to(tl.int64)[:, None] * sx_n
     x = tl.load(base + j[None, :], mask=mask, other=0.0).to(tl.float32)
     # the pairwise partner: (x[2i], x[2i + 1]) -> (-x[2i + 1], x[2i])
-    xp = tl.load(base + (j ^ 1)[None, :], mask=mask, other=0.0).to(tl.float32)
+    seg = j // SEG
+    # (its mask: with an odd D the last channel's partner is past the row; that channel is passed through)
+    pmask = nmask[:, None] & ((j ^ 1) < D)[None, :] & (seg < 3)[None, :]
+    xp = tl.load(base + (j ^ 1)[None, :], mask=pmask, other=0.0).to(tl.float32)
     y = tl.where((j % 2 == 0)[None, :], -xp, xp)
     # each channel's axis (0 frame, 1 row, 2 column, 3 passed through) and frequency; the model repeats
     # its SEG / 2 angles twice along the segment (not pairwise), so channel k and k + SEG / 2 share one
-    seg = j // SEG
     k = (j % SEG) % (SEG // 2)
     omega = tl.exp2(-(k.to(tl.float32) / (SEG // 2)) * LOG2_BASE)
     frame = n // (GRID * GRID)
@@ -105,9 +107,11 @@ class KernelRope(nn.Module):
 
 def _apply(self, qk, pos_ids):
     """The attention's ``apply_rotary_embeddings`` with the fused rotation where it is the encoder's case
-    (ids 0..N-1, equal axes); the model's own method otherwise."""
+    (ids 0..N-1, equal axes, FP32 or bf16, inference: the operator has no backward); the model's own
+    method otherwise."""
     d, h, w = pos_ids
-    if d.dim() == 1 and self.d_dim == self.h_dim == self.w_dim and d.numel() == qk.shape[2]:
+    if (d.dim() == 1 and self.d_dim == self.h_dim == self.w_dim and d.numel() == qk.shape[2]
+            and qk.dtype in (torch.float32, torch.bfloat16) and not (torch.is_grad_enabled() and qk.requires_grad)):
         return self.rope(qk)
     return type(self).apply_rotary_embeddings(self, qk, pos_ids)
 

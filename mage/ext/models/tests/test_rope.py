@@ -31,13 +31,16 @@ def _ids(attn, n: int):
 
 
 @needs_kernels
-@pytest.mark.parametrize("n", [2048, 37, 1])
-def test_the_rotation_is_the_models_in_float64(n):
-    attn = _attention(64, 16)  # ViT-L/16: 16 heads of 64 channels, 20 an axis, 4 passed through
-    x = torch.randn(1, n, 3, 64).transpose(1, 2)  # [B, H, N, D] as a view, the model's layout
+@pytest.mark.parametrize("n,head", [(2048, 64), (37, 64), (1, 64), (50, 63)])
+def test_the_rotation_is_the_models_in_float64(n, head):
+    # ViT-L/16: 16 heads of 64 channels, 20 an axis, 4 passed through; an odd head size, whose last
+    # channel's partner would lie past the row, passes 3 through
+    attn = _attention(head, 16)
+    x = torch.randn(1, n, 3, head).transpose(1, 2)  # [B, H, N, D] as a view, the model's layout
     want = type(attn).apply_rotary_embeddings(attn, x.double(), _ids(attn, n))
     got = rope.rope3(x, 16, attn.d_dim)
     assert got.shape == want.shape and got.is_contiguous()
+    assert x.shape[-1] != 63 or attn.d_dim == 20
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
     bf = rope.rope3(x.bfloat16(), 16, attn.d_dim)
     assert bf.dtype == torch.bfloat16
@@ -58,7 +61,13 @@ def test_other_calls_take_the_models_own_code():
     torch.testing.assert_close(attn.apply_rotary_embeddings(x, masked),
                                type(attn).apply_rotary_embeddings(attn, x, masked))
     assert not calls
-    attn.apply_rotary_embeddings(x, attn.get_position_ids(torch.empty(1, 8, 1)))
+    plain = attn.get_position_ids(torch.empty(1, 8, 1))
+    attn.apply_rotary_embeddings(x, plain)
+    assert calls == [1]
+    # precisions the kernel does not store, and a call autograd records (the operator has no backward)
+    for y in (x.double(), x.half(), x.clone().requires_grad_()):
+        torch.testing.assert_close(attn.apply_rotary_embeddings(y, plain),
+                                   type(attn).apply_rotary_embeddings(attn, y, plain))
     assert calls == [1]
 
 
