@@ -57,6 +57,22 @@ def build(config: dict, avg_num_neighbors: float, device="cpu", seed: int = 0):
     return model.to(device).eval()
 
 
+def for_compile(model: nn.Module, config: dict, avg_num_neighbors: float, device="cpu") -> nn.Module:
+    """The same model built the way the package prepares it for torch.compile (``mace.tools.compile``:
+    e3nn's TorchScript code generation off, its registered modules traced to plain graphs; Dynamo cannot
+    guard e3nn's generated modules), with ``model``'s weights; swapped too where ``model`` is."""
+    from mace.tools.compile import prepare
+    twin = prepare(build)(config, avg_num_neighbors, device=device)
+    if any(isinstance(m, SummedConv) for m in model.modules()):
+        swap(twin)
+    # the traced contractions keep their constant masks (the '_zeroed' buffers) inside the graph, so only
+    # those keys go unused; a weight the twin lacks would be a different model
+    missing, unused = twin.load_state_dict(model.state_dict(), strict=False)
+    if missing or any(not k.endswith("_zeroed") for k in unused):
+        raise MageInputError("mace", "model", f"has weights its compile-ready copy does not ({missing or unused})")
+    return twin.eval()
+
+
 def accelerated(model: nn.Module, device="cuda"):
     """The same model on MACE's cuEquivariance road (the package's own converter, weights carried over)."""
     try:

@@ -93,8 +93,9 @@ def _call(kind, x_shape, w_shape, eps, dtype, ours: bool, device="cuda"):
     return call
 
 
-def _columns(stock, swapped, call):
-    cs, cw = torch.compile(stock), torch.compile(swapped)
+def _columns(stock, swapped, call, ready=lambda m: m):
+    """Eager and compiled columns; ``ready`` gives the copy of a model that torch.compile is handed."""
+    cs, cw = torch.compile(ready(stock)), torch.compile(ready(swapped))
     return {"stock": lambda: call(stock), "stock_compile": lambda: call(cs),
             "swapped": lambda: call(swapped), "swapped_compile": lambda: call(cw)}
 
@@ -179,7 +180,8 @@ def mace_case(n_atoms: int, small: bool = False):
     swapped = copy.deepcopy(stock)
     widths = mace.swap(swapped)
     f64 = copy.deepcopy(stock).double()
-    columns = _columns(stock, swapped, lambda m: mace.energy_and_forces(m, g))
+    columns = _columns(stock, swapped, lambda m: mace.energy_and_forces(m, g),
+                       lambda m: mace.for_compile(m, cfg, mace.neighbours(g), device="cuda"))
     try:
         fast = mace.accelerated(copy.deepcopy(stock))
         columns["accelerated"] = lambda: mace.energy_and_forces(fast, g)

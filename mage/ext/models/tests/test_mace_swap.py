@@ -71,3 +71,21 @@ def test_bad_configs_and_boxes_are_refused_by_name():
         M.graph(z, pos, L, L)
     with pytest.raises(MageInputError, match="mace.*z"):
         M.graph(torch.full_like(z, 6), pos, L, 2.0)
+
+
+@needs_kernels
+def test_the_compile_ready_twin_computes_what_its_model_does():
+    """The copy torch.compile is handed (built without e3nn's code generation, its modules traced) carries
+    the weights and the swap of the model it copies: stock and swapped, the same energy and forces."""
+    g, _ = _graph()
+    stock = M.build(M.SMALL, M.neighbours(g), seed=2)
+    swapped = copy.deepcopy(stock)
+    M.swap(swapped)
+    for model in (stock, swapped):
+        twin = M.for_compile(model, M.SMALL, M.neighbours(g))
+        assert (sum(isinstance(m, M.SummedConv) for m in twin.modules())
+                == sum(isinstance(m, M.SummedConv) for m in model.modules()))
+        e, f = M.energy_and_forces(model, g)
+        e2, f2 = M.energy_and_forces(twin, g)
+        torch.testing.assert_close(e2, e, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(f2, f, rtol=1e-5, atol=1e-6 * f.abs().max().item())
