@@ -62,16 +62,27 @@ class KernelSum(nn.Module):
     def __init__(self):
         super().__init__()
         self._key, self._csr = None, None
+        _ops()  # the operators found now, not in the first (perhaps compiled) call: an import breaks a graph
+
+    @staticmethod
+    def _group(index, n: int):
+        order = torch.argsort(index, stable=True)
+        # counts by a scatter of fixed length n (bincount's length depends on the data, which the compiler
+        # cannot trace without breaking the graph)
+        counts = torch.zeros(n, dtype=torch.int64, device=index.device).scatter_add_(0, index, torch.ones_like(index))
+        rowptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)]).to(torch.int32)
+        ones = torch.ones(index.numel(), dtype=torch.float32, device=index.device)
+        return rowptr, order.to(torch.int32), ones
 
     def _grouping(self, index, n: int):
+        if torch.compiler.is_compiling():
+            # inside a compiled graph the grouping is traced, not cached: the cache's key (a pointer and a
+            # version) would break the graph, and a model whose autograd runs in the graph (MACE's forces)
+            # loses the gradient of whatever came before a break
+            return self._group(index, n)
         key = (index.data_ptr(), index._version, index.numel(), n)
         if key != self._key:
-            order = torch.argsort(index, stable=True)
-            counts = torch.bincount(index, minlength=n)
-            rowptr = torch.zeros(n + 1, dtype=torch.int32, device=index.device)
-            rowptr[1:] = torch.cumsum(counts, 0)
-            ones = torch.ones(index.numel(), dtype=torch.float32, device=index.device)
-            self._key, self._csr = key, (rowptr, order.to(torch.int32), ones)
+            self._key, self._csr = key, self._group(index, n)
         return self._csr
 
     def forward(self, x, index, ptr=None, dim_size=None, dim=-2):

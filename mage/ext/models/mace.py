@@ -70,6 +70,9 @@ def for_compile(model: nn.Module, config: dict, avg_num_neighbors: float, device
     missing, unused = twin.load_state_dict(model.state_dict(), strict=False)
     if missing or any(not k.endswith("_zeroed") for k in unused):
         raise MageInputError("mace", "model", f"has weights its compile-ready copy does not ({missing or unused})")
+    for p in twin.parameters():  # as the package's calculator does before compiling: only inputs get grads
+        p.requires_grad_(False)
+    twin.compile_ready = True  # read by energy_and_forces (through torch.compile's wrapper too)
     return twin.eval()
 
 
@@ -110,7 +113,11 @@ def energy_and_forces(model, g: dict, dtype=None):
     dtype = dtype or next(model.parameters()).dtype
     data = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in g.items()}
     data["positions"] = data["positions"].detach().clone()  # the model marks it as requiring grad
-    out = model(data, compute_force=True, training=False)
+    ready = getattr(model, "compile_ready", False)
+    if ready:  # the package's compiled calls: inputs marked before the graph, its training-mode autograd
+        data["positions"].requires_grad_(True)
+        data["node_attrs"] = data["node_attrs"].clone().requires_grad_(True)
+    out = model(data, compute_force=True, training=ready)
     return out["energy"].detach(), out["forces"].detach()
 
 
