@@ -172,6 +172,36 @@ def _backward(ctx, dy):
 torch.library.register_autograd("mage::triton_neighbor_agg", _backward, setup_context=_setup_context)
 
 
+def _setup_context_2(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[:5])
+    ctx.need = inputs[5:]
+
+
+def _backward_2(ctx, gdx, gdw):
+    """The backward's own gradient, for a graph whose autograd runs inside it with create_graph (MACE's
+    forces under torch.compile). dx = A^T dy is linear in (w, dy) and dw_e = dy_{row_e} . x_{col_e} in
+    (dy, x), so each gradient is one of the two operators with another weight or feature tensor:
+        g_dy = A_w gdx + A_gdw x,   g_x = A_gdw^T dy,   g_w,e = dy_{row_e} . gdx_{col_e}."""
+    rowptr, col, w, x, dy = ctx.saved_tensors
+    need_x, need_w = ctx.need
+    gdx = gdx if need_x and gdx is not None and gdx.numel() else None
+    gdw = gdw if need_w and gdw is not None and gdw.numel() else None
+    agg, bwd = torch.ops.mage.triton_neighbor_agg, torch.ops.mage.triton_neighbor_agg_backward
+    g_dy = g_x = g_w = None
+    if ctx.needs_input_grad[4]:
+        parts = ([agg(rowptr, col, w, gdx)] if gdx is not None else []) + \
+                ([agg(rowptr, col, gdw, x)] if gdw is not None else [])
+        g_dy = sum(parts[1:], parts[0]) if parts else torch.zeros_like(dy)
+    if ctx.needs_input_grad[3]:
+        g_x = bwd(rowptr, col, gdw, x, dy, True, False)[0] if gdw is not None else torch.zeros_like(x)
+    if ctx.needs_input_grad[2]:
+        g_w = bwd(rowptr, col, w, gdx, dy, False, True)[1] if gdx is not None else torch.zeros_like(w)
+    return None, None, g_w, g_x, g_dy, None, None
+
+
+torch.library.register_autograd("mage::triton_neighbor_agg_backward", _backward_2, setup_context=_setup_context_2)
+
+
 @declare("train", OP, "triton")
 def train(graph, x):
     """The Triton column's training path: differentiable in x and in the graph's weights graph.w."""

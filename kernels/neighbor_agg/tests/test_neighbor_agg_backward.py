@@ -141,6 +141,34 @@ def test_opcheck_and_compiled_backward():
     check_graph(graph, x, fn=compiled)
 
 
+def test_second_derivatives_match_float64():
+    """Gradients of a gradient (create_graph): the backward operator's own autograd against index_add in
+    float64, on a graph with hubs both ways and heavy-tailed rows; a function of both first gradients, so
+    every path of the second derivative (into w, x and dy) is exercised."""
+    graph, x = hub_graph(23, 3, 0.3, F=6, seed=4)
+    gen = torch.Generator().manual_seed(5)
+    dy, u, v = torch.randn(23, 6, generator=gen), torch.randn(23, 6, generator=gen), torch.randn(graph.nnz, generator=gen)
+
+    def second(w, xx, dyy, agg):
+        y = agg(w, xx)
+        gx, gw = torch.autograd.grad(y, (xx, w), dyy, create_graph=True)
+        return torch.autograd.grad((gx * u).sum() + (gw * v * gw).sum(), (w, xx, dyy))
+
+    def ours(w, xx):
+        return _bwd().train(CSRGraph.build(graph.rowptr, graph.col, w, graph.n_src), xx)
+
+    def ref(w, xx):
+        y = torch.zeros((graph.n, xx.shape[1]), dtype=xx.dtype)
+        return y.index_add(0, graph.row.long(), xx[graph.col.long()] * w[:, None])
+
+    leaf = lambda t, dt: t.detach().to(dt).clone().requires_grad_()  # noqa: E731
+    got = second(leaf(graph.w, torch.float32), leaf(x, torch.float32), leaf(dy, torch.float32), ours)
+    want = second(leaf(graph.w, torch.float64), leaf(x, torch.float64), leaf(dy, torch.float64), ref)
+    for g, r, name in zip(got, want, ("w", "x", "dy")):
+        err = float((g.double() - r).norm() / r.norm())
+        assert g.dtype == torch.float32 and err <= GRAD_TOL, (name, err)
+
+
 @cpu_only
 def test_only_x_needs_a_gradient():
     graph, x = spec(OP).inputs(dict(n=9, F=3, deg=2, dist="uniform"))

@@ -89,3 +89,17 @@ def test_the_compile_ready_twin_computes_what_its_model_does():
         e2, f2 = M.energy_and_forces(twin, g)
         torch.testing.assert_close(e2, e, rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(f2, f, rtol=1e-5, atol=1e-6 * f.abs().max().item())
+
+
+@needs_kernels
+@pytest.mark.slow
+def test_the_swapped_model_under_torch_compile_gives_the_eager_forces():
+    """Compiled, the swapped model's forces come from autograd inside the graph (the package's compiled
+    road): before the grouping was traced they lost every gradient from before the graph's break."""
+    g, _ = _graph()
+    model = M.build(M.SMALL, M.neighbours(g), seed=3)
+    M.swap(model)
+    e, f = M.energy_and_forces(model, g)
+    e2, f2 = M.energy_and_forces(torch.compile(M.for_compile(model, M.SMALL, M.neighbours(g))), g)
+    torch.testing.assert_close(e2, e, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(f2, f, rtol=1e-4, atol=1e-5 * f.abs().max().item())
