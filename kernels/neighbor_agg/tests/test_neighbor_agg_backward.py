@@ -111,6 +111,38 @@ def test_gradients_at_awkward_shapes():
         check_at(shape, "heavy" if i % 2 else "normal", seed=i)
 
 
+def messages_graph(n, E, F, seed=0, device="cpu"):
+    """A sum of E messages into n receivers (MACE's and SchNet's): every message in exactly one edge,
+    taken in a shuffled order; receivers of uneven degree, some with none; heavy-tailed messages."""
+    gen = torch.Generator().manual_seed(seed)
+    receivers = torch.sort(torch.randint(0, max(n - 1, 1), (E,), generator=gen) ** 2 % n).values
+    rowptr = torch.zeros(n + 1, dtype=torch.int64)
+    rowptr[1:] = torch.cumsum(torch.bincount(receivers, minlength=n), 0)
+    col = torch.randperm(E, generator=gen)
+    w = torch.rand(E, generator=gen) * 2 - 1
+    graph = CSRGraph.build(rowptr.int().to(device), col.int().to(device), w.to(device), E)
+    x = torch.randn((E, F), generator=gen) * torch.exp(1.5 * torch.randn(E, 1, generator=gen))
+    return graph, x.to(device)
+
+
+def test_a_sum_of_messages_takes_the_permuted_rows_and_matches_float64(monkeypatch):
+    """dx of a sum of messages is each message's receiver's gradient, one row each: the permuted-rows
+    kernel, at feature counts around its 256-wide tile; a graph whose columns repeat takes the general
+    road."""
+    taken = []
+    real = _bwd()._permuted
+    monkeypatch.setattr(_bwd(), "_permuted", lambda *a: taken.append(1) or real(*a))
+    for seed, (n, E, F) in enumerate([(1, 1, 1), (7, 40, 3), (30, 333, 257), (5, 17, 600)]):
+        graph, x = messages_graph(n, E, F, seed)
+        check_graph(graph, x, seed)
+        assert len(taken) == seed + 1, (n, E, F)
+    graph, x = messages_graph(9, 50, 5, seed=9)
+    col = graph.col.clone()
+    col[0] = col[1]  # one message in two edges, another in none
+    check_graph(CSRGraph.build(graph.rowptr, col, graph.w, graph.n_src), x)
+    assert len(taken) == 4
+
+
 @cpu_only
 def test_hubs_in_the_graph_and_its_transpose():
     # node 0 receives ~60% of 300 x 1 + 3 * 300 edges: past the default split of 256, so dx's launch
@@ -193,6 +225,8 @@ def test_gpu_random_graphs():
     for shape in spec(OP).awkward + spec(OP).shapes["field"]:
         check_at(shape, "heavy", device="cuda")
     check_graph(*hub_graph(20000, 8, 0.3, device="cuda", F=64))
+    for seed, (n, E, F) in enumerate([(300, 27000, 2048), (1000, 4001, 5120), (64, 5000, 130)]):
+        check_graph(*messages_graph(n, E, F, seed, device="cuda"), seed)  # MACE's widths: permuted rows
 
 
 @gpu
