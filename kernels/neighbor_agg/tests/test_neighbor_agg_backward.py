@@ -164,6 +164,7 @@ def test_bitwise_deterministic():
 
 @cpu_only
 def test_opcheck_and_compiled_backward():
+    _bwd()  # registers both operators (run alone, no earlier test has imported them)
     graph, x = spec(OP).inputs(dict(n=7, F=3, deg=2, dist="uniform"))
     args = (graph.rowptr, graph.col, graph.w.clone().requires_grad_(), x.clone().requires_grad_())
     torch.library.opcheck(torch.ops.mage.triton_neighbor_agg.default, args)

@@ -94,10 +94,11 @@ def _call(kind, x_shape, w_shape, eps, dtype, ours: bool, device="cuda"):
 
 
 def _columns(stock, swapped, call, ready=lambda m: m):
-    """Eager and compiled columns; ``ready`` gives the copy of a model that torch.compile is handed."""
+    """Eager and compiled columns, the eager ones first (a run cut while a model compiles keeps them);
+    ``ready`` gives the copy of a model that torch.compile is handed."""
     cs, cw = torch.compile(ready(stock)), torch.compile(ready(swapped))
-    return {"stock": lambda: call(stock), "stock_compile": lambda: call(cs),
-            "swapped": lambda: call(swapped), "swapped_compile": lambda: call(cw)}
+    return {"stock": lambda: call(stock), "swapped": lambda: call(swapped),
+            "stock_compile": lambda: call(cs), "swapped_compile": lambda: call(cw)}
 
 
 def vjepa2_case(frames: int, dtype: str, small: bool = False):

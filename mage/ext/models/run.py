@@ -1,7 +1,7 @@
 """Measure the models the note names, stock and with this project's kernels swapped in, on a GPU, and
 record the rows: ``python -m mage models --out data/h200``.
 
-Per case, four columns: stock eager, stock under torch.compile, swapped eager, swapped under compile;
+Per case, four columns: stock eager, swapped eager, stock under torch.compile, swapped under compile;
 each in the harness's views (kernel time and launches from a profile, event spans in rotated rounds).
 Beside them: each kind of work's share of the stock kernel time, and Amdahl's prediction for the swap,
 built from the calls the swap replaces, timed one by one (stock and ours) at the shapes the model makes
@@ -44,7 +44,10 @@ def _error(out, ref) -> float:
     return max(float((o.double() - r).norm() / r.norm()) for o, r in zip(out, ref))
 
 
-def measure(case: Case, iters: int, n_spans: int, log) -> tuple[list, list]:
+def measure(case: Case, iters: int, n_spans: int, log, save=lambda rows, checks: None) -> tuple[list, list]:
+    """Check, profile and span each column of ``case``; ``save`` gets the rows and checks so far after each
+    column (a run cut by a time limit keeps the columns it finished: a compiled model can take minutes to
+    build)."""
     base = dict(op=case.op, dtype=case.dtype, shape=case.shape, shape_set="model", cache="warm", round=0)
     rows, checks, kernel, live, stock_kinds = [], [], {}, {}, Counter()
     ref = case.reference()
@@ -62,6 +65,7 @@ def measure(case: Case, iters: int, n_spans: int, log) -> tuple[list, list]:
                            tolerance=TOLERANCE[case.dtype], passed=passed, trials=1, reason=""))
         if not passed:  # never time what fails its check
             log(f"  {name}: error {err:.3g} against float64 is over {TOLERANCE[case.dtype]:g}; not timed")
+            save(rows, checks)
             continue
         p = profile(fn, iters=iters)
         kernel[name], live[name] = p, fn
@@ -74,6 +78,7 @@ def measure(case: Case, iters: int, n_spans: int, log) -> tuple[list, list]:
                  for k, us in sorted(kinds.items())]
         if name == "stock":
             stock_kinds = kinds
+        save(rows, checks)
     if not live:
         return rows, checks
     sr = spans(live, n=n_spans, rounds=3, warmup=3)
@@ -141,9 +146,13 @@ def run(a) -> int:
         # what "swapped" means in this case (it follows the precision): kept with the run, never implied
         e.setdefault("swap", {})[f"{case.op} {case.dtype} {case.shape}"] = case.swap
         data.add_environment(out, run_id, e)
-        rows, checks = measure(case, a.iters, a.spans, log)
-        data.merge_csv(pd.DataFrame(rows).assign(run=run_id), out / "rows.csv", key)
-        data.merge_csv(pd.DataFrame(checks).assign(run=run_id), out / "checks.csv", ["op", "impl", "dtype", "shape"])
+        def save(rows, checks):  # merged by key: saving again after the next column replaces, never doubles
+            if rows:
+                data.merge_csv(pd.DataFrame(rows).assign(run=run_id), out / "rows.csv", key)
+            if checks:
+                data.merge_csv(pd.DataFrame(checks).assign(run=run_id), out / "checks.csv",
+                               ["op", "impl", "dtype", "shape"])
+        save(*measure(case, a.iters, a.spans, log, save))
         torch.cuda.empty_cache()
     return 0
 

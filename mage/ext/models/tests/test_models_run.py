@@ -88,3 +88,22 @@ def test_the_run_records_rows_the_loader_reads(tmp_path):
     assert set(rows.view) >= {"kernel_time", "launches", "event_span", "kernel_part"}
     checks = data.load_checks(tmp_path / "models")
     assert checks.passed.all(), checks
+
+
+def test_each_column_is_saved_before_the_next_one_runs(monkeypatch):
+    """A call cut by its time limit while a compiled model builds keeps the columns already measured."""
+    from types import SimpleNamespace as NS
+    fake = NS(kernel_us=10.0, launches=3, kernel_us_by_name={"_layernorm_kernel": 10.0})
+    monkeypatch.setattr(R, "profile", lambda fn, iters: fake)
+    monkeypatch.setattr(R, "spans", lambda live, **k: NS(round_means=lambda name: [1.0, 2.0, 3.0]))
+    saved = []
+
+    def cut():
+        assert any(r["impl"] == "stock" and r["view"] == "kernel_time" for r in saved[-1][0]), saved
+        raise KeyboardInterrupt  # the time limit, while the second column compiles
+
+    ref = torch.ones(3, dtype=torch.float64)
+    case = P.Case("m", "n=1", "fp32", {"stock": lambda: ref.float(), "stock_compile": cut}, lambda: ref, [])
+    with pytest.raises(KeyboardInterrupt):
+        R.measure(case, 1, 1, lambda s: None, save=lambda rows, checks: saved.append((list(rows), list(checks))))
+    assert [c["impl"] for c in saved[-1][1]] == ["stock"] and saved[-1][1][0]["passed"]
