@@ -98,6 +98,21 @@ def test_no_workshop_words(site, page):
     assert not hits, "\n".join(f"{k}: ...{ctx}..." for k, ctx in hits)
 
 
+@pytest.mark.parametrize("text", ["3,000", "1.30", "(a)", "0.97", "NVIDIA H100 80GB HBM3", "it's"])
+def test_glued_text_reaches_the_page_as_written(text):
+    """The builder unquotes glued text with a literal evaluation: "3,000" once reached a page as (3, 0)."""
+    from myst_nb.core.variables import format_plain_text
+    from mage.book import Plain
+    assert format_plain_text(repr(Plain(text)), "") == text
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("page", W.pages())
+def test_no_glued_value_reads_as_a_tuple(site, page):
+    glued = BeautifulSoup(_page(site, page), "html.parser").select("span.pasted-text")
+    assert not [g.text for g in glued if re.fullmatch(r"\(.*,.*\)", g.text)]
+
+
 @pytest.mark.book
 @pytest.mark.parametrize("page", CHAPTERS)
 def test_each_page_opens_with_its_finding(site, page):

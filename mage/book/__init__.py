@@ -97,13 +97,15 @@ def other_machine(name: str) -> Book:
 
 # ---------------------------------------------------------------------------------------------- glue
 class Plain:
-    """A string that displays without quotes (a glued word in a sentence)."""
+    """A glued word or formatted number, shown in the sentence exactly as written. Its plain-text form is a
+    quoted literal: the book's builder reads glued text with ``ast.literal_eval`` to unquote it, which
+    would turn a bare "3,000" into the tuple (3, 0) and "1.30" into 1.3."""
 
     def __init__(self, text):
         self.text = str(text)
 
     def __repr__(self):
-        return self.text
+        return repr(self.text)
 
 
 def glue(name: str, value) -> None:

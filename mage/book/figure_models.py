@@ -10,7 +10,8 @@ from .figure_style import VIEW_LABEL, VIEW_UNIT, with_caption
 
 # (a bar's name, two short lines so four fit side by side on a phone)
 COLUMNS = {"stock": ("stock<br>eager", "#8C8C8C"), "stock_compile": ("stock<br>compiled", "#4C72B0"),
-           "swapped": ("ours<br>eager", "#DD8452"), "swapped_compile": ("ours<br>compiled", "#C44E52")}
+           "swapped": ("ours<br>eager", "#DD8452"), "swapped_compile": ("ours<br>compiled", "#C44E52"),
+           "accelerated": ("package's<br>fast road", "#55A868")}  # MACE's own cuEquivariance road, where run
 VIEWS = ("kernel_time", "event_span", "launches")
 
 
@@ -21,21 +22,29 @@ def load(path) -> pd.DataFrame:
 
 
 def value(rows: pd.DataFrame, op: str, impl: str, view: str = "kernel_time", stat: str = "mean", stage=None,
-          dtype: str = "fp32") -> float:
-    """One column's value at one precision from the newest run that measured the model (NaN when absent)."""
+          dtype: str = "fp32", shape=None) -> float:
+    """One column's value at one precision (and ``shape``, where a run measured several) from the newest run
+    that measured the model (NaN when absent)."""
     d = rows[(rows["op"] == op) & (rows["impl"] == impl) & (rows["view"] == view) & (rows["stat"] == stat)
              & (rows["round"] == 0) & (rows["dtype"] == dtype)]
+    d = d[d["shape"] == shape] if shape is not None else d
     d = d[d["stage"] == stage] if stage is not None else d[d["stage"].isna()] if "stage" in d else d
     return float(d.sort_values("run")["value"].iloc[-1]) if len(d) else float("nan")
 
 
+def largest(rows: pd.DataFrame, op: str) -> str | None:
+    """The shape of ``op`` with the most atoms (or tokens) that the rows hold: its first number."""
+    shapes = set(rows.loc[rows["op"] == op, "shape"])
+    return max(shapes, key=lambda s: int(s.split(",")[0].split("=")[1]), default=None)
+
+
 def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = "kernel_time", dtype: str = "fp32",
-            note: str = ""):
+            note: str = "", shape=None):
     """One bar per column in each view at one precision, the toggle between views; ``note`` ends the caption."""
     fig, owner = go.Figure(), []
     for v in VIEWS:
         for impl, (name, color) in COLUMNS.items():
-            y = value(rows, op, impl, v, dtype=dtype)
+            y = value(rows, op, impl, v, dtype=dtype, shape=shape)
             if y == y:  # measured
                 fig.add_trace(go.Bar(x=[name], y=[y], name=name, marker_color=color, visible=v == first,
                                      showlegend=False, meta={"series": VIEW_LABEL[v], "unit": VIEW_UNIT[v]},
@@ -49,7 +58,26 @@ def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = 
     fig.layout.meta = {"narrow": {"margin.l": 45, "margin.r": 8, "xaxis.tickfont.size": 9}, "narrow_height": 460,
                        "narrow_font": 10, "per_impl": True,
                        "grid": {"by": ["view"], "across": "name", "heads": ["view"]}}
-    shape = rows.loc[(rows["op"] == op) & (rows["dtype"] == dtype), "shape"]
-    what = "one forward pass and its gradient" if op == "schnet" else "one forward pass"
-    return with_caption(fig, f"{machine}, {what}{' (' + shape.iloc[-1] + ')' if len(shape) else ''}; "
+    shape = [shape] if shape else list(rows.loc[(rows["op"] == op) & (rows["dtype"] == dtype), "shape"])
+    what = "one forward pass and its gradient" if op in ("schnet", "mace") else "one forward pass"
+    return with_caption(fig, f"{machine}, {what}{' (' + shape[-1] + ')' if len(shape) else ''}; "
                              f"{'FP32' if dtype == 'fp32' else dtype}, warm.{' ' + note if note else ''}")
+
+
+def rows_for(op: str, path, machine: str) -> tuple[pd.DataFrame, str]:
+    """The model rows of ``op`` and the machine that measured them: the book's own folder (``path``) where
+    it holds them, else the newest other machine's folder beside it that does, named by the caller's
+    sentence and figure (never mixed with the book's rows). Empty rows when no folder holds them."""
+    from mage import book
+    rows = load(path)
+    if (rows["op"] == op).any():
+        return rows, machine
+    found = []
+    for other in sorted(p for p in path.parent.iterdir() if p.is_dir() and p != path):
+        r = load(other)
+        if (r["op"] == op).any():
+            found.append((str(r.loc[r["op"] == op, "run"].max()), other.name, r))
+    if not found:
+        return rows, machine
+    _, name, r = max(found, key=lambda f: f[:2])
+    return r, book.other_machine(name).machine

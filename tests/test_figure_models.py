@@ -1,0 +1,44 @@
+"""The model chapter's figure and its data: a model's rows come from the book's own folder where it holds
+them, else from another machine's folder beside it, named; values at one shape when a run measured two."""
+from __future__ import annotations
+
+import pandas as pd
+
+from mage.book import figure_models as FM
+
+
+def _rows(op, run, shapes=("atoms=1000,edges=10", "atoms=3000,edges=30")):
+    return pd.DataFrame([dict(op=op, impl=i, dtype="fp32", shape=s, view=v, stat="mean", round=0, stage=None,
+                              value=float(n) * (2 if i == "swapped" else 1), run=run)
+                         for n, s in enumerate(shapes, 1) for i in ("stock", "swapped")
+                         for v in ("kernel_time", "launches", "event_span")])
+
+
+def _write(folder, rows):
+    (folder / "models").mkdir(parents=True)
+    rows.to_csv(folder / "models" / "rows.csv", index=False)
+    (folder / "rows.csv").write_text("op\n")  # a folder holds data when it has a csv
+
+
+def test_values_at_the_shape_asked_and_the_largest_shape():
+    rows = _rows("mace", "r1")
+    assert FM.largest(rows, "mace") == "atoms=3000,edges=30"
+    assert FM.value(rows, "mace", "stock", shape="atoms=1000,edges=10") == 1.0
+    assert FM.value(rows, "mace", "swapped", shape="atoms=3000,edges=30") == 4.0
+    assert FM.largest(rows, "schnet") is None
+
+
+def test_a_model_only_another_machine_measured_comes_from_its_folder_named(tmp_path, monkeypatch):
+    book_dir, other = tmp_path / "h200", tmp_path / "h100"
+    _write(book_dir, _rows("schnet", "20261205T000000Z-h200"))
+    _write(other, _rows("mace", "20261205T224813Z-h100"))
+    monkeypatch.setenv("MAGE_DATA", str(book_dir))
+    monkeypatch.setattr("mage.book.other_machine",
+                        lambda name: type("B", (), {"machine": f"NVIDIA {name.upper()}"})())
+    rows, machine = FM.rows_for("mace", book_dir, "NVIDIA H200")
+    assert machine == "NVIDIA H100" and set(rows["op"]) == {"mace"}
+    rows, machine = FM.rows_for("schnet", book_dir, "NVIDIA H200")
+    assert machine == "NVIDIA H200" and set(rows["op"]) == {"schnet"}
+    fig = FM.forward(*FM.rows_for("mace", book_dir, "NVIDIA H200")[:1], "mace", "MACE", "NVIDIA H100",
+                     shape="atoms=3000,edges=30")
+    assert {t.y[0] for t in fig.data if t.visible} == {2.0, 4.0}
