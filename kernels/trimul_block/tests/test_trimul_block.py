@@ -12,7 +12,7 @@ import torch
 
 import mage
 from kernels._triton import common
-from tests.support.kernel_checks import assert_refuses, check_shapes, cpu_only, gpu, rel_err
+from tests.support.kernel_checks import assert_refuses, check_shapes, cpu_only, gpu, rel_err, usable
 from kernels.layernorm.spec import EPS
 from mage import facets, ops, registry
 from mage.check import check, describe_mismatch, outside
@@ -302,6 +302,7 @@ def _id(i):
 @gpu
 @pytest.mark.parametrize("impl", IMPLS, ids=_id)
 def test_gpu_random_shapes(impl):
+    usable(impl)  # an unavailable library fails with its reason, or skips where MAGE_GPU_EXCLUDE names it
     shapes = SPEC.random_shapes(30) + SPEC.awkward + SPEC.shapes["field"] + SPEC.shapes["large"]
     # a library's stated limits (cuEquivariance: hidden widths in multiples of 32) leave shapes out; the
     # model's own shapes are never among them
@@ -315,6 +316,7 @@ def test_gpu_random_shapes(impl):
 @gpu
 @pytest.mark.parametrize("impl", IMPLS, ids=_id)
 def test_gpu_launches_per_call_are_stable(impl):
+    usable(impl)
     from mage.profile import profile
     shape = SPEC.shapes["field"][0]
     inputs = SPEC.inputs(shape, device="cuda", dtype=impl.dtype)
