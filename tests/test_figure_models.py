@@ -7,11 +7,14 @@ import pandas as pd
 from mage.book import figure_models as FM
 
 
-def _rows(op, run, shapes=("atoms=1000,edges=10", "atoms=3000,edges=30")):
-    return pd.DataFrame([dict(op=op, impl=i, dtype="fp32", shape=s, view=v, stat="mean", round=0, stage=None,
+def _rows(op, run, shapes=("atoms=1000,edges=10", "atoms=3000,edges=30"), predicted=True):
+    """A run's rows at each shape; a complete run ends with Amdahl's prediction."""
+    return pd.DataFrame([dict(op=op, impl=i, dtype="fp32", shape=s, view=v, stat=st, round=0, stage=None,
                               value=float(n) * (2 if i == "swapped" else 1), run=run)
                          for n, s in enumerate(shapes, 1) for i in ("stock", "swapped")
-                         for v in ("kernel_time", "launches", "event_span")])
+                         for v, st in (("kernel_time", "mean"), ("launches", "mean"), ("event_span", "mean"),
+                                       ("kernel_time", "predicted"))
+                         if st == "mean" or (predicted and i == "swapped")])
 
 
 def _write(folder, rows):
@@ -42,3 +45,19 @@ def test_a_model_only_another_machine_measured_comes_from_its_folder_named(tmp_p
     fig = FM.forward(*FM.rows_for("mace", book_dir, "NVIDIA H200")[:1], "mace", "MACE", "NVIDIA H100",
                      shape="atoms=3000,edges=30")
     assert {t.y[0] for t in fig.data if t.visible} == {2.0, 4.0}
+
+
+def test_a_run_cut_before_its_end_is_never_shown_or_mixed(tmp_path):
+    """Each column is saved as it finishes; a run ends with Amdahl's prediction. A newer run cut after its
+    eager columns must not lend them to the older complete run's figure."""
+    done = _rows("mace", "20261205T000000Z-h100")
+    cut = _rows("mace", "20261206T000000Z-h100", predicted=False).assign(value=100.0)
+    _write(tmp_path, pd.concat([done, cut]))
+    rows = FM.load(tmp_path)
+    assert set(rows["run"]) == {"20261205T000000Z-h100"}
+    assert FM.value(rows, "mace", "stock", shape="atoms=1000,edges=10") == 1.0
+
+
+def test_an_empty_folder_gives_rows_a_figure_can_ask_of(tmp_path):
+    rows = FM.load(tmp_path)
+    assert FM.largest(rows, "mace") is None and FM.value(rows, "mace", "stock") != FM.value(rows, "mace", "stock")

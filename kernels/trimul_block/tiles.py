@@ -65,7 +65,7 @@ _FP32 = {
     # at FP32 a program takes chunks of 16-32 columns with 8 warps (4 warps and 32 columns spill)
     "fused_r64_h32_w8_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
                                    fused=_fused.keys(bmm="triton", in_h=32, in_warps=8, fin_c=32, fin_warps=8)),
-    # (a fourth, 128 pairs a program with 16-column chunks, failed its check at random shapes on two GPUs
+    # (another, 128 pairs a program with 16-column chunks, failed its check at random shapes on two GPUs
     # while passing under the interpreter; no rule picked it, and it was withdrawn until a GPU run finds why)
     "fused_r64_h16_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
                                 fused=_fused.keys(bmm="triton", in_h=16, fin_c=16)),

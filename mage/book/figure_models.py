@@ -15,10 +15,21 @@ COLUMNS = {"stock": ("stock<br>eager", "#8C8C8C"), "stock_compile": ("stock<br>c
 VIEWS = ("kernel_time", "event_span", "launches")
 
 
+COLUMNS_OF_ROWS = ["op", "dtype", "shape", "impl", "view", "stat", "round", "stage", "value", "run"]
+
+
 def load(path) -> pd.DataFrame:
-    """Every model row (all runs); empty when the folder has none."""
+    """The rows of each model case's (model, shape, precision) newest complete run; empty when the folder
+    has none. A run ends with Amdahl's prediction: one cut by a time limit keeps the columns it finished in
+    the data, but a page never shows them, nor mixes them with another run's columns."""
     f = path / "models" / "rows.csv"
-    return pd.read_csv(f) if f.is_file() else pd.DataFrame(columns=["op", "impl", "view", "stat", "round", "value"])
+    if not f.is_file():
+        return pd.DataFrame(columns=COLUMNS_OF_ROWS)
+    rows = pd.read_csv(f)
+    case = ["op", "shape", "dtype"]
+    done = rows[rows["stat"] == "predicted"].groupby(case)["run"].max().rename("done").reset_index()
+    rows = rows.merge(done, on=case, how="left")
+    return rows[rows["run"] == rows["done"]].drop(columns="done").reset_index(drop=True)
 
 
 def value(rows: pd.DataFrame, op: str, impl: str, view: str = "kernel_time", stat: str = "mean", stage=None,

@@ -125,6 +125,7 @@ def messages_graph(n, E, F, seed=0, device="cpu"):
     return graph, x.to(device)
 
 
+@cpu_only
 def test_a_sum_of_messages_takes_the_permuted_rows_and_matches_float64(monkeypatch):
     """dx of a sum of messages is each message's receiver's gradient, one row each: the permuted-rows
     kernel, at feature counts around its 256-wide tile; a graph whose columns repeat takes the general
@@ -174,6 +175,7 @@ def test_opcheck_and_compiled_backward():
     check_graph(graph, x, fn=compiled)
 
 
+@cpu_only
 def test_second_derivatives_match_float64():
     """Gradients of a gradient (create_graph): the backward operator's own autograd against index_add in
     float64, on a graph with hubs both ways and heavy-tailed rows; a function of both first gradients, so

@@ -29,7 +29,7 @@ from .parts import Case
 
 # what a kernel's name says about its work; the first match wins, the rest is 'elementwise'
 KINDS = (("attention", r"flash|fmha|attention|efficient_attention|sdpa"), ("layernorm", r"layer_?norm"),
-         ("aggregation", r"scatter|index_add|indexfunc|segment|neighbor_agg|edge_dot"),
+         ("aggregation", r"scatter|index_add|indexfunc|segment|neighbor_agg|permuted_rows|edge_dot"),
          ("gemm", r"gemm|gemv|cutlass|nvjet|xmma|matmul|sm90_|sm80_"), ("gelu", r"gelu"), ("conv", r"conv"))
 TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2}  # norm-wise against float64; the stock column's error is beside it
 
@@ -59,6 +59,7 @@ def measure(case: Case, iters: int, n_spans: int, log, save=lambda rows, checks:
                                error=float("nan"), tolerance=TOLERANCE[case.dtype], passed=False, trials=1,
                                reason=f"{type(e).__name__}: {e}"[:300]))
             log(f"  {name}: failed to run ({type(e).__name__}: {e})")
+            save(rows, checks)
             continue
         passed = err <= TOLERANCE[case.dtype]
         checks.append(dict(op=case.op, impl=name, dtype=case.dtype, shape=case.shape, dist="normal", error=err,

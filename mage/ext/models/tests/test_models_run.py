@@ -22,6 +22,7 @@ needs_kernels = pytest.mark.skipif(
     ("_gemm_epilogue_kernel", "gemm"),
     ("void at::native::indexFuncLargeIndex<float, long, unsigned int, 2, 2, -2, true>", "aggregation"),
     ("_neighbor_agg_kernel", "aggregation"),
+    ("_permuted_rows_kernel", "aggregation"),  # the sum of messages' backward
     ("fmha_cutlassF_f32_aligned_64x64_rf_sm80", "attention"),
     ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>", "layernorm"),
     ("_layernorm_kernel", "layernorm"),
