@@ -26,6 +26,7 @@ test-all: venv book
 
 # On a GPU machine: the GPU tests (tests/ and each operation's folder). A registered implementation
 # that cannot run here fails; leave one out by name with MAGE_GPU_EXCLUDE=rust_native,rust_ptx_py.
+# MAGE_FAILURE_LOG=FILE appends each random-shape failure (shape and reason) to FILE as it is found.
 test-gpu:
 	python3 -m pytest -q -m gpu
 

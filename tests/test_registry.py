@@ -109,6 +109,21 @@ def test_an_unavailable_impl_fails_on_a_gpu_machine(monkeypatch):
         usable(broken)
 
 
+def test_gpu_failures_are_written_down_as_they_happen(monkeypatch, tmp_path):
+    # A GPU run cut by its time limit never prints pytest's summary; the failure log keeps each shape's
+    # reason the moment it is found (two runs lost a config's reasons this way).
+    from types import SimpleNamespace as NS
+    from tests.support import kernel_checks as KC
+    impl = registry.get("matmul", "pytorch", "fp32")
+    verdicts = iter([NS(passed=True, reason=""), NS(passed=False, reason="3 of 9 elements outside")])
+    monkeypatch.setattr(KC, "check", lambda *a, **k: next(verdicts))
+    log = tmp_path / "failures.txt"
+    monkeypatch.setenv("MAGE_FAILURE_LOG", str(log))
+    got = KC.gpu_failures(impl, [dict(M=3, K=4, N=5), dict(M=6, K=7, N=8)])
+    assert got == [(dict(M=6, K=7, N=8), "3 of 9 elements outside")]
+    assert log.read_text() == "matmul/pytorch/fp32 {'M': 6, 'K': 7, 'N': 8} normal: 3 of 9 elements outside\n"
+
+
 def test_the_harness_defaults_come_from_roles_the_kernel_packages_claim():
     # mage names no implementation: its defaults (the baseline column, the custom column, the library
     # family) are whatever kernels/_pytorch and kernels/_triton claimed, and an unclaimed role is refused

@@ -76,18 +76,29 @@ def check_bf16_columns(op: str, shapes, dist: str, forced: tuple | None = None) 
 def gpu_failures(impl: registry.Impl, shapes) -> list:
     """(shape, reason) for every one of ``shapes`` at which ``impl`` misses the float64 check on the GPU:
     each shape its own seed, every third heavy-tailed; all failures, so one run shows the pattern. Shapes
-    outside ``impl``'s stated limits (a library's widths, a config's shared-memory budget) are left out."""
+    outside ``impl``'s stated limits (a library's widths, a config's shared-memory budget) are left out.
+    Each failure is also appended, as it happens, to the file MAGE_FAILURE_LOG names: a GPU run cut by a
+    time limit before pytest's summary keeps the shapes and reasons it found."""
     failures, checked = [], 0
     for k, shape in enumerate(shapes):
         if impl.outside_limits(shape):
             continue
         checked += 1
-        r = check(impl, shape, trials=1, seed=k, dist="heavy" if k % 3 == 0 else "normal", device="cuda")
+        dist = "heavy" if k % 3 == 0 else "normal"
+        r = check(impl, shape, trials=1, seed=k, dist=dist, device="cuda")
         if not r.passed:
             failures.append((shape, r.reason))
+            _log_failure(impl, shape, dist, r.reason)
     if not checked:  # every shape outside the limits: nothing was checked, which is no pass
         failures.append((None, "no shape within the implementation's stated limits was checked"))
     return failures
+
+
+def _log_failure(impl, shape, dist: str, reason: str) -> None:
+    path = os.environ.get("MAGE_FAILURE_LOG")
+    if path:  # one line a failure, appended at once (several test workers may share the file)
+        with open(path, "a") as f:
+            f.write(f"{impl.op}/{impl.name}/{impl.dtype} {shape} {dist}: {reason}\n")
 
 
 def excluded() -> set:
