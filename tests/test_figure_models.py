@@ -61,3 +61,9 @@ def test_a_run_cut_before_its_end_is_never_shown_or_mixed(tmp_path):
 def test_an_empty_folder_gives_rows_a_figure_can_ask_of(tmp_path):
     rows = FM.load(tmp_path)
     assert FM.largest(rows, "mace") is None and FM.value(rows, "mace", "stock") != FM.value(rows, "mace", "stock")
+
+
+def test_units_a_second_of_kernel_time():
+    rows = _rows("vjepa2_encoder", "r1", shapes=("frames=16,tokens=2048,batch=1",))
+    assert FM.per_second(rows, "vjepa2_encoder", "stock", "tokens") == 2048 / 1e-6  # 1 us a call
+    assert FM.per_second(rows, "vjepa2_encoder", "swapped", "tokens") == 2048 / 2e-6

@@ -43,6 +43,14 @@ def value(rows: pd.DataFrame, op: str, impl: str, view: str = "kernel_time", sta
     return float(d.sort_values("run")["value"].iloc[-1]) if len(d) else float("nan")
 
 
+def per_second(rows: pd.DataFrame, op: str, impl: str, unit: str, dtype: str = "fp32", shape=None) -> float:
+    """How many ``unit`` (a count the shape names: tokens, atoms) one column processes a second of kernel
+    time, at ``shape`` (the newest shape of the case where not given)."""
+    shape = shape or rows.loc[(rows["op"] == op) & (rows["dtype"] == dtype), "shape"].iloc[-1]
+    count = dict(kv.split("=") for kv in shape.split(","))[unit]
+    return float(count) / (value(rows, op, impl, dtype=dtype, shape=shape) * 1e-6)
+
+
 def largest(rows: pd.DataFrame, op: str) -> str | None:
     """The shape of ``op`` with the most atoms (or tokens) that the rows hold: its first number."""
     shapes = set(rows.loc[rows["op"] == op, "shape"])
