@@ -67,3 +67,9 @@ def test_units_a_second_of_kernel_time():
     rows = _rows("vjepa2_encoder", "r1", shapes=("frames=16,tokens=2048,batch=1",))
     assert FM.per_second(rows, "vjepa2_encoder", "stock", "tokens") == 2048 / 1e-6  # 1 us a call
     assert FM.per_second(rows, "vjepa2_encoder", "swapped", "tokens") == 2048 / 2e-6
+
+
+def test_counts_a_shape_names():
+    assert FM.count("atoms=3000,edges=251692,cutoff=6.0") == 3000
+    assert FM.count("atoms=3000,edges=251692,cutoff=6.0", "edges") == 251692
+    assert FM.count("frames=16,tokens=2048,batch=1", "tokens") == 2048

@@ -43,18 +43,24 @@ def value(rows: pd.DataFrame, op: str, impl: str, view: str = "kernel_time", sta
     return float(d.sort_values("run")["value"].iloc[-1]) if len(d) else float("nan")
 
 
+def count(shape: str, unit: str | None = None) -> int:
+    """A count the shape names ("atoms=3000,edges=...,cutoff=6.0": atoms, edges; frames, tokens), the first
+    one where ``unit`` is not given."""
+    named = dict(kv.split("=") for kv in shape.split(","))
+    return int(named[unit] if unit else next(iter(named.values())))
+
+
 def per_second(rows: pd.DataFrame, op: str, impl: str, unit: str, dtype: str = "fp32", shape=None) -> float:
     """How many ``unit`` (a count the shape names: tokens, atoms) one column processes a second of kernel
     time, at ``shape`` (the newest shape of the case where not given)."""
     shape = shape or rows.loc[(rows["op"] == op) & (rows["dtype"] == dtype), "shape"].iloc[-1]
-    count = dict(kv.split("=") for kv in shape.split(","))[unit]
-    return float(count) / (value(rows, op, impl, dtype=dtype, shape=shape) * 1e-6)
+    return count(shape, unit) / (value(rows, op, impl, dtype=dtype, shape=shape) * 1e-6)
 
 
 def largest(rows: pd.DataFrame, op: str) -> str | None:
     """The shape of ``op`` with the most atoms (or tokens) that the rows hold: its first number."""
     shapes = set(rows.loc[rows["op"] == op, "shape"])
-    return max(shapes, key=lambda s: int(s.split(",")[0].split("=")[1]), default=None)
+    return max(shapes, key=count, default=None)
 
 
 def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = "kernel_time", dtype: str = "fp32",
