@@ -151,11 +151,7 @@ def _k_major(t, rows: int, cols: int, transpose: bool):
     """``t`` (or ``t.t()``) as a [rows, cols] view with cols contiguous and 16-byte-aligned rows:
     the tensor itself where it already is, else a copy into row-padded storage."""
     v = t.t() if transpose else t
-    if _tma_ready(v):
-        return v
-    pad = max(1, 16 // v.element_size())
-    buf = v.new_empty((rows, common.cdiv(cols, pad) * pad))[:, :cols]
-    return buf.copy_(v)
+    return v if _tma_ready(v) else _split.k_major(t, rows, cols, transpose)
 
 
 def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residual=None, gate=None,

@@ -155,6 +155,22 @@ def test_the_split_is_exact_and_tf32_high():
 
 
 @cpu_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_k_major_copy_is_exact_at_awkward_shapes(dtype):
+    # the road's copy of a B it cannot read in place: every element where it belongs, rows 16-byte aligned
+    from kernels.matmul import _split
+    wide = torch.randn(140, 203).to(dtype)
+    for rows, cols in ((1, 1), (37, 70), (65, 129)):
+        x = torch.randn(cols, rows).to(dtype)
+        for t, transpose, want in ((x, True, x.t()), (x.t().contiguous(), False, x.t()),
+                                   (wide[:cols, 3:3 + rows], True, wide[:cols, 3:3 + rows].t())):
+            got = _split.k_major(t, rows, cols, transpose)
+            assert got.shape == (rows, cols) and got.stride(1) == 1
+            assert (got.stride(0) * got.element_size()) % 16 == 0
+            assert torch.equal(got, want)
+
+
+@cpu_only
 def test_operands_split_before_the_gemm():
     names = [n for n, c in hop.TILES["fp32x3"].configs.items() if c["SPLIT"]]
     assert names and all(n.endswith("_split") for n in names)
