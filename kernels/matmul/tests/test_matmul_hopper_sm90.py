@@ -57,3 +57,15 @@ def test_four_byte_configs_neither_spill_nor_overflow_shared_memory(precision, n
     the '_nc' configs, whose B tile is transposed on chip and must still fit a block and its registers."""
     u = _usage(th.TILES[precision][name], precision)
     assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, u)
+
+
+@pytest.mark.parametrize("parts", [False, True])
+def test_the_transposing_copy_turns_its_tile_around_in_shared_memory(parts):
+    """B's K-major copy (and the split) read B^T with a unit row stride, which the JIT specialises: the
+    load follows B's rows, the store B^T's, and the two layouts meet in shared memory (a 64x64 FP32 tile,
+    16 KB), not in strided global reads; no spills."""
+    sig = dict(X="*fp32", HI="*fp32", LO="*fp32", R="i32", C="i32", sx_r="constexpr", sx_c="i32", ld="i32",
+               BLOCK="constexpr", OFFS_64="constexpr", PARTS="constexpr")
+    u = sm90.resources("kernels.matmul._split:_split_kernel", sig, dict(sx_r=1, BLOCK=64, OFFS_64=False, PARTS=parts),
+                       4, 1, aligned=("X", "HI", "LO", "R", "C", "sx_c", "ld"))
+    assert u["stack"] == 0 and u["shared"] >= 64 * 64 * 4, u
