@@ -20,6 +20,7 @@ import triton.language as tl
 
 from kernels._triton import common
 from kernels.matmul.triton_epilogue import gemm_epilogue, hopper_epilogue
+from kernels.trimul_block._fused_weights import _cached
 
 ROADS = ("cublas", "fused", "hopper")  # 'hopper': the fused road on matmul's Hopper GEMM, its own tiles
 
@@ -31,8 +32,9 @@ def gemm_keys(road, bm=128, bn=64, bk=32, warps=4, stages=4, kmajor=1) -> dict:
 
 
 def launches(consts: dict) -> int:
-    """The projections' launches: two GEMMs and the gate, or two fused GEMMs and any K-major copies."""
-    return 3 if consts["GEMM"] == "cublas" else 2 + 2 * consts["GEMM_KMAJOR"]
+    """The projections' launches: two GEMMs and the gate, or two fused GEMMs (the K-major copies of the
+    weights, ``GEMM_KMAJOR``, are made once while the weights live: see ``_w``)."""
+    return 3 if consts["GEMM"] == "cublas" else 2
 
 
 def _tiles(c: dict) -> dict:
@@ -41,8 +43,16 @@ def _tiles(c: dict) -> dict:
 
 
 def _w(w: torch.Tensor, c: dict) -> torch.Tensor:
-    """w [K, N] as the epilogue GEMM's W [N, K]: a transposed view, or with GEMM_KMAJOR a K-major copy."""
-    return w.t().contiguous() if c["GEMM_KMAJOR"] else w.t()
+    """w [K, N] as the epilogue GEMM's W [N, K]: a transposed view, or with GEMM_KMAJOR a K-major copy,
+    kept while w lives unchanged (two small launches a call otherwise, 2 of the FP32 road's 9; the rules of
+    what is kept, and when not, are the fused road's: ``_fused_weights``)."""
+    if not c["GEMM_KMAJOR"]:
+        return w.t()
+    return _cached(("k-major", id(w), w.dtype, w.device), (w,), lambda: _k_major(w))
+
+
+def _k_major(w: torch.Tensor) -> torch.Tensor:
+    return w.t().contiguous()
 
 
 def project_in(zn, w_in, b_in, c: dict, sdt) -> torch.Tensor:

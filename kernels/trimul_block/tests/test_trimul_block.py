@@ -152,14 +152,13 @@ class _Recorder:
         return launch
 
 
-def _launches(monkeypatch, shape, **config):
+def _launches(monkeypatch, shape, inputs=None, **config):
     from kernels.layernorm import triton_kernel as ln
     calls = []
     monkeypatch.setattr(tb, "_gate_kernel", _Recorder(calls, "gates"))
     monkeypatch.setattr(tb.proj, "_out_gate_kernel", _Recorder(calls, "output gate"))
-    kmajor = tb.proj._w
-    monkeypatch.setattr(tb.proj, "_w", lambda w, c: (c["GEMM_KMAJOR"] and calls.append(("K-major copy", None, {})))
-                        or kmajor(w, c))
+    kmajor = tb.proj._k_major
+    monkeypatch.setattr(tb.proj, "_k_major", lambda w: calls.append(("K-major copy", None, {})) or kmajor(w))
     monkeypatch.setattr(tb.proj, "gemm_epilogue", lambda A, W, bias, out, **kw: calls.append(("epilogue GEMM", None, kw))
                         or out)
     monkeypatch.setattr(tb.road, "_batched_gemm_kernel", _Recorder(calls, "contraction"))
@@ -172,7 +171,7 @@ def _launches(monkeypatch, shape, **config):
     addmm = torch.addmm
     monkeypatch.setattr(torch, "addmm", lambda *a, **k: calls.append(("cuBLAS", None, {})) or addmm(*a, **k))
     monkeypatch.setattr(common, "on_device", lambda op, named: None)  # meta tensors: shapes only
-    tb.trimul_block(*_meta(shape), **config)
+    tb.trimul_block(*(inputs or _meta(shape)), **config)
     return calls
 
 
@@ -198,14 +197,21 @@ def test_launches_per_call(monkeypatch, store):
 
 @pytest.mark.parametrize("kmajor", (0, 1))
 def test_launches_per_call_on_the_fused_road(monkeypatch, kmajor):
-    calls = _launches(monkeypatch, dict(N=40, C=6, H=5), GEMM="fused", GEMM_KMAJOR=kmajor)
-    names = [c[0] for c in calls]
+    inputs = _meta(dict(N=40, C=6, H=5))
+    first = _launches(monkeypatch, None, inputs, GEMM="fused", GEMM_KMAJOR=kmajor)
     copy = ["K-major copy"] * kmajor
-    assert names == ["layernorm"] + copy + ["epilogue GEMM", "gates", "contraction", "transpose", "layernorm"] + \
-        copy + ["epilogue GEMM"]
+    assert [c[0] for c in first] == ["layernorm"] + copy + ["epilogue GEMM", "gates", "contraction", "transpose",
+                                                           "layernorm"] + copy + ["epilogue GEMM"]
+    # the weights' K-major copies are kept while they live unchanged: the next call makes none
+    calls = _launches(monkeypatch, None, inputs, GEMM="fused", GEMM_KMAJOR=kmajor)
+    names = [c[0] for c in calls]
+    assert names == ["layernorm", "epilogue GEMM", "gates", "contraction", "transpose", "layernorm", "epilogue GEMM"]
     assert len(calls) == tb.launches(dict(tb.FIRST, GEMM="fused", GEMM_KMAJOR=kmajor))
     # the output gate rides in the second GEMM's epilogue: p's last C columns
     assert calls[-1][2]["gate"].shape == (40 * 40, 6) and "residual" not in calls[-1][2]
+    inputs[4].add_(1)  # an update in place (a version bump) is seen: w_in is copied again, w_out is not
+    assert [c[0] for c in _launches(monkeypatch, None, inputs, GEMM="fused", GEMM_KMAJOR=kmajor)] == \
+        ["layernorm"] + copy + names[1:]
 
 
 def test_launches_per_call_of_three_on_the_fused_road(monkeypatch):
