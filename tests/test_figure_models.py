@@ -1,5 +1,5 @@
-"""The model chapter's figure and its data: a model's rows come from the book's own folder where it holds
-them, else from another machine's folder beside it, named; values at one shape when a run measured two."""
+"""The model chapter's figure and its data: a model's rows come from the folder (the book's own or another
+machine's beside it, named) holding its newest complete run; values at one shape when a run measured two."""
 from __future__ import annotations
 
 import pandas as pd
@@ -23,6 +23,11 @@ def _write(folder, rows):
     (folder / "rows.csv").write_text("op\n")  # a folder holds data when it has a csv
 
 
+def _write_more(folder, rows):
+    f = folder / "models" / "rows.csv"
+    pd.concat([pd.read_csv(f), rows]).to_csv(f, index=False)
+
+
 def test_values_at_the_shape_asked_and_the_largest_shape():
     rows = _rows("mace", "r1")
     assert FM.largest(rows, "mace") == "atoms=3000,edges=30"
@@ -42,6 +47,10 @@ def test_a_model_only_another_machine_measured_comes_from_its_folder_named(tmp_p
     assert machine == "NVIDIA H100" and set(rows["op"]) == {"mace"}
     rows, machine = FM.rows_for("schnet", book_dir, "NVIDIA H200")
     assert machine == "NVIDIA H200" and set(rows["op"]) == {"schnet"}
+    # a newer run of a model the book's card measured too comes from the machine that ran it
+    _write_more(other, _rows("schnet", "20261206T000000Z-h100"))
+    rows, machine = FM.rows_for("schnet", book_dir, "NVIDIA H200")
+    assert machine == "NVIDIA H100" and set(rows.loc[rows["op"] == "schnet", "run"]) == {"20261206T000000Z-h100"}
     fig = FM.forward(*FM.rows_for("mace", book_dir, "NVIDIA H200")[:1], "mace", "MACE", "NVIDIA H100",
                      shape="atoms=3000,edges=30")
     assert {t.y[0] for t in fig.data if t.visible} == {2.0, 4.0}

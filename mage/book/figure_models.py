@@ -90,19 +90,18 @@ def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = 
 
 
 def rows_for(op: str, path, machine: str) -> tuple[pd.DataFrame, str]:
-    """The model rows of ``op`` and the machine that measured them: the book's own folder (``path``) where
-    it holds them, else the newest other machine's folder beside it that does, named by the caller's
-    sentence and figure (never mixed with the book's rows). Empty rows when no folder holds them."""
+    """The model rows of ``op`` from the newest complete run of it, and the machine that measured them:
+    the book's own folder (``path``) or a machine's folder beside it, whichever holds the newest run (run
+    ids begin with their UTC time), named by the caller's sentence and figure; one folder's rows, never
+    mixed with another's. The swaps change as kernels are added, so an older run on the book's card
+    describes code that is gone. Empty rows when no folder holds the model."""
     from mage import book
-    rows = load(path)
-    if (rows["op"] == op).any():
-        return rows, machine
     found = []
-    for other in sorted(p for p in path.parent.iterdir() if p.is_dir() and p != path):
-        r = load(other)
+    for folder in [path] + sorted(p for p in path.parent.iterdir() if p.is_dir() and p != path):
+        r = load(folder)
         if (r["op"] == op).any():
-            found.append((str(r.loc[r["op"] == op, "run"].max()), other.name, r))
+            found.append((str(r.loc[r["op"] == op, "run"].max()), folder == path, folder.name, r))
     if not found:
-        return rows, machine
-    _, name, r = max(found, key=lambda f: f[:2])
-    return r, book.other_machine(name).machine
+        return load(path), machine
+    _, own, name, r = max(found, key=lambda f: f[:2])
+    return r, machine if own else book.other_machine(name).machine

@@ -38,7 +38,8 @@ def _mace():
 
 def build(config: dict, avg_num_neighbors: float, device="cpu", seed: int = 0):
     """MACE in eval mode with weights drawn from ``seed``: residual interactions (the package's default),
-    SiLU gates, zero atomic energies."""
+    SiLU gates, zero atomic energies; the class the foundation models ship as (``ScaleShiftMACE``, here
+    with scale 1 and shift 0), which the package's cuEquivariance converter requires."""
     if set(config) != set(PUBLISHED):
         raise MageInputError("mace", "config", f"must have the keys {sorted(PUBLISHED)}; missing "
                              f"{sorted(set(PUBLISHED) - set(config))}, unknown {sorted(set(config) - set(PUBLISHED))}")
@@ -46,8 +47,8 @@ def build(config: dict, avg_num_neighbors: float, device="cpu", seed: int = 0):
     from e3nn import o3
     torch.manual_seed(seed)
     cfg = dict(config)
-    model = M.MACE(
-        r_max=cfg.pop("r_max"), num_bessel=cfg.pop("num_bessel"), num_polynomial_cutoff=cfg.pop("num_polynomial_cutoff"),
+    model = M.ScaleShiftMACE(
+        atomic_inter_scale=1.0, atomic_inter_shift=0.0, r_max=cfg.pop("r_max"), num_bessel=cfg.pop("num_bessel"), num_polynomial_cutoff=cfg.pop("num_polynomial_cutoff"),
         max_ell=cfg.pop("max_ell"), interaction_cls=M.RealAgnosticResidualInteractionBlock,
         interaction_cls_first=M.RealAgnosticResidualInteractionBlock, num_interactions=cfg.pop("num_interactions"),
         num_elements=len(ELEMENTS), hidden_irreps=o3.Irreps(cfg.pop("hidden_irreps")),

@@ -103,3 +103,13 @@ def test_the_swapped_model_under_torch_compile_gives_the_eager_forces():
     e2, f2 = M.energy_and_forces(torch.compile(M.for_compile(model, M.SMALL, M.neighbours(g))), g)
     torch.testing.assert_close(e2, e, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(f2, f, rtol=1e-4, atol=1e-5 * f.abs().max().item())
+
+
+def test_the_model_is_the_class_the_packages_converter_takes():
+    """The accelerated column converts the stock model with the package's own converter, which reads the
+    model's configuration back and refuses any class but the foundation models' (a GPU run failed there
+    with KeyError 'hidden_irreps' while the model was a plain MACE)."""
+    from mace.tools.scripts_utils import extract_config_mace_model
+    model = M.build(M.SMALL, 10.0)
+    config = extract_config_mace_model(model)
+    assert "error" not in config and str(config["hidden_irreps"]) == M.SMALL["hidden_irreps"]
