@@ -9,8 +9,8 @@ gate's launch and its pass over y (read and write) are gone. At fp32 the product
 accuracy on the tensor cores), the reason this road can beat cuBLAS's SGEMM, which at these shapes
 (K = C = 128, hundreds of thousands of rows) is most of the block's time. The block keeps its weights
 [in, out] (out contiguous): for the tensor cores' 4-byte product B must be K-major, so with
-``GEMM_KMAJOR`` each weight is first copied transposed (a launch each, 64-320 KB); without it the kernel
-reads them as they are and Triton stages them.
+``GEMM_KMAJOR`` each weight is copied transposed once and kept while it lives unchanged (``_w``); without
+it the kernel reads them as they are and Triton stages them.
 """
 from __future__ import annotations
 

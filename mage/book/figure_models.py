@@ -90,10 +90,10 @@ def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = 
 
 
 def rows_for(op: str, path, machine: str) -> tuple[pd.DataFrame, str]:
-    """The model rows of ``op`` from the newest complete run of it, and the machine that measured them:
-    the book's own folder (``path``) or a machine's folder beside it, whichever holds the newest run (run
-    ids begin with their UTC time), named by the caller's sentence and figure; one folder's rows, never
-    mixed with another's. The swaps change as kernels are added, so an older run on the book's card
+    """The model rows of ``op`` and the machine that measured them: the folder (the book's own, ``path``,
+    or a machine's beside it) holding the model's newest complete run of any case (run ids begin with
+    their UTC time); every case is then read from that folder, named by the caller's sentence and
+    figure, never mixed with another's. The swaps change as kernels are added, so an older run on the book's card
     describes code that is gone. Empty rows when no folder holds the model."""
     from mage import book
     found = []
