@@ -13,6 +13,7 @@ from mage import ops
 from mage.errors import MageInputError
 
 from kernels._triton import TileTable, common, register_kernel
+from kernels._triton.operator import kernel_op, op_launch
 
 from .spec import EPS, SPEC
 
@@ -256,7 +257,7 @@ def layernorm(x, gamma, beta, out=None, stats=None, eps=EPS, **config):
     grid, kw = TILES.plan(_plan, (R, C), config)
     if stats is not None:
         kw = dict(kw, Mean=stats[0], Rstd=stats[1], STATS=True)
-    common.launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), eps, **kw)
+    op_launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), eps, **kw)
     return out
 
 
@@ -265,14 +266,14 @@ for _dtype in SPEC.dtypes:
     register_kernel("layernorm", layernorm, TILES, precision=_dtype)
 
 
-@torch.library.custom_op("mage::triton_layernorm", mutates_args=())
-def layernorm_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = EPS) -> torch.Tensor:
-    """The kernel as a PyTorch operator, so torch.compile graphs (and models it is swapped into) can call it."""
-    return layernorm(x, gamma, beta, eps=eps)
-
-
-@layernorm_op.register_fake
-def _(x, gamma, beta, eps=EPS):
+def _fake(x, gamma, beta, eps=EPS):
     SPEC.validate(x, gamma, beta)  # metadata only (a call with any 'meta' input lands here)
     check_eps(eps)
     return x.new_empty(x.shape)  # contiguous, as the kernel writes it whatever x's layout
+
+
+@kernel_op("mage::triton_layernorm", _fake)
+def layernorm_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """The kernel as a PyTorch operator, so torch.compile graphs (and models it is swapped into) can call it
+    (and launch the kernel from their own code: ``kernel_op``)."""
+    return layernorm(x, gamma, beta, eps=eps)

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 from torch import nn
 
+from kernels._triton.operator import kernel_op, op_launch
 from mage.errors import MageInputError
 
 LOG2_THETA = math.log2(10000.0)  # the model's base, 10000 ** (-k / (S / 2)) = 2 ** (-k / (S / 2) * log2 10000)
@@ -78,20 +79,18 @@ def rope3(x: torch.Tensor, grid: int, seg: int) -> torch.Tensor:
     y = torch.empty((B, H, N, D), dtype=x.dtype, device=x.device)
     if y.numel():
         block = 32
-        _rope3_kernel[(B * H, triton.cdiv(N, block))](x, y, N, H, x.stride(0), x.stride(1), x.stride(2), GRID=grid,
-                                                     SEG=seg, D=D, DP=max(16, triton.next_power_of_2(D)),
-                                                     BLOCK_N=block, LOG2_BASE=LOG2_THETA)
+        op_launch(_rope3_kernel, (B * H, triton.cdiv(N, block)), x, y, N, H, x.stride(0), x.stride(1), x.stride(2),
+                  GRID=grid, SEG=seg, D=D, DP=max(16, triton.next_power_of_2(D)), BLOCK_N=block, LOG2_BASE=LOG2_THETA)
     return y
 
 
-@torch.library.custom_op("mage::vjepa2_rope3", mutates_args=())
+def _fake(x, grid, seg):
+    return x.new_empty(x.shape)
+
+
+@kernel_op("mage::vjepa2_rope3", _fake)
 def _rope3_op(x: torch.Tensor, grid: int, seg: int) -> torch.Tensor:
     return rope3(x, grid, seg)
-
-
-@_rope3_op.register_fake
-def _(x, grid, seg):
-    return x.new_empty(x.shape)
 
 
 class KernelRope(nn.Module):

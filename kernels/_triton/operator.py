@@ -1,0 +1,50 @@
+"""Kernels as ``torch.library`` operators that torch.compile can see into.
+
+A ``custom_op`` is opaque to torch.compile: the compiled graph calls it back through PyTorch's
+dispatcher and our Python launcher on every call. On the H200's host that path measured 33-54 us a
+call against 20-32 us for the launcher alone (data/h200/launch_path.csv, 'custom-op dispatch' 14-22
+us), and V-JEPA 2's swapped encoder makes about a hundred such calls a forward: its compiled bf16
+span was 12.6 ms against the stock compiled model's 8.9 (H100 run 20261206T032703Z) while its kernel
+time was lower. A ``triton_op`` shows the kernel itself to the compiler (``wrap_triton``), which then
+launches it from its generated code like one of its own kernels.
+
+Under Triton's CPU interpreter there is no kernel the compiler could trace, so there the operator
+stays a ``custom_op``, as it was. Eager calls take the lean launch either way.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from . import common
+
+
+def kernel_op(name: str, fake: Callable) -> Callable:
+    """Decorator: ``fn`` (whose kernels are launched through ``op_launch``) as the operator ``name``,
+    with ``fake`` computing the output's metadata (for tracing, where no kernel runs)."""
+
+    def dec(fn):
+        make = torch.library.custom_op if common.interpreting() else torch.library.triton_op
+        op = make(name, fn, mutates_args=())
+        # a triton_op's fake is ``fn`` itself, traced with its launch as a no-op; ``fake`` gives the
+        # same metadata without walking the launcher (and names a bad argument the same way)
+        op.register_fake(fake)
+        return op
+
+    return dec
+
+
+_EAGER = (torch.Tensor, torch.nn.Parameter)
+
+
+def op_launch(kernel, grid, *args, **kw):
+    """``launch`` for the body of a ``kernel_op``: while torch.compile traces the operator (its tensors
+    are then the tracer's, not plain tensors), the kernel call it records; otherwise the lean launch.
+    (The function that holds the body is also called directly, outside any operator: plain tensors
+    tell that case too, where ``wrap_triton`` alone would route the call through its slower eager
+    path.)"""
+    if type(args[0]) in _EAGER or common.interpreting():
+        return common.launch(kernel, grid, *args, **kw)  # looked up per call: the stage probe swaps it
+    torch.library.wrap_triton(kernel)[grid](*args, **kw)
+    return None
