@@ -46,5 +46,8 @@ def op_launch(kernel, grid, *args, **kw):
     path.)"""
     if type(args[0]) in _EAGER or common.interpreting():
         return common.launch(kernel, grid, *args, **kw)  # looked up per call: the stage probe swaps it
+    # the compiler's kernel call binds every parameter by name and takes no default: pass them all
+    given = {p.name for p in kernel.params[:len(args)]} | set(kw)
+    kw = dict(kw, **{p.name: p.default for p in kernel.params if p.name not in given and p.has_default})
     torch.library.wrap_triton(kernel)[grid](*args, **kw)
     return None
