@@ -255,8 +255,9 @@ def layernorm(x, gamma, beta, out=None, stats=None, eps=EPS, **config):
     if beta.stride(0) != 1:
         beta = beta.contiguous()
     grid, kw = TILES.plan(_plan, (R, C), config)
-    if stats is not None:
-        kw = dict(kw, Mean=stats[0], Rstd=stats[1], STATS=True)
+    # every argument given (the statistics' pointers too, unused without STATS): a compiled graph that
+    # launches the kernel itself drops None arguments and defaults its launcher then misses (H100, torch 2.11)
+    kw = dict(kw, Mean=stats[0], Rstd=stats[1], STATS=True) if stats is not None else dict(kw, Mean=out, Rstd=out, STATS=False)
     op_launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), eps, **kw)
     return out
 
