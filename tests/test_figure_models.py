@@ -67,6 +67,24 @@ def test_a_run_cut_before_its_end_is_never_shown_or_mixed(tmp_path):
     assert FM.value(rows, "mace", "stock", shape="atoms=1000,edges=10") == 1.0
 
 
+def test_a_run_with_a_failed_column_is_never_shown(tmp_path):
+    """A run can reach its prediction with a column that failed (the compiled model did not run): its
+    figure would lack that column, so the older complete run stands. The package's own fast road failing
+    (MACE's accelerated column) does not make a run incomplete."""
+    old, new = "20261205T000000Z-h100", "20261206T000000Z-h100"
+    _write(tmp_path, pd.concat([_rows("mace", old), _rows("mace", new).assign(value=100.0)]))
+    check = dict(op="mace", dtype="fp32", shape="atoms=1000,edges=10", dist="normal", error=0.0, tolerance=1e-4,
+                 trials=1, reason="")
+    checks = [dict(check, impl="stock", passed=True, run=new), dict(check, impl="accelerated", passed=False, run=new)]
+    pd.DataFrame(checks).to_csv(tmp_path / "models" / "checks.csv", index=False)
+    assert set(FM.load(tmp_path)["run"]) == {new}
+    checks.append(dict(check, impl="swapped_compile", passed=False, error=float("nan"), run=new))
+    pd.DataFrame(checks).to_csv(tmp_path / "models" / "checks.csv", index=False)
+    rows = FM.load(tmp_path)
+    assert set(rows.loc[rows["shape"] == "atoms=1000,edges=10", "run"]) == {old}
+    assert set(rows.loc[rows["shape"] == "atoms=3000,edges=30", "run"]) == {new}  # that case's columns all passed
+
+
 def test_an_empty_folder_gives_rows_a_figure_can_ask_of(tmp_path):
     rows = FM.load(tmp_path)
     assert FM.largest(rows, "mace") is None and FM.value(rows, "mace", "stock") != FM.value(rows, "mace", "stock")

@@ -21,13 +21,23 @@ COLUMNS_OF_ROWS = ["op", "dtype", "shape", "impl", "view", "stat", "round", "sta
 def load(path) -> pd.DataFrame:
     """The rows of each model case's (model, shape, precision) newest complete run; empty when the folder
     has none. A run ends with Amdahl's prediction: one cut by a time limit keeps the columns it finished in
-    the data, but a page never shows them, nor mixes them with another run's columns."""
+    the data, but a page never shows them, nor mixes them with another run's columns; nor a run one of
+    whose columns failed its check (``checks.csv``)."""
     f = path / "models" / "rows.csv"
     if not f.is_file():
         return pd.DataFrame(columns=COLUMNS_OF_ROWS)
     rows = pd.read_csv(f)
     case = ["op", "shape", "dtype"]
-    done = rows[rows["stat"] == "predicted"].groupby(case)["run"].max().rename("done").reset_index()
+    ended = rows[rows["stat"] == "predicted"]
+    # a run whose columns ran to its end but one of ours (or the stock model) failed its check is not
+    # complete either: it would show a figure without that column (the package's fast road may be absent)
+    checks = path / "models" / "checks.csv"
+    if checks.is_file():
+        c = pd.read_csv(checks)
+        bad = c[(c["passed"].astype(str) != "True") & (c["impl"] != "accelerated")][case + ["run"]].drop_duplicates()
+        ended = ended.merge(bad.assign(failed=True), on=case + ["run"], how="left")
+        ended = ended[ended["failed"].isna()]
+    done = ended.groupby(case)["run"].max().rename("done").reset_index()
     rows = rows.merge(done, on=case, how="left")
     return rows[rows["run"] == rows["done"]].drop(columns="done").reset_index(drop=True)
 
