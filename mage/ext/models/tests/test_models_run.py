@@ -108,3 +108,11 @@ def test_each_column_is_saved_before_the_next_one_runs(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         R.measure(case, 1, 1, lambda s: None, save=lambda rows, checks: saved.append((list(rows), list(checks))))
     assert [c["impl"] for c in saved[-1][1]] == ["stock"] and saved[-1][1][0]["passed"]
+
+
+def test_the_packages_road_runs_before_any_model_compiles():
+    """A MACE run cut while its swapped model compiled lost the package's own road, which ran last."""
+    from mage.ext.models import parts as P
+    cols = {"stock": 1, "swapped": 2, "stock_compile": 3, "swapped_compile": 4}
+    assert list(P.with_eager(cols, "accelerated", 5)) == ["stock", "swapped", "accelerated", "stock_compile",
+                                                        "swapped_compile"]
