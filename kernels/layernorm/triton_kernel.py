@@ -255,10 +255,13 @@ def layernorm(x, gamma, beta, out=None, stats=None, eps=EPS, **config):
     if beta.stride(0) != 1:
         beta = beta.contiguous()
     grid, kw = TILES.plan(_plan, (R, C), config)
-    # every argument given (the statistics' pointers too, unused without STATS): a compiled graph that
-    # launches the kernel itself drops None arguments and defaults its launcher then misses (H100, torch 2.11)
-    kw = dict(kw, Mean=stats[0], Rstd=stats[1], STATS=True) if stats is not None else dict(kw, Mean=out, Rstd=out, STATS=False)
-    op_launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), eps, **kw)
+    if stats is not None:
+        kw = dict(kw, Mean=stats[0], Rstd=stats[1], STATS=True)
+    # traced by torch.compile, every argument is given (the statistics' pointers aimed at the output, never
+    # touched without STATS): the H100 run whose call left them to their defaults (None) failed in
+    # Inductor's launch; this form passed there (f51adc8)
+    traced = None if stats is not None else dict(Mean=out, Rstd=out, STATS=False)
+    op_launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), eps, traced=traced, **kw)
     return out
 
 
@@ -273,7 +276,7 @@ def _fake(x, gamma, beta, eps=EPS):
     return x.new_empty(x.shape)  # contiguous, as the kernel writes it whatever x's layout
 
 
-@kernel_op("mage::triton_layernorm", _fake)
+@kernel_op("mage::triton_layernorm", _fake, kernels=(_layernorm_kernel,))
 def layernorm_op(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     """The kernel as a PyTorch operator, so torch.compile graphs (and models it is swapped into) can call it
     (and launch the kernel from their own code: ``kernel_op``)."""
