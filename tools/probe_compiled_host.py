@@ -8,10 +8,10 @@
   registered before; the compiled graph calls back into our Python launcher);
 - ``inductor``: ``F.layer_norm``, which Inductor generates and launches itself.
 
-A graph of ``--layers`` layers, each a LayerNorm whose input is added back (as a residual stream does, so
-no two can be merged; Inductor fuses the add into its own LayerNorm, the other two launch it apart), at a
-size small enough (64 rows of 1024) that the GPU waits for the host: the wall time of a burst of calls,
-divided by calls and layers, is the host's cost of one layer. Medians of
+A graph of ``--layers`` layers, each a LayerNorm whose input is added back (as a residual stream does),
+at a size small enough (64 rows of 1024) that the GPU waits for the host: the wall time of a burst of
+calls, divided by calls and layers, is the host's cost of one layer (for the first two: our LayerNorm's
+launch and the add's; Inductor may fuse its own rows further, and no launches are counted here). Medians of
 five bursts. The host is shared: read the three against each other, in one run, not against another run.
 """
 from __future__ import annotations

@@ -88,7 +88,7 @@ def _fake(x, grid, seg):
     return x.new_empty(x.shape)
 
 
-@kernel_op("mage::vjepa2_rope3", _fake)
+@kernel_op("mage::vjepa2_rope3", _fake, kernels=(_rope3_kernel,))
 def _rope3_op(x: torch.Tensor, grid: int, seg: int) -> torch.Tensor:
     return rope3(x, grid, seg)
 
