@@ -4,6 +4,8 @@ profile of 10 calls, each config checked against float64 at N = 96 (heavy-tailed
 
     python3 tools/probe_trimul_fused.py          # from the repository root; prints one line a variant
     python3 tools/probe_trimul_fused.py NAME ... # those bf16 configs as they are (no variations)
+    ncu ... python3 tools/probe_trimul_fused.py --bare NAME  # NAME's calls alone, for a profiler: no check,
+                                                             # no torch profiler, 4 calls (the first compiles)
 
 Not the record (that is ``mage measure``); data/h200/fused/probe2.txt is its output of 2026-12-05."""
 import sys
@@ -15,6 +17,11 @@ import kernels.trimul_block.triton_block as tb
 SPEC = ops.OPS["trimul_block"]
 impl = registry.get("trimul_block", "triton", "bf16")
 args = SPEC.inputs(dict(N=1024, C=128, H=128), seed=1, dtype="bf16", device="cuda")
+if sys.argv[1:2] == ["--bare"]:
+    v = impl.variant(**tb.TILES["bf16"][sys.argv[2]])
+    for _ in range(4):
+        v.fn(*args)
+    sys.exit(0)
 names = sys.argv[1:] or ["fused_r64_h32_tma_cublas", "fused_r64_h32_tma2_cublas", "fused_r64_h32_tma3_cublas"]
 for n in names:
     for over in ({}, dict(FIN_R=64), dict(FIN_C=32), dict(FIN_WARPS=8))[:1 if sys.argv[1:] else 4]:
