@@ -5,7 +5,7 @@ and cuBLAS, on one sm_90 GPU:
     python3 tools/sweep_gemm_hopper.py --quick --out smoke.csv         # one small size, base configs only
 
 For each size (2048^3, 4096^3, 8192^3) and precision (tf32, fp32x3, bf16): every config of the Hopper
-road's table, the base config again with B handed over K-major ('hopper_bnk': a Linear's W, no copy),
+road's table, each again with B handed over K-major ('hopper_bnk': a Linear's W, no copy),
 the plain road's default, and cuBLAS (torch.matmul: TF32 off for the FP32 baseline fp32x3 is compared
 with, on for TF32; bf16 inputs for bf16). Each Triton call first writes into an output poisoned with
 NaN and is checked against a float64 product of the same inputs (relative error in norm); a config with
@@ -49,7 +49,7 @@ def _error(fn, out, want):
 
 def _cases(n, prec, quick, match=""):
     """(road, config name, make(A, B, out) -> fn) of one size and precision: the plain road's default,
-    the Hopper road's configs, the Hopper base with B K-major already."""
+    the Hopper road's configs, each Hopper config again with B K-major already (the base where none matches)."""
     from kernels.matmul import triton_hopper as hop
     from kernels.matmul import triton_kernel as plain
     sizes = dict(M=n, K=n, N=n)
@@ -59,9 +59,12 @@ def _cases(n, prec, quick, match=""):
     for name in names:
         cfg = table[name]
         yield "hopper", name, lambda A, B, out, cfg=cfg: (lambda: hop.gemm(A, B, precision=prec, out=out, **cfg))
-    cfg = table.base_config()
-    yield "hopper_bnk", table.base, lambda A, B, out, cfg=cfg: (
-        lambda Bt=B.t().contiguous(): hop.gemm(A, Bt, precision=prec, b_nk=True, out=out, **cfg))
+    # each config again with B K-major (a Linear's weight, no copy); not the configs that exist to read an
+    # N-major B in place ('_nc', '_sw'), which a K-major B sends down the base's road
+    for name in [n for n in names if "_nc" not in n and "_sw" not in n] or [table.base]:
+        cfg = table[name]
+        yield "hopper_bnk", name, lambda A, B, out, cfg=cfg: (
+            lambda Bt=B.t().contiguous(): hop.gemm(A, Bt, precision=prec, b_nk=True, out=out, **cfg))
 
 
 def run(sizes, quick, out_path, precisions=PRECISIONS, match=""):
