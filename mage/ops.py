@@ -59,8 +59,11 @@ class Op:
     shapes: dict  # set name -> list of shape dicts: 'field', 'large', 'sweep' and any of its own ('contest')
     awkward: list  # small shapes that are not multiples of any tile, one row, empty
     random_shape: Callable  # (random.Random) -> one shape dict, sizes that are multiples of nothing
-    # "operation", or "block": a model block built from operations (measured by the same harness, shown
-    # in its own part of the book, never among the operations)
+    # "operation"; "block": a model block built from operations (measured by the same harness, shown
+    # in its own part of the book, never among the operations); or "part": a model's part: an operation
+    # lifted from a model the book runs, measured inside that model; shown neither among the operations
+    # nor the blocks (checked and timed by the same harness, so its kernel is held to the same float64
+    # reference). Readers that list operations or blocks select by kind, so a part needs no exclusion.
     kind: str = "operation"
     dtypes: tuple = ("fp32",)
     tolerance: Optional[dict] = None  # per dtype; default TOLERANCE

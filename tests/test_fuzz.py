@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.support.mutations import graph_mutations, out_mutations, tensor_mutations
+from tests.support.mutations import graph_mutations, int_mutations, out_mutations, tensor_mutations
 
 CALLS = 200  # malformed calls per implementation through mage.run (more through its operator): the full tier
 QUICK_CALLS = 10  # the fast tier's fixed budget: every implementation and entry point, a twentieth of the calls
@@ -119,7 +119,10 @@ def _cases(impl, device, rnd, calls):
     spec = ops.OPS[impl.op]
     allowed = set(spec.args) | {"out", "rowptr", "col", "w", "n_src", "graph"}
     shapes = _base_shapes(spec, device)
-    entry_points = ["run"] + (["operator"] if impl.family == "triton" else []) + \
+    # the operator entry: an op's own 'mage::triton_<op>' (a model's part has the model's operator instead,
+    # with arguments of its own: its folder tests it)
+    operator = impl.family == "triton" and hasattr(torch.ops.mage, f"triton_{impl.op}")
+    entry_points = ["run"] + (["operator"] if operator else []) + \
         (["build"] if impl.op == "neighbor_agg" else [])
     for n in range(calls * len(entry_points)):
         entry = entry_points[n % len(entry_points)]
@@ -136,6 +139,9 @@ def _cases(impl, device, rnd, calls):
             desc, out = rnd.choice(out_mutations(spec.empty_out(*inputs), rnd, device))
         elif isinstance(args[which], torch.Tensor):
             desc, args[which] = rnd.choice(tensor_mutations(args[which], rnd, device))
+            desc = f"{names[which]}: {desc}"
+        elif isinstance(args[which], int):  # a whole number (a grid side)
+            desc, args[which] = rnd.choice(int_mutations(args[which], rnd, device))
             desc = f"{names[which]}: {desc}"
         else:  # the graph: invalidated after build, or not a graph at all
             g = args[which]

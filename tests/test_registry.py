@@ -76,6 +76,10 @@ def test_operations_are_discovered_in_figure_order():
     assert [n for n, s in ops.OPS.items() if s.kind == "operation"] == ["matmul", "bias_gelu", "layernorm",
                                                                         "triangle", "neighbor_agg"]
     assert all(facets.of(n).order >= 100 for n, s in ops.OPS.items() if s.kind == "block")  # the blocks come after
+    # a model's part (shown with its model, neither among the operations nor the blocks) comes after both
+    parts = [n for n, s in ops.OPS.items() if s.kind == "part"]
+    assert parts == ["rope3"] and list(ops.OPS)[-len(parts):] == parts
+    assert {s.kind for s in ops.OPS.values()} == {"operation", "block", "part"}
     assert not registry.LOAD_ERRORS, registry.LOAD_ERRORS
     for name, spec in ops.OPS.items():
         assert (ROOT / "kernels" / name / "spec.py").exists() and facets.of(name).label and spec.random_shape

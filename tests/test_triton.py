@@ -14,8 +14,10 @@ from mage.check import check
 from mage.errors import MageInputError
 from mage.registry import impls
 
-# The operations' Triton columns (a model block's custom column is tested in its own folder)
-TRITON = [i for i in impls(names=["triton"]) if ops.OPS[i.op].kind == "operation"]
+# The operations' Triton columns, a model's part's included (one kernel like an operation's); a model
+# block's custom column is tested in its own folder
+KINDS = ("operation", "part")
+TRITON = [i for i in impls(names=["triton"]) if ops.OPS[i.op].kind in KINDS]
 CPU_IMPLS = [i for i in TRITON if i.interpret]
 
 
@@ -32,7 +34,7 @@ def _small(op):
 
 
 def test_every_op_has_a_triton_impl():
-    assert {i.op for i in TRITON} == {k for k, s in ops.OPS.items() if s.kind == "operation"}
+    assert {i.op for i in TRITON} == {k for k, s in ops.OPS.items() if s.kind in KINDS}
     assert {i.dtype for i in TRITON if i.op == "matmul"} == {"fp32", "fp32x3", "tf32", "bf16"}
     for i in TRITON:
         assert i.family == "triton" and i.needs_cuda and i.sweep and i.variant
@@ -108,7 +110,7 @@ def test_tensors_the_kernel_cannot_read_are_refused_before_launch(impl, monkeypa
     monkeypatch.undo()
     # a 'meta' tensor has no memory to read, interpreter or not
     if impl.op != "neighbor_agg":
-        meta = tuple(t.to("meta") for t in inputs)
+        meta = tuple(t.to("meta") if isinstance(t, torch.Tensor) else t for t in inputs)  # an int stays
         with pytest.raises(MageInputError) as e:
             impl.fn(*meta)
         assert (e.value.op, e.value.arg) == (impl.op, spec.args[0]) and "meta" in str(e.value)

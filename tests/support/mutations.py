@@ -37,6 +37,13 @@ def tensor_mutations(t, rnd, device):
     return out
 
 
+def int_mutations(v, rnd, device):
+    """(description, replacement) for a whole-number argument (a rotary embedding's grid side): out of
+    range, of another type, or another legal value (which must then be answered right)."""
+    return [("zero", 0), ("negative", -abs(v) - 1), ("a float", v + 0.5), ("a string", str(v)), ("None", None),
+            ("a bool", True), ("a tensor", torch.tensor(v, device=device)), ("one more", v + 1)]
+
+
 def out_mutations(ref_out, rnd, device):
     shape, dt = tuple(ref_out.shape), ref_out.dtype
     nan = float("nan")

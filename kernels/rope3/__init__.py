@@ -1,0 +1,1 @@
+"""V-JEPA 2's three-axis rotary embedding (a model's part): see spec.py."""
