@@ -153,15 +153,21 @@ def _out_kernel(
     NN, C, H, eps,
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
-    TMA: tl.constexpr,
+    TMA: tl.constexpr, TRANS: tl.constexpr,
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     hs = tl.arange(0, WIDTH)
     hmask = hs < H
     # a channel's BLOCK_R pairs are contiguous in o: each load is runs along the rows
-    on = _layernorm_rows(O + cm[:, None] + hs[None, :] * nn, rmask[:, None] & hmask[None, :], GAMMA, BETA,
-                         hs, hmask, H, eps)
-    on = _round(on, BF16, EMULATE)
+    if TRANS:  # the tile as o lies, [channels, pairs], normalised down its columns and handed to the dot
+        # transposed: a profile found the [pairs, channels] tile's change of layout 5-6-way bank-conflicted
+        on = _layernorm_rows(O + hs[:, None] * nn + cm[None, :], hmask[:, None] & rmask[None, :], GAMMA, BETA,
+                             hs, hmask, H, eps, AXIS=0)
+        on = tl.trans(_round(on, BF16, EMULATE))
+    else:
+        on = _layernorm_rows(O + cm[:, None] + hs[None, :] * nn, rmask[:, None] & hmask[None, :], GAMMA, BETA,
+                             hs, hmask, H, eps)
+        on = _round(on, BF16, EMULATE)
     for c0 in range(0, C, CHUNK):
         cs = c0 + tl.arange(0, CHUNK)
         cmask = cs < C
@@ -212,7 +218,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     wdo = out_weights(w_out, wo, C, c, _width(H))
     _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](o, go, bo, wo, bbo, g, y, wdo, NN, C, H, EPS,
                                                BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"],
-                                               TMA=c["FIN_TMA"],
+                                               TMA=c["FIN_TMA"], TRANS=c["FIN_T"],
                                                num_warps=c["FIN_WARPS"], num_stages=c["F_STAGES"], **flags)
     if not direct:
         out.view(R, C).copy_(y)  # bf16 values already: an exact copy

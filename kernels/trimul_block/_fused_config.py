@@ -21,15 +21,16 @@ def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
 
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
-         join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False) -> dict:
+         join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
     kernel's a, b and g stored through descriptors (where their rows are 16-byte multiples); ``resident``: the
-    first kernel persistent, w_in loaded once a program and kept in shared memory (``_fused_resident``)."""
+    first kernel persistent, w_in loaded once a program and kept in shared memory (``_fused_resident``);
+    ``fin_t``: the last kernel reads o's tile in its own order, [channels, pairs], and transposes it for the dot."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
-                FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident)
+                FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t)
 
 
 def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:

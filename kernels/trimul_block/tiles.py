@@ -118,6 +118,10 @@ _BF16 = {
     # data/h200/fused/probe2.txt; the block 1,357 us against 1,412 for fused_r64_h32_tma_cublas)
     "fused_r64_h32_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=64,
                                                                                 fin_c=64, fin_tma=True)),
+    # the last kernel reading o's tile in its own order (Nsight Compute found the other order's change of
+    # layout bank-conflicted, 5-6-way: data/h100/fused/ncu_full_*). Not yet measured
+    "fused_r64_h32_tma2_r64t_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=64,
+                                                                                 fin_c=64, fin_tma=True, fin_t=True)),
     # the first kernel persistent, w_in kept in shared memory (_fused_resident): its weights cross from L2
     # once an SM, not once a tile of 64 pairs (160 KB for 16 KB of z). Compiled for sm_90a: 64 pairs and 8
     # warps fit (255 registers, no spills, 184 KB of shared memory); 4 warps spill 584 bytes a thread, 32
