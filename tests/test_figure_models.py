@@ -7,9 +7,9 @@ import pandas as pd
 from mage.book import figure_models as FM
 
 
-def _rows(op, run, shapes=("atoms=1000,edges=10", "atoms=3000,edges=30"), predicted=True):
+def _rows(op, run, shapes=("atoms=1000,edges=10", "atoms=3000,edges=30"), predicted=True, dtype="fp32"):
     """A run's rows at each shape; a complete run ends with Amdahl's prediction."""
-    return pd.DataFrame([dict(op=op, impl=i, dtype="fp32", shape=s, view=v, stat=st, round=0, stage=None,
+    return pd.DataFrame([dict(op=op, impl=i, dtype=dtype, shape=s, view=v, stat=st, round=0, stage=None,
                               value=float(n) * (2 if i == "swapped" else 1), run=run)
                          for n, s in enumerate(shapes, 1) for i in ("stock", "swapped")
                          for v, st in (("kernel_time", "mean"), ("launches", "mean"), ("event_span", "mean"),
@@ -54,6 +54,24 @@ def test_a_model_only_another_machine_measured_comes_from_its_folder_named(tmp_p
     fig = FM.forward(*FM.rows_for("mace", book_dir, "NVIDIA H200")[:1], "mace", "MACE", "NVIDIA H100",
                      shape="atoms=3000,edges=30")
     assert {t.y[0] for t in fig.data if t.visible} == {2.0, 4.0}
+
+
+def test_the_folder_whose_stalest_case_is_newest_wins(tmp_path, monkeypatch):
+    """One machine re-ran a model at bf16 today and holds its FP32 case from yesterday's code; the other ran
+    both precisions this morning: the page reads both from the second, not yesterday's FP32 beside today's
+    bf16 (the old rule took the folder holding the newest run of any case)."""
+    book_dir, other = tmp_path / "h200", tmp_path / "h100"
+    _write(book_dir, pd.concat([_rows("vjepa2_encoder", "20261205T180000Z-h200"),
+                                _rows("vjepa2_encoder", "20261206T072000Z-h200", dtype="bf16")]))
+    _write(other, pd.concat([_rows("vjepa2_encoder", "20261206T064600Z-h100", dtype=dt) for dt in ("fp32", "bf16")]))
+    monkeypatch.setattr("mage.book.other_machine",
+                        lambda name: type("B", (), {"machine": f"NVIDIA {name.upper()}"})())
+    rows, machine = FM.rows_for("vjepa2_encoder", book_dir, "NVIDIA H200")
+    assert machine == "NVIDIA H100" and set(rows["run"]) == {"20261206T064600Z-h100"}
+    # once the book's card has run FP32 on today's code too, its folder wins
+    _write_more(book_dir, _rows("vjepa2_encoder", "20261206T080000Z-h200"))
+    rows, machine = FM.rows_for("vjepa2_encoder", book_dir, "NVIDIA H200")
+    assert machine == "NVIDIA H200" and set(rows["run"]) == {"20261206T072000Z-h200", "20261206T080000Z-h200"}
 
 
 def test_a_run_cut_before_its_end_is_never_shown_or_mixed(tmp_path):

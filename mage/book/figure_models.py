@@ -101,16 +101,19 @@ def forward(rows: pd.DataFrame, op: str, label: str, machine: str, first: str = 
 
 def rows_for(op: str, path, machine: str) -> tuple[pd.DataFrame, str]:
     """The model rows of ``op`` and the machine that measured them: the folder (the book's own, ``path``,
-    or a machine's beside it) holding the model's newest complete run of any case (run ids begin with
-    their UTC time); every case is then read from that folder, named by the caller's sentence and
-    figure, never mixed with another's. The swaps change as kernels are added, so an older run on the book's card
-    describes code that is gone. Empty rows when no folder holds the model."""
+    or a machine's beside it) whose stalest case of the model (its oldest newest complete run over the
+    cases: precision and shape; run ids begin with their UTC time) is newest. Every case is then read
+    from that folder, named by the caller's sentence and figure, never mixed with another's. The swaps
+    change as kernels are added, so an older run describes code that is gone: a folder where one
+    precision was re-run on today's code but the other was not loses to one where both were. Empty rows
+    when no folder holds the model."""
     from mage import book
     found = []
     for folder in [path] + sorted(p for p in path.parent.iterdir() if p.is_dir() and p != path):
         r = load(folder)
         if (r["op"] == op).any():
-            found.append((str(r.loc[r["op"] == op, "run"].max()), folder == path, folder.name, r))
+            stalest = r.loc[r["op"] == op].groupby(["shape", "dtype"])["run"].max().min()
+            found.append((str(stalest), folder == path, folder.name, r))
     if not found:
         return load(path), machine
     _, own, name, r = max(found, key=lambda f: f[:2])
