@@ -61,7 +61,7 @@ def _cases(n, prec, quick, match=""):
         yield "hopper", name, lambda A, B, out, cfg=cfg: (lambda: hop.gemm(A, B, precision=prec, out=out, **cfg))
     # each config again with B K-major (a Linear's weight, no copy); not the configs that exist to read an
     # N-major B in place ('_nc', '_sw'), which a K-major B sends down the base's road
-    for name in [n for n in names if "_nc" not in n and "_sw" not in n] or [table.base]:
+    for name in [m for m in names if "_nc" not in m and "_sw" not in m] or [table.base]:
         cfg = table[name]
         yield "hopper_bnk", name, lambda A, B, out, cfg=cfg: (
             lambda Bt=B.t().contiguous(): hop.gemm(A, Bt, precision=prec, b_nk=True, out=out, **cfg))

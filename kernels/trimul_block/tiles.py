@@ -119,7 +119,8 @@ _BF16 = {
     "fused_r64_h32_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=64,
                                                                                 fin_c=64, fin_tma=True)),
     # the last kernel reading o's tile in its own order (Nsight Compute found the other order's change of
-    # layout bank-conflicted, 5-6-way: data/h100/fused/ncu_full_*). Not yet measured
+    # layout bank-conflicted, 5-6-way: data/h100/fused/ncu_full_*). Measured on an H200: no change, the last
+    # kernel 329-330 us either way (data/h200/fused/probe_fin_t_6d61599.txt); the rule stays on the config above
     "fused_r64_h32_tma2_r64t_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=64,
                                                                                  fin_c=64, fin_tma=True, fin_t=True)),
     # the first kernel persistent, w_in kept in shared memory (_fused_resident): its weights cross from L2
