@@ -7,7 +7,7 @@ import torch
 
 from kernels._triton import operator as KO
 from kernels.layernorm import triton_kernel as LN
-from mage.ext.models import rope  # registers mage::vjepa2_rope3
+from kernels.rope3 import triton_kernel as rope  # registers mage::vjepa2_rope3
 from mage.profile import profile
 from tests.support.kernel_checks import gpu
 

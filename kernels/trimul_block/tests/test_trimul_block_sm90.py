@@ -56,6 +56,7 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
                 sig[d], consts[d] = "constexpr", None
     else:
         sig["TMA"], consts["TMA"] = "constexpr", c["FIN_TMA"]
+        sig["TRANS"], consts["TRANS"] = "constexpr", c["FIN_T"]
         if c["FIN_TMA"]:
             sig["WD"] = f"tensordesc<{ty[1:]}[128, {chunk}]>"
         else:
