@@ -30,13 +30,14 @@ def available() -> bool:
 
 
 def resources(kernel: str, signature: dict, constexprs: dict, num_warps: int, num_stages: int,
-              aligned=()) -> dict:
+              aligned=(), maxnreg: int = 0) -> dict:
     """{'registers', 'stack' (bytes a thread in local memory: spills), 'shared' (bytes a block)} of the
     kernel ``'module:name'`` compiled for sm_90a. ``signature``: argument -> Triton type ('*bf16', 'i32',
     ...; constexprs as 'constexpr'); ``constexprs``: their values; ``aligned``: the arguments a launch at
-    the measured sizes passes as multiples of 16 (pointers 16-byte aligned), as the JIT specialises."""
+    the measured sizes passes as multiples of 16 (pointers 16-byte aligned), as the JIT specialises;
+    ``maxnreg``: the launch's register ceiling a thread (0: none)."""
     job = dict(kernel=kernel, signature=signature, constexprs=constexprs, num_warps=num_warps,
-               num_stages=num_stages, aligned=list(aligned))
+               num_stages=num_stages, aligned=list(aligned), maxnreg=maxnreg)
     if os.environ.get("TRITON_INTERPRET") != "1":
         return _compile(job)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -55,8 +56,10 @@ def _compile(job: dict) -> dict:
     names = list(job["signature"])
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in job["aligned"]}
     src = ASTSource(fn=fn, signature=job["signature"], constexprs=job["constexprs"], attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=job["num_warps"], num_stages=job["num_stages"]))
+    options = dict(num_warps=job["num_warps"], num_stages=job["num_stages"])
+    if job.get("maxnreg"):
+        options["maxnreg"] = job["maxnreg"]
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     with tempfile.TemporaryDirectory() as d:
         cubin = Path(d) / "k.cubin"
         cubin.write_bytes(k.asm["cubin"])

@@ -21,16 +21,20 @@ def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
 
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
-         join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False) -> dict:
+         join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False,
+         in_maxnreg=0) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
     kernel's a, b and g stored through descriptors (where their rows are 16-byte multiples); ``resident``: the
     first kernel persistent, w_in loaded once a program and kept in shared memory (``_fused_resident``);
-    ``fin_t``: the last kernel reads o's tile in its own order, [channels, pairs], and transposes it for the dot."""
+    ``fin_t``: the last kernel reads o's tile in its own order, [channels, pairs], and transposes it for the dot;
+    ``in_maxnreg``: a ceiling on the first kernel's registers a thread (0: the compiler's choice), where a few
+    fewer let one more block onto an SM (registers and shared memory cap it at 4 of 4 warps each)."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
-                FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t)
+                FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t,
+                IN_MAXNREG=in_maxnreg)
 
 
 def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
@@ -51,6 +55,10 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         no(f"IN_RESIDENT keeps w_in in shared memory and C, H at most 128: {resident_bytes(C, H, itemsize) // 1024} "
            f"KB at C = {C}, H = {H} and {itemsize}-byte values, against its {RESIDENT_BYTES // 1024} KB (bf16 at "
            f"128 channels fits)")
+    if c["IN_MAXNREG"] and not 24 <= c["IN_MAXNREG"] <= 255:  # the hardware's range a thread
+        no(f"IN_MAXNREG must be 0 (the compiler's choice) or 24 to 255 registers, got {c['IN_MAXNREG']!r}")
+    if c["IN_MAXNREG"] and c["IN_RESIDENT"]:
+        no("IN_MAXNREG holds the grid's first kernel; IN_RESIDENT's persistent kernel would ignore it")
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):

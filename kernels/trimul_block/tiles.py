@@ -123,6 +123,15 @@ _BF16 = {
     # kernel 329-330 us either way (data/h200/fused/probe_fin_t_6d61599.txt); the rule stays on the config above
     "fused_r64_h32_tma2_r64t_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=64,
                                                                                  fin_c=64, fin_tma=True, fin_t=True)),
+    # the first kernel with chunks of 16 hidden channels, and with its registers held to 96: a profile found it
+    # latency-bound at 16 warps an SM (124 registers and 32.8 KB of shared memory a block each cap it at 4
+    # blocks); compiled for sm_90a on the CPU, chunks of 16 take 100 registers and 24.6 KB, and held to 96
+    # they spill nothing, so 5 blocks fit. Not yet measured (the prediction is in kernels/NOTES.md)
+    "fused_r64_h16_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=16, join=True, tma=True, fin_r=64,
+                                                                                fin_c=64, fin_tma=True)),
+    "fused_r64_h16_n96_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=16, join=True, tma=True, fin_r=64,
+                                                                                    fin_c=64, fin_tma=True,
+                                                                                    in_maxnreg=96)),
     # the first kernel persistent, w_in kept in shared memory (_fused_resident): its weights cross from L2
     # once an SM, not once a tile of 64 pairs (160 KB for 16 KB of z). Compiled for sm_90a: 64 pairs and 8
     # warps fit (255 registers, no spills, 184 KB of shared memory); 4 warps spill 584 bytes a thread, 32

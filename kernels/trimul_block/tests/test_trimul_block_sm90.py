@@ -63,7 +63,8 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
             sig["WD"], consts["WD"] = "constexpr", None
     order = getattr(_fused, f"_{kernel}_kernel").arg_names  # the kernel's argument order (alignment is by index)
     sig = {a: sig[a] for a in order}
-    return sm90.resources(fn, sig, consts, warps, c["F_STAGES"], aligned=(*_PTRS[kernel], "NN", "C", "H"))
+    return sm90.resources(fn, sig, consts, warps, c["F_STAGES"], aligned=(*_PTRS[kernel], "NN", "C", "H"),
+                          maxnreg=c["IN_MAXNREG"] if kernel == "in" else 0)
 
 
 def test_the_bf16_rule_picks_a_listed_fused_config_at_af3_sizes():
