@@ -30,9 +30,9 @@ from kernels._triton.operator import kernel_op, op_launch
 from mage import ops
 from mage.errors import MageInputError
 
-from .spec import SPEC, seg_width
+from .spec import SPEC, THETA, seg_width
 
-LOG2_THETA = math.log2(10000.0)  # the model's base, 10000 ** (-k / (S / 2)) = 2 ** (-k / (S / 2) * log2 10000)
+LOG2_THETA = math.log2(THETA)  # the model's base (the spec's), 10000 ** (-k / (S / 2)) = 2 ** (-k / (S / 2) * log2 10000)
 
 
 # <kernel>
