@@ -34,7 +34,7 @@ from kernels.triangle import _channel_major as road
 from ._fused_config import (BMMS, MAX_WIDTH, STAGES, config_limits, keys, launches,  # noqa: F401 - the road's API
                             refuse_bad_config)
 from . import _fused_resident as res
-from ._fused_rows import _layernorm_rows, _round
+from ._fused_rows import _layernorm_rows, _round, _sigmoid
 from ._fused_weights import first_weights, out_weights
 
 
@@ -92,7 +92,7 @@ def _in_kernel(
     NN, C, H, eps,  # NN = N^2 pairs a complex
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
-    JOIN: tl.constexpr, TMA: tl.constexpr, TSTORE: tl.constexpr,
+    JOIN: tl.constexpr, TMA: tl.constexpr, TSTORE: tl.constexpr, SIG: tl.constexpr,
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     cs = tl.arange(0, WIDTH)
@@ -124,8 +124,8 @@ def _in_kernel(
             va = _project(zn, W, BIAS, cs, cmask, H + hs, hmask, ldw, PRECISION)
             gb = _project(zn, W, BIAS, cs, cmask, 2 * H + hs, hmask, ldw, PRECISION)
             vb = _project(zn, W, BIAS, cs, cmask, 3 * H + hs, hmask, ldw, PRECISION)
-        a = _round(tl.sigmoid(ga) * va * m[:, None], BF16, EMULATE)
-        b = _round(tl.sigmoid(gb) * vb * m[:, None], BF16, EMULATE)
+        a = _round(_sigmoid(ga, SIG) * va * m[:, None], BF16, EMULATE)
+        b = _round(_sigmoid(gb, SIG) * vb * m[:, None], BF16, EMULATE)
         if TSTORE:  # channel-major tiles written by TMA, clipped at the complex's H channels and NN pairs
             AD.store([cx, h0, p0], tl.reshape(tl.trans(a), (1, CHUNK, BLOCK_R)))
             BD.store([cx, h0, p0], tl.reshape(tl.trans(b), (1, CHUNK, BLOCK_R)))
@@ -136,9 +136,9 @@ def _in_kernel(
         gs = c0 + tl.arange(0, CHUNK)
         gmask = gs < C
         if TMA:
-            g = tl.sigmoid(_project_tma(zn, WD1, BIAS, WG + c0, 4 * H + gs, gmask, PRECISION))
+            g = _sigmoid(_project_tma(zn, WD1, BIAS, WG + c0, 4 * H + gs, gmask, PRECISION), SIG)
         else:
-            g = tl.sigmoid(_project(zn, W, BIAS, cs, cmask, 4 * H + gs, gmask, ldw, PRECISION))
+            g = _sigmoid(_project(zn, W, BIAS, cs, cmask, 4 * H + gs, gmask, ldw, PRECISION), SIG)
         if TSTORE:
             GD.store([cx, p0, c0], tl.reshape(_round(g, BF16, EMULATE), (1, BLOCK_R, CHUNK)))
         else:
@@ -150,10 +150,11 @@ def _in_kernel(
 def _out_kernel(
     O, GAMMA, BETA, W, BIAS, G, Y,  # o [B, H, NN] channel-major; w_out [H, C]; g, y [B NN, C]
     WD,  # with TMA: a descriptor over w_out, tiles [WIDTH, CHUNK]
+    GD, YD,  # with GTMA: descriptors over g and y [B, NN, C], tiles [1, BLOCK_R, CHUNK] of one complex
     NN, C, H, eps,
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
-    TMA: tl.constexpr, TRANS: tl.constexpr,
+    TMA: tl.constexpr, TRANS: tl.constexpr, GTMA: tl.constexpr,
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     hs = tl.arange(0, WIDTH)
@@ -176,8 +177,14 @@ def _out_kernel(
             y = _project_tma(on, WD, BIAS, c0, cs, cmask, PRECISION)
         else:
             y = _project(on, W, BIAS, hs, hmask, cs, cmask, C, PRECISION)
-        g = tl.load(G + rows[:, None] * C + cs[None, :], mask=mask, other=0.0).to(tl.float32)
-        tl.store(Y + rows[:, None] * C + cs[None, :], _round(y * g, BF16, EMULATE), mask=mask)
+        if GTMA:  # the gate through shared memory in the layout the product's tile has (a profile found the
+            # pointer load's change of layout, through shared memory, 8-way bank-conflicted), y out the same way
+            cx, p0 = _tile_origin(NN, BLOCK_R)
+            g = tl.reshape(GD.load([cx, p0, c0]), (BLOCK_R, CHUNK)).to(tl.float32)
+            YD.store([cx, p0, c0], tl.reshape(_round(y * g, BF16, EMULATE), (1, BLOCK_R, CHUNK)))
+        else:
+            g = tl.load(G + rows[:, None] * C + cs[None, :], mask=mask, other=0.0).to(tl.float32)
+            tl.store(Y + rows[:, None] * C + cs[None, :], _round(y * g, BF16, EMULATE), mask=mask)
 # </kernel>
 
 
@@ -208,7 +215,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     else:
         _in_kernel[(tiles,)](zc, gi, bi, wi, bb, m, at, bt, g, wd2, wd1, wb, wg, ad, bd, gd, NN, C, H, EPS,
                              BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"],
-                             TMA=c["IN_TMA"], TSTORE=ad is not None,
+                             TMA=c["IN_TMA"], TSTORE=ad is not None, SIG=_sig(c),
                              num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **_maxnreg(c), **flags)
     _contract(at, bt, o, c, launch, offs_64)
     if emulate:
@@ -216,9 +223,10 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     direct = sdt == z.dtype  # the last kernel writes ``out`` itself (not under the interpreter at bf16)
     y = out.view(R, C) if direct else torch.empty((R, C), dtype=sdt, device=z.device)
     wdo = out_weights(w_out, wo, C, c, _width(H))
-    _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](o, go, bo, wo, bbo, g, y, wdo, NN, C, H, EPS,
+    gdo, ydo = _gate_descriptors(g, y, B, NN, C, c)
+    _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](o, go, bo, wo, bbo, g, y, wdo, gdo, ydo, NN, C, H, EPS,
                                                BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"],
-                                               TMA=c["FIN_TMA"], TRANS=c["FIN_T"],
+                                               TMA=c["FIN_TMA"], TRANS=c["FIN_T"], GTMA=gdo is not None,
                                                num_warps=c["FIN_WARPS"], num_stages=c["F_STAGES"], **flags)
     if not direct:
         out.view(R, C).copy_(y)  # bf16 values already: an exact copy
@@ -236,9 +244,25 @@ def _store_descriptors(at, bt, g, B: int, NN: int, C: int, H: int, c: dict):
     return (*ab, TensorDescriptor(g.view(B, NN, C), [B, NN, C], [NN * C, C, 1], [1, r, h]))
 
 
+def _gate_descriptors(g, y, B: int, NN: int, C: int, c: dict):
+    """With ``FIN_GTMA``, where TMA can take them (rows of 16-byte multiples, bases on 16 bytes), descriptors
+    over g and y [B, NN, C] whose tiles stay inside one complex; else the pointer loads and stores."""
+    es = y.element_size()
+    if not c["FIN_GTMA"] or (C * es) % 16 or not y.is_contiguous() or any(t.data_ptr() % 16 for t in (g, y)):
+        return None, None
+    r, k = c["FIN_R"], c["FIN_C"]
+    return tuple(TensorDescriptor(t.view(B, NN, C), [B, NN, C], [NN * C, C, 1], [1, r, k]) for t in (g, y))
+
+
 def _maxnreg(c: dict) -> dict:
     """The first kernel's register ceiling as a launch option, where the config sets one."""
     return {"maxnreg": c["IN_MAXNREG"]} if c["IN_MAXNREG"] else {}
+
+
+def _sig(c: dict) -> str:
+    """The first kernel's sigmoid: the config's, but the exact one under the interpreter, which cannot run
+    inline PTX (the approximations are checked on the GPU only)."""
+    return "exact" if common.interpreting() else c["IN_SIG"]
 
 
 def _width(n: int) -> int:

@@ -8,6 +8,7 @@ from .spec import NAME
 
 MAX_WIDTH = 256  # channels a program holds whole (a [64, 256] FP32 tile is 256 registers a thread at 4 warps)
 BMMS = ("triton", "cublas")
+SIGMOIDS = ("exact", "fast", "tanh")
 # The chunk loops are short (C / chunk steps) and read their weights from L2: one stage. More stages
 # only multiply the shared memory (at FP32 2-3x, past the 227 KB a block may have, compiled for sm_90a).
 STAGES = 1
@@ -22,7 +23,7 @@ def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
          join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False,
-         in_maxnreg=0) -> dict:
+         in_maxnreg=0, sig="exact", fin_gtma=False) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
@@ -30,11 +31,13 @@ def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_war
     first kernel persistent, w_in loaded once a program and kept in shared memory (``_fused_resident``);
     ``fin_t``: the last kernel reads o's tile in its own order, [channels, pairs], and transposes it for the dot;
     ``in_maxnreg``: a ceiling on the first kernel's registers a thread (0: the compiler's choice), where a few
-    fewer let one more block onto an SM (registers and shared memory cap it at 4 of 4 warps each)."""
+    fewer let one more block onto an SM (registers and shared memory cap it at 4 of 4 warps each); ``sig``: the
+    first kernel's sigmoid, one of ``SIGMOIDS`` (``_fused_rows._sigmoid`` says what each costs and loses);
+    ``fin_gtma``: the last kernel reads g and writes y through tensor descriptors (where their rows allow)."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
                 FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t,
-                IN_MAXNREG=in_maxnreg)
+                IN_MAXNREG=in_maxnreg, IN_SIG=sig, FIN_GTMA=fin_gtma)
 
 
 def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
@@ -59,6 +62,12 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         no(f"IN_MAXNREG must be 0 (the compiler's choice) or 24 to 255 registers, got {c['IN_MAXNREG']!r}")
     if c["IN_MAXNREG"] and c["IN_RESIDENT"]:
         no("IN_MAXNREG holds the grid's first kernel; IN_RESIDENT's persistent kernel would ignore it")
+    if c["IN_SIG"] not in SIGMOIDS:
+        no(f"IN_SIG must be one of {SIGMOIDS}, got {c['IN_SIG']!r}")
+    if c["IN_SIG"] == "tanh" and itemsize == 4:  # its 2^-11 would be the FP32 block's largest error
+        no("IN_SIG='tanh' is accurate to bf16's rounding, not FP32's: at FP32 use 'exact' or 'fast'")
+    if c["IN_SIG"] != "exact" and c["IN_RESIDENT"]:
+        no("IN_SIG chooses the grid's first kernel's sigmoid; IN_RESIDENT's persistent kernel keeps the exact one")
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):
@@ -66,7 +75,8 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
             no(f"{key} must be a power of two of at least 16, got {c[key]}")
     # a TMA tile is at most 256 elements along each dimension
     for on, key, most in (("IN_TMA", "IN_H", 128), ("FIN_TMA", "FIN_C", 256), ("IN_TSTORE", "IN_H", 256),
-                          ("IN_TSTORE", "IN_R", 256)):
+                          ("IN_TSTORE", "IN_R", 256), ("FIN_GTMA", "FIN_R", 256),
+                          ("FIN_GTMA", "FIN_C", 256)):
         if c[on] and c[key] > most:
             no(f"{on} moves tiles of at most 256 elements a side: {key} must be at most {most}, got {c[key]}")
     if c["ROAD"] == "fused" and max(C, H) > MAX_WIDTH:

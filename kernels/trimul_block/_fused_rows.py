@@ -1,5 +1,5 @@
 """The fused road's row helpers, shared by its kernels (``_fused``, ``_fused_resident``): bf16 rounding as the
-GPU stores it, and LayerNorm over rows of a tile."""
+GPU stores it, LayerNorm over rows of a tile, and the gates' sigmoid in the form a config names."""
 from __future__ import annotations
 
 import triton
@@ -40,4 +40,25 @@ def _layernorm_rows(ptrs, mask, GAMMA, BETA, cs, cmask, width, eps, AXIS: tl.con
     gamma = tl.load(GAMMA + cs, mask=cmask, other=0.0).to(tl.float32)
     beta = tl.load(BETA + cs, mask=cmask, other=0.0).to(tl.float32)
     return d * tl.expand_dims(rstd, AXIS) * tl.expand_dims(gamma, 1 - AXIS) + tl.expand_dims(beta, 1 - AXIS)
+
+
+@triton.jit
+def _sigmoid(x, SIG: tl.constexpr):
+    # SIG 'exact': Triton's 1 / (1 + exp(-x)), whose exponential and division compile with range checks for
+    # subnormals (about 11 instructions and 2 special-function ops a value: a source-level profile of the
+    # first kernel found its 384 sigmoids a pair to be a third of its instructions). 'fast': the same formula
+    # on the special-function unit's approximations with subnormals flushed (4 instructions, relative error
+    # near 2^-21: past +-88 the exponential saturates to inf or 0 and the sigmoid to 0 or 1, as it should).
+    # 'tanh': sigmoid(x) = (1 + tanh(x / 2)) / 2 on one special-function op (3 instructions; tanh.approx's
+    # relative error is 2^-11, so about 2.5e-4 absolute on the gate, under bf16's rounding of a gated value)
+    if SIG == "fast":
+        return tl.inline_asm_elementwise(
+            "{ .reg .f32 t; mul.f32 t, $1, 0fBFB8AA3B; ex2.approx.ftz.f32 t, t; add.f32 t, t, 0f3F800000; "
+            "rcp.approx.ftz.f32 $0, t; }", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+    elif SIG == "tanh":
+        return tl.inline_asm_elementwise(
+            "{ .reg .f32 t; mul.f32 t, $1, 0f3F000000; tanh.approx.f32 t, t; fma.rn.f32 $0, t, 0f3F000000, "
+            "0f3F000000; }", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        return tl.sigmoid(x)
 # </kernel>

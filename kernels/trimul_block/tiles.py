@@ -132,6 +132,24 @@ _BF16 = {
     "fused_r64_h16_n96_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=16, join=True, tma=True, fin_r=64,
                                                                                     fin_c=64, fin_tma=True,
                                                                                     in_maxnreg=96)),
+    # the rule's config with the gates' sigmoid on the special-function unit's approximations: a source-level
+    # profile (Nsight Compute, H100, N = 1024) found the first kernel's 384 sigmoids a pair to be about a
+    # third of its instructions, in range checks for subnormals. Not yet measured (kernels/NOTES.md)
+    "fused_r64_h32_tma2_r64_fsig_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True,
+                                                                                     fin_r=64, fin_c=64, fin_tma=True,
+                                                                                     sig="fast")),
+    "fused_r64_h32_tma2_r64_tanh_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True,
+                                                                                     fin_r=64, fin_c=64, fin_tma=True,
+                                                                                     sig="tanh")),
+    # the rule's config with the last kernel's gate read and output written through descriptors: the same
+    # profile found its pointer load of g 8-way bank-conflicted in the change to the product's layout (half of
+    # its shared-memory wavefronts excess). Not yet measured; and both changes together
+    "fused_r64_h32_tma2_r64g_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=64,
+                                                                                 fin_c=64, fin_tma=True,
+                                                                                 fin_gtma=True)),
+    "fused_r64_h32_tma2_r64g_tanh_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True,
+                                                                                      fin_r=64, fin_c=64, fin_tma=True,
+                                                                                      fin_gtma=True, sig="tanh")),
     # the first kernel persistent, w_in kept in shared memory (_fused_resident): its weights cross from L2
     # once an SM, not once a tile of 64 pairs (160 KB for 16 KB of z). Compiled for sm_90a: 64 pairs and 8
     # warps fit (255 registers, no spills, 184 KB of shared memory); 4 warps spill 584 bytes a thread, 32

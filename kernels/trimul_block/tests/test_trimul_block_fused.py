@@ -120,12 +120,13 @@ def test_the_fused_road_refuses_what_it_cannot_hold():
     z, mask, *w = SPEC.inputs(dict(N=2, C=4, H=3), seed=1)
     cfg = tb.TILES["fp32"]["fused_r64_h32_w8_x3"]
     for key, value in (("ROAD", "fast"), ("BMM", "cutlass"), ("IN_R", 8), ("FIN_C", 48), ("F_STAGES", 0),
-                       ("IN_MAXNREG", 8), ("IN_MAXNREG", 300)):
+                       ("IN_MAXNREG", 8), ("IN_MAXNREG", 300), ("IN_SIG", "fastest"), ("IN_SIG", "tanh")):
         e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, **{key: value}))
         assert key in str(e)
     for over, key in ((dict(IN_JOIN=True, IN_TMA=True, IN_H=256), "IN_H"), (dict(FIN_TMA=True, FIN_C=512), "FIN_C"),
-                      (dict(IN_TSTORE=True, IN_R=512), "IN_R"), (dict(IN_TMA=True, IN_JOIN=False), "IN_JOIN"),
-                      (dict(IN_JOIN=True, IN_RESIDENT=True, IN_MAXNREG=96), "IN_MAXNREG")):
+                      (dict(IN_TSTORE=True, IN_R=512), "IN_R"), (dict(FIN_GTMA=True, FIN_C=512), "FIN_C"), (dict(IN_TMA=True, IN_JOIN=False), "IN_JOIN"),
+                      (dict(IN_JOIN=True, IN_RESIDENT=True, IN_MAXNREG=96), "IN_MAXNREG"),
+                      (dict(IN_JOIN=True, IN_RESIDENT=True, IN_SIG="fast"), "IN_SIG")):
         e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, **over))
         assert key in str(e)  # TMA's tiles stop at 256 a side; its weights come in IN_JOIN's order
     e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, BMM="cublas"))

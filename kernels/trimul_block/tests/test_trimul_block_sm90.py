@@ -41,6 +41,7 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
                   PRECISION="ieee" if dtype == "bf16" else "tf32x3", OFFS_64=False)
     if kernel == "in":
         sig["JOIN"], consts["JOIN"], sig["TMA"], consts["TMA"] = "constexpr", c["IN_JOIN"], "constexpr", c["IN_TMA"]
+        sig["SIG"], consts["SIG"] = "constexpr", c["IN_SIG"]
         et = ty[1:]
         for d, cols in (("WD2", 2 * chunk), ("WD1", chunk)):
             if c["IN_TMA"]:
@@ -57,6 +58,12 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
     else:
         sig["TMA"], consts["TMA"] = "constexpr", c["FIN_TMA"]
         sig["TRANS"], consts["TRANS"] = "constexpr", c["FIN_T"]
+        sig["GTMA"], consts["GTMA"] = "constexpr", c["FIN_GTMA"]
+        for d in ("GD", "YD"):
+            if c["FIN_GTMA"]:
+                sig[d] = f"tensordesc<{ty[1:]}[1, {rows}, {chunk}]>"
+            else:
+                sig[d], consts[d] = "constexpr", None
         if c["FIN_TMA"]:
             sig["WD"] = f"tensordesc<{ty[1:]}[128, {chunk}]>"
         else:
