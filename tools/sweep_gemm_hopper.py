@@ -47,27 +47,29 @@ def _error(fn, out, want):
     return float((got.double() - want).norm() / want.norm()), nan
 
 
-def _cases(n, prec, quick, match=""):
+def _cases(n, prec, quick, match="", overrides=()):
     """(road, config name, make(A, B, out) -> fn) of one size and precision: the plain road's default,
-    the Hopper road's configs, each Hopper config again with B K-major already (the base where none matches)."""
+    the Hopper road's configs, each Hopper config again with B K-major already (the base where none matches),
+    and each again with each of ``overrides`` (a dict of config keys: named NAME+KEY=VALUE)."""
     from kernels.matmul import triton_hopper as hop
     from kernels.matmul import triton_kernel as plain
     sizes = dict(M=n, K=n, N=n)
     yield "plain", plain.TILES[prec].name_at(sizes), lambda A, B, out: (lambda: plain.matmul(A, B, out=out, dtype=prec))
     table = hop.TILES[prec]
     names = [table.base] if quick else [m for m in table.sweep if match in m]
-    for name in names:
-        cfg = table[name]
+    variants = [(name, table[name]) for name in names]
+    variants += [(name + "+" + ",".join(f"{k}={v}" for k, v in o.items()), dict(table[name], **o))
+                 for o in overrides for name in names]
+    for name, cfg in variants:
         yield "hopper", name, lambda A, B, out, cfg=cfg: (lambda: hop.gemm(A, B, precision=prec, out=out, **cfg))
     # each config again with B K-major (a Linear's weight, no copy); not the configs that exist to read an
     # N-major B in place ('_nc', '_sw'), which a K-major B sends down the base's road
-    for name in [m for m in names if "_nc" not in m and "_sw" not in m] or [table.base]:
-        cfg = table[name]
+    for name, cfg in [v for v in variants if "_nc" not in v[0] and "_sw" not in v[0]] or [(table.base, table[table.base])]:
         yield "hopper_bnk", name, lambda A, B, out, cfg=cfg: (
             lambda Bt=B.t().contiguous(): hop.gemm(A, Bt, precision=prec, b_nk=True, out=out, **cfg))
 
 
-def run(sizes, quick, out_path, precisions=PRECISIONS, match=""):
+def run(sizes, quick, out_path, precisions=PRECISIONS, match="", overrides=()):
     import torch
     import triton
     from triton.testing import do_bench
@@ -94,7 +96,7 @@ def run(sizes, quick, out_path, precisions=PRECISIONS, match=""):
             _print(rows[-1])
             plain_err = None
             out = torch.empty(n, n, device="cuda", dtype=A.dtype)
-            for road, name, make in _cases(n, prec, quick, match):
+            for road, name, make in _cases(n, prec, quick, match, overrides):
                 try:
                     fn = make(A, B, out)
                     err, nan = _error(fn, out, want)
@@ -152,12 +154,15 @@ def main(argv=None):
     p.add_argument("--sizes", type=int, nargs="*", help=f"cube sizes (default {SIZES})")
     p.add_argument("--precisions", nargs="+", default=PRECISIONS, choices=PRECISIONS)
     p.add_argument("--match", default="", help="only the Hopper configs whose name holds this (e.g. _split)")
+    p.add_argument("--override", nargs="+", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                   help="each matched config again with these config values (integers), one variant an argument")
     a = p.parse_args(argv)
+    overrides = [{k: int(v) for k, v in (kv.split("=") for kv in o.split(","))} for o in a.override]
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: kernels, mage
     import torch
     if not torch.cuda.is_available():
         sys.exit("sweep_gemm_hopper: needs a CUDA GPU (an sm_90 one for the Hopper road)")
-    run(a.sizes or ((1024,) if a.quick else SIZES), a.quick, a.out, a.precisions, a.match)
+    run(a.sizes or ((1024,) if a.quick else SIZES), a.quick, a.out, a.precisions, a.match, overrides)
 
 
 if __name__ == "__main__":
