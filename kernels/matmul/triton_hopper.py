@@ -75,10 +75,6 @@ def _hopper_gemm_kernel(
         om = tile_m * BLOCK_M
         on = tile_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if SPLIT >= 2:  # the products' own accumulators (below)
-            big = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            small2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ks in range(k_steps):
             if A_KM:
                 a = a_desc.load([ks * BLOCK_K, om]).T
@@ -88,34 +84,23 @@ def _hopper_gemm_kernel(
                 b = b_desc.load([on, ks * BLOCK_K]).T
             else:
                 b = b_desc.load([ks * BLOCK_K, on])
-            if SPLIT == 2:
-                # each product its own chain over all of K, carried by the loop, so no wgmma waits for
-                # another inside a k step (Triton drains the tensor cores before a dot reads another's result
-                # in the same step: three drains a step in SPLIT 1). The big product's chain is the drift the
-                # accumulation fix below removed: a probe of what the drains cost, not an accurate road
-                big = tl.dot(a, b, big, input_precision="tf32")
-                small = tl.dot(a_lo_desc.load([om, ks * BLOCK_K]), b, small, input_precision="tf32")
-                small2 = tl.dot(a, b_lo_desc.load([on, ks * BLOCK_K]).T, small2, input_precision="tf32")
-            elif SPLIT == 3:
-                # the small products one chain over all of K (their drift is 2^-11 of the big one's), the big
-                # product from zero each k step and added on the FP32 units: two drains a step instead of three
-                small = tl.dot(a_lo_desc.load([om, ks * BLOCK_K]), b, small, input_precision="tf32")
-                small = tl.dot(a, b_lo_desc.load([on, ks * BLOCK_K]).T, small, input_precision="tf32")
-                acc = tl.fma(tl.dot(a, b, input_precision="tf32"), 1.0, acc)  # fma: not folded into the dot
-            elif SPLIT:
+            if SPLIT:
                 # each k step's three products summed on the tensor cores from zero, the small ones first,
                 # then added to the running sum on the FP32 units, as Triton's own tf32x3 does. The tensor
                 # cores' accumulation rounds toward zero (Fasi et al. 2021): chained over all of K, the sum
                 # drifted in one direction, 2.9e-5 at 4096^3 and 5.7e-5 at 8192^3 with the small products in
-                # the chain, 9.6e-6 and 1.9e-5 in a chain of their own, growing with K both times
+                # the chain, 9.6e-6 and 1.9e-5 in a chain of their own, growing with K both times.
+                # The drains this costs: Triton waits for the tensor cores before a dot reads another dot's
+                # result in the same k step, three times a step here. Each product in its own loop-carried
+                # chain (no drain) ran 2.26x / 2.36x cuBLAS FP32 against 1.80x / 1.76x on an H100, at that
+                # drift's error (data/h100/hopper/sweep_splitmodes_15e6783.csv); the drift-free form needs a
+                # fourth 128x128 accumulator, 256 registers a thread (kernels/NOTES.md)
                 step = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
                 step = tl.dot(a_lo_desc.load([om, ks * BLOCK_K]), b, step, input_precision="tf32")
                 step = tl.dot(a, b_lo_desc.load([on, ks * BLOCK_K]).T, step, input_precision="tf32")
                 acc += tl.dot(a, b, step, input_precision="tf32")
             else:
                 acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        if SPLIT >= 2:
-            acc += big + (small + small2)
         rows = om + tl.arange(0, BLOCK_M)
         cols = on + tl.arange(0, BLOCK_N)
         mask = (rows < M)[:, None] & (cols < N)[None, :]
@@ -202,7 +187,7 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
         # Triton 3.6's interpreter multiplies bf16 tiles as raw 16-bit patterns; a bf16 x bf16 product is
         # exact in FP32, so FP32 copies give the sums the tensor cores form (checks indexing on the CPU)
         A, B = A.float(), B.float()
-    split = int(consts.pop("SPLIT", 0)) if precision == "fp32x3" else 0  # 1 or 2: how the products accumulate
+    split = bool(consts.pop("SPLIT", 0)) and precision == "fp32x3"
     swap = bool(consts.pop("SWAP_AB", 0))
     if swap and not split and not b_nk and A.element_size() == 4 and bias is None and res_none(residual, gate) \
             and not gelu and _tma_ready(B) and _tma_ready(A):
