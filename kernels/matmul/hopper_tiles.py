@@ -49,6 +49,11 @@ _TF32 = {
     "m128_n256_k64_w8_s2_ps": _cfg(128, 256, 64, 8, 2, store=0),
     "m128_n256_k32_w8_s4_ps": _cfg(128, 256, 32, 8, 4, store=0),
     "m128_n256_k32_w8_s4_ps_nc": _cfg(128, 256, 32, 8, 4, store=0, nocopy=1),
+    # the best two with the tile loop flattened into the k loop: at 4096^3 a program walks about four
+    # 128x256 tiles, and each starts its pipeline afresh after the last tile's stores; flattened, the next
+    # tile's loads are in flight during them. Unmeasured (prediction in kernels/NOTES.md)
+    "m128_n256_k32_w8_s4_ps_fl": _cfg(128, 256, 32, 8, 4, store=0, flatten=1),
+    "m128_n256_k32_w8_s3_ps_fl": _cfg(128, 256, 32, 8, 3, store=0, flatten=1),
 }
 # fp32x3 holds each operand's TF32 high part and remainder in registers next to the accumulator: the
 # plain road found 128x128 tiles fit with 8 warps and spill with 4, bigger tiles spill with 8. So here:
@@ -72,6 +77,9 @@ _FP32X3 = {
     "m128_n128_k16_w8_s6_ps_split": _cfg(128, 128, 16, 8, 6, store=0, split=1),
     "m64_n256_k32_w8_s2_ps_split": _cfg(64, 256, 32, 8, 2, store=0, split=1),
     "m128_n128_k64_w8_s3_ps_nc": _cfg(128, 128, 64, 8, 3, store=0, nocopy=1),  # as TF32's '_nc'
+    # the two bests flattened, as TF32's '_fl' above. Unmeasured
+    "m128_n128_k64_w8_s3_ps_fl": _cfg(128, 128, 64, 8, 3, store=0, flatten=1),
+    "m128_n128_k32_w8_s3_ps_split_fl": _cfg(128, 128, 32, 8, 3, store=0, split=1, flatten=1),
 }
 _BF16 = {
     "m128_n256_k64_w8_s3": _cfg(128, 256, 64, 8, 3),
