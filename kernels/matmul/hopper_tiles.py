@@ -79,7 +79,7 @@ _FP32X3 = {
     "m128_n128_k64_w8_s3_ps_nc": _cfg(128, 128, 64, 8, 3, store=0, nocopy=1),  # as TF32's '_nc'
     # the two bests flattened, as TF32's '_fl' above. Unmeasured
     "m128_n128_k64_w8_s3_ps_fl": _cfg(128, 128, 64, 8, 3, store=0, flatten=1),
-    "m128_n128_k32_w8_s3_ps_split_fl": _cfg(128, 128, 32, 8, 3, store=0, split=1, flatten=1),
+    "m128_n128_k32_w8_s3_ps_fl_split": _cfg(128, 128, 32, 8, 3, store=0, split=1, flatten=1),
 }
 _BF16 = {
     "m128_n256_k64_w8_s3": _cfg(128, 256, 64, 8, 3),
