@@ -49,11 +49,8 @@ _TF32 = {
     "m128_n256_k64_w8_s2_ps": _cfg(128, 256, 64, 8, 2, store=0),
     "m128_n256_k32_w8_s4_ps": _cfg(128, 256, 32, 8, 4, store=0),
     "m128_n256_k32_w8_s4_ps_nc": _cfg(128, 256, 32, 8, 4, store=0, nocopy=1),
-    # the best two with the tile loop flattened into the k loop: at 4096^3 a program walks about four
-    # 128x256 tiles, and each starts its pipeline afresh after the last tile's stores; flattened, the next
-    # tile's loads are in flight during them. Unmeasured (prediction in kernels/NOTES.md)
-    "m128_n256_k32_w8_s4_ps_fl": _cfg(128, 256, 32, 8, 4, store=0, flatten=1),
-    "m128_n256_k32_w8_s3_ps_fl": _cfg(128, 256, 32, 8, 3, store=0, flatten=1),
+    # (128x256 flattened, '_ps_fl' at 3 and 4 stages, needed 272-320 KB of shared memory: a flattened loop's
+    # store staging tile cannot overlay the pipeline's buffers. They left the table; kernels/NOTES.md)
 }
 # fp32x3 holds each operand's TF32 high part and remainder in registers next to the accumulator: the
 # plain road found 128x128 tiles fit with 8 warps and spill with 4, bigger tiles spill with 8. So here:
@@ -77,9 +74,10 @@ _FP32X3 = {
     "m128_n128_k16_w8_s6_ps_split": _cfg(128, 128, 16, 8, 6, store=0, split=1),
     "m64_n256_k32_w8_s2_ps_split": _cfg(64, 256, 32, 8, 2, store=0, split=1),
     "m128_n128_k64_w8_s3_ps_nc": _cfg(128, 128, 64, 8, 3, store=0, nocopy=1),  # as TF32's '_nc'
-    # the two bests flattened, as TF32's '_fl' above. Unmeasured
+    # the register-split base flattened: at 4096^3 1.76x / 1.86x cuBLAS FP32 (B as [K, N] / K-major) against
+    # 1.78x / 1.87x in the same H100 run, at 8192^3 1.83x / 1.89x against 1.65x / 1.89x
+    # (data/h100/hopper/sweep_fl_cdd2365.csv); the split base flattened needs 256 KB, not listed
     "m128_n128_k64_w8_s3_ps_fl": _cfg(128, 128, 64, 8, 3, store=0, flatten=1),
-    "m128_n128_k32_w8_s3_ps_fl_split": _cfg(128, 128, 32, 8, 3, store=0, split=1, flatten=1),
 }
 _BF16 = {
     "m128_n256_k64_w8_s3": _cfg(128, 256, 64, 8, 3),

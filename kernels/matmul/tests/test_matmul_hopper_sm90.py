@@ -28,9 +28,15 @@ def _usage(cfg: dict, precision: str = "fp32x3") -> dict:
                   EPILOGUE=0, TMA_STORE=bool(cfg["TMA_STORE"]) and not swap,
                   SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]) and not swap, FLATTEN=bool(cfg["FLATTEN"]),
                   WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=split, A_KM=swap)
+    # the JIT specialises an integer argument equal to 1 as a constant: the output's unit column stride. With
+    # it known, plain stores go out vectorised through a staging tile in shared memory, which a flattened loop
+    # cannot overlay on the pipeline's buffers (unspecialised here, 128x256 '_fl' configs compiled at 196 KB and
+    # failed to launch on the GPU, needing 320 KB)
+    consts["stride_cn"] = 1
     aligned = ("C", "Bias", "Res", "M", "N", "K", "stride_cm")
     if swap:  # C stored transposed: its row stride is the output's column stride, 1, which the JIT specialises
         consts["stride_cm"] = 1
+        del consts["stride_cn"]
         aligned = ("C", "Bias", "Res", "M", "N", "K", "stride_cn")
     sig.update({k: "constexpr" for k in consts})
     sig = {a: sig[a] for a in th._hopper_gemm_kernel.arg_names}  # the kernel's order: alignment is by index
