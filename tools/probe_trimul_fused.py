@@ -3,7 +3,8 @@
 profile of 10 calls, each config checked against float64 at N = 96 (heavy-tailed) first:
 
     python3 tools/probe_trimul_fused.py          # from the repository root; prints one line a variant
-    python3 tools/probe_trimul_fused.py NAME ... # those bf16 configs as they are (no variations)
+    python3 tools/probe_trimul_fused.py NAME ... # those bf16 configs as they are (no variations);
+                                                 # NAME+IN_H=64,IN_WARPS=8: the config with those keys changed
     ncu ... python3 tools/probe_trimul_fused.py --bare NAME  # NAME's calls alone, for a profiler: no check,
                                                              # no torch profiler, 4 calls (the first compiles)
 
@@ -17,15 +18,25 @@ import kernels.trimul_block.triton_block as tb
 SPEC = ops.OPS["trimul_block"]
 impl = registry.get("trimul_block", "triton", "bf16")
 args = SPEC.inputs(dict(N=1024, C=128, H=128), seed=1, dtype="bf16", device="cuda")
+
+
+def _config(arg: str) -> dict:
+    """A table config by name, with 'KEY=VALUE' overrides after a '+' (integers, True/False, or words)."""
+    name, _, over = arg.partition("+")
+    vals = {"True": True, "False": False}
+    kv = [o.split("=") for o in over.split(",") if o]
+    return dict(tb.TILES["bf16"][name], **{k: vals.get(v, int(v) if v.lstrip("-").isdigit() else v) for k, v in kv})
+
+
 if sys.argv[1:2] == ["--bare"]:
-    v = impl.variant(**tb.TILES["bf16"][sys.argv[2]])
+    v = impl.variant(**_config(sys.argv[2]))
     for _ in range(4):
         v.fn(*args)
     sys.exit(0)
 names = sys.argv[1:] or ["fused_r64_h32_tma_cublas", "fused_r64_h32_tma2_cublas", "fused_r64_h32_tma3_cublas"]
 for n in names:
     for over in ({}, dict(FIN_R=64), dict(FIN_C=32), dict(FIN_WARPS=8))[:1 if sys.argv[1:] else 4]:
-        v = impl.variant(**dict(tb.TILES["bf16"][n], **over))
+        v = impl.variant(**dict(_config(n), **over))
         r = check(v, dict(N=96, C=128, H=128), trials=1, device="cuda", dist="heavy")
         p = profile(lambda: v.fn(*args), iters=10)
         print(n, over, r.passed, f"{p.kernel_us:.1f}", p.launches, {k[:12]: round(u, 1) for k, u in p.kernel_us_by_name.items()}, flush=True)
