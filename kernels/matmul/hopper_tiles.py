@@ -51,7 +51,9 @@ _TF32 = {
     "m128_n256_k32_w8_s4_ps_nc": _cfg(128, 256, 32, 8, 4, store=0, nocopy=1),
     # (128x256 flattened, '_ps_fl' at 3 and 4 stages, needed 272-320 KB of shared memory: a flattened loop's
     # store staging tile cannot overlay the pipeline's buffers. They left the table; kernels/NOTES.md)
-    # flattened with the TMA store in halves (a 64 KB staging tile): 213 KB, fits. Unmeasured
+    # flattened with the TMA store in halves (a 64 KB staging tile): 213 KB, fits. On an H100 no steadier than
+    # the spread: 0.82 / 0.95 of cuBLAS TF32 against 0.81 / 0.93 for '_s3_sub' (4096^3 / 8192^3), and with B
+    # K-major 0.85 / 0.93 against 0.89 / 0.98 (data/h100/hopper/sweep_sub_50b30d0.csv)
     "m128_n256_k32_w8_s3_sub_fl": _cfg(128, 256, 32, 8, 3, subtile=1, flatten=1),
 }
 # fp32x3 holds each operand's TF32 high part and remainder in registers next to the accumulator: the
@@ -80,7 +82,8 @@ _FP32X3 = {
     # 1.78x / 1.87x in the same H100 run, at 8192^3 1.83x / 1.89x against 1.65x / 1.89x
     # (data/h100/hopper/sweep_fl_cdd2365.csv); the split base flattened needs 256 KB, not listed
     "m128_n128_k64_w8_s3_ps_fl": _cfg(128, 128, 64, 8, 3, store=0, flatten=1),
-    # the TMA store in halves (32 KB staging), as they are and flattened: 224 KB each. Unmeasured
+    # the TMA store in halves (32 KB staging), as they are and flattened: 224 KB each. On an H100 none beat its
+    # '_ps' twin in the same run; flattened with B K-major they lost 4-13% (data/h100/hopper/sweep_sub*_50b30d0.csv)
     "m128_n128_k64_w8_s3_sub": _cfg(128, 128, 64, 8, 3, subtile=1),
     "m128_n128_k64_w8_s3_sub_fl": _cfg(128, 128, 64, 8, 3, subtile=1, flatten=1),
     "m128_n128_k32_w8_s3_sub_split": _cfg(128, 128, 32, 8, 3, subtile=1, split=1),
