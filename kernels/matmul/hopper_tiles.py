@@ -41,7 +41,8 @@ _TF32 = {
     "m128_n128_k32_w8_s4_nc": _cfg(128, 128, 32, 8, 4, nocopy=1),
     # '_sw': C^T = B^T A^T, so a [K, N] B is the dot's first operand, which wgmma may take from registers:
     # its tiles go from shared memory to registers transposed, with no store back (where a [K, N] B comes
-    # with no epilogue; elsewhere the base road). Unmeasured
+    # with no epilogue; elsewhere the base road). Slow on an H100: 0.18 (128x128) and 0.33-0.38 (128x256) of
+    # cuBLAS TF32 (data/h100/hopper/sweep_8667fe7.csv, sweep_sub_50b30d0.csv)
     "m128_n128_k32_w8_s4_sw": _cfg(128, 128, 32, 8, 4, swap=1),
     "m128_n256_k32_w8_s3_sw": _cfg(128, 256, 32, 8, 3, swap=1),
     # longer K steps and deeper pipelines for the 128x256 tile (96 KB a stage at BLOCK_K 64, 48 KB at 32):

@@ -120,30 +120,32 @@ _BF16 = {
                                                                                 fin_c=64, fin_tma=True)),
     # the last kernel reading o's tile in its own order (Nsight Compute found the other order's change of
     # layout bank-conflicted, 5-6-way: data/h100/fused/ncu_full_*). Measured on an H200: no change, the last
-    # kernel 329-330 us either way (data/h200/fused/probe_fin_t_6d61599.txt); the rule stays on the config above
+    # kernel 329-330 us either way (data/h200/fused/probe_fin_t_6d61599.txt); not the rule
     "fused_r64_h32_tma2_r64t_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=64,
                                                                                  fin_c=64, fin_tma=True, fin_t=True)),
     # the first kernel with chunks of 16 hidden channels, and with its registers held to 96: a profile found it
     # latency-bound at 16 warps an SM (124 registers and 32.8 KB of shared memory a block each cap it at 4
     # blocks); compiled for sm_90a on the CPU, chunks of 16 take 100 registers and 24.6 KB, and held to 96
-    # they spill nothing, so 5 blocks fit. Not yet measured (the prediction is in kernels/NOTES.md)
+    # they spill nothing, so 5 blocks fit. Both slower on an H100: the first kernel 899 and 789 us against 676
+    # (data/h100/fused/probe_h16_8667fe7.txt)
     "fused_r64_h16_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=16, join=True, tma=True, fin_r=64,
                                                                                 fin_c=64, fin_tma=True)),
     "fused_r64_h16_n96_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=16, join=True, tma=True, fin_r=64,
                                                                                     fin_c=64, fin_tma=True,
                                                                                     in_maxnreg=96)),
-    # the rule's config with the gates' sigmoid on the special-function unit's approximations: a source-level
+    # the config above with the gates' sigmoid on the special-function unit's approximations: a source-level
     # profile (Nsight Compute, H100, N = 1024) found the first kernel's 384 sigmoids a pair to be about a
-    # third of its instructions, in range checks for subnormals. Not yet measured (kernels/NOTES.md)
+    # third of its instructions, in range checks for subnormals. The first kernel 629 us ('fast', the rule
+    # since) and 625 ('tanh', 2^-11 coarse) against 677 (data/h100/fused/probe_sig_gtma_40ae385.txt)
     "fused_r64_h32_tma2_r64_fsig_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True,
                                                                                      fin_r=64, fin_c=64, fin_tma=True,
                                                                                      sig="fast")),
     "fused_r64_h32_tma2_r64_tanh_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True,
                                                                                      fin_r=64, fin_c=64, fin_tma=True,
                                                                                      sig="tanh")),
-    # the rule's config with the last kernel's gate read and output written through descriptors: the same
-    # profile found its pointer load of g 8-way bank-conflicted in the change to the product's layout (half of
-    # its shared-memory wavefronts excess). Not yet measured; and both changes together
+    # and with the last kernel's gate read and output written through descriptors: the same profile found its
+    # pointer load of g 8-way bank-conflicted in the change to the product's layout (half of its shared-memory
+    # wavefronts excess). The last kernel 342 us against 345, alone or with tanh (same probe)
     "fused_r64_h32_tma2_r64g_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=64,
                                                                                  fin_c=64, fin_tma=True,
                                                                                  fin_gtma=True)),
@@ -153,7 +155,8 @@ _BF16 = {
     # the first kernel persistent, w_in kept in shared memory (_fused_resident): its weights cross from L2
     # once an SM, not once a tile of 64 pairs (160 KB for 16 KB of z). Compiled for sm_90a: 64 pairs and 8
     # warps fit (255 registers, no spills, 184 KB of shared memory); 4 warps spill 584 bytes a thread, 32
-    # pairs at 4 warps 56, 128 pairs at 8 warps 560. Not yet measured
+    # pairs at 4 warps 56, 128 pairs at 8 warps 560. Slower on an H100: 910 us against 677
+    # (data/h100/fused/probe_resident.txt)
     "fused_res_r64_w8_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, in_warps=8, join=True,
                                                                                    resident=True, fin_r=64, fin_c=64,
                                                                                    fin_tma=True)),
