@@ -155,8 +155,8 @@ _BF16 = {
     # the first kernel persistent, w_in kept in shared memory (_fused_resident): its weights cross from L2
     # once an SM, not once a tile of 64 pairs (160 KB for 16 KB of z). Compiled for sm_90a: 64 pairs and 8
     # warps fit (255 registers, no spills, 184 KB of shared memory); 4 warps spill 584 bytes a thread, 32
-    # pairs at 4 warps 56, 128 pairs at 8 warps 560. Slower on an H100: 910 us against 677
-    # (data/h100/fused/probe_resident.txt)
+    # pairs at 4 warps 56, 128 pairs at 8 warps 560. Slower on an H100: 910 us against 677 (kernels/NOTES.md;
+    # the probe's output file was never committed)
     "fused_res_r64_w8_tma2_r64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, in_warps=8, join=True,
                                                                                    resident=True, fin_r=64, fin_c=64,
                                                                                    fin_tma=True)),
