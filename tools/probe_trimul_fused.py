@@ -10,14 +10,10 @@ profile of 10 calls, each config checked against float64 at N = 96 (heavy-tailed
 
 Not the record (that is ``mage measure``); data/h200/fused/probe2.txt is its output of 2026-12-05."""
 import sys
+from pathlib import Path
 
-from mage import registry, ops
-from mage.check import check
-from mage.profile import profile
-import kernels.trimul_block.triton_block as tb
-SPEC = ops.OPS["trimul_block"]
-impl = registry.get("trimul_block", "triton", "bf16")
-args = SPEC.inputs(dict(N=1024, C=128, H=128), seed=1, dtype="bf16", device="cuda")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: kernels, mage
+import kernels.trimul_block.triton_block as tb  # noqa: E402
 
 
 def _config(arg: str) -> dict:
@@ -28,15 +24,26 @@ def _config(arg: str) -> dict:
     return dict(tb.TILES["bf16"][name], **{k: vals.get(v, int(v) if v.lstrip("-").isdigit() else v) for k, v in kv})
 
 
-if sys.argv[1:2] == ["--bare"]:
-    v = impl.variant(**_config(sys.argv[2]))
-    for _ in range(4):
-        v.fn(*args)
-    sys.exit(0)
-names = sys.argv[1:] or ["fused_r64_h32_tma_cublas", "fused_r64_h32_tma2_cublas", "fused_r64_h32_tma3_cublas"]
-for n in names:
-    for over in ({}, dict(FIN_R=64), dict(FIN_C=32), dict(FIN_WARPS=8))[:1 if sys.argv[1:] else 4]:
-        v = impl.variant(**dict(_config(n), **over))
-        r = check(v, dict(N=96, C=128, H=128), trials=1, device="cuda", dist="heavy")
-        p = profile(lambda: v.fn(*args), iters=10)
-        print(n, over, r.passed, f"{p.kernel_us:.1f}", p.launches, {k[:12]: round(u, 1) for k, u in p.kernel_us_by_name.items()}, flush=True)
+def main(argv):
+    from mage import ops, registry
+    from mage.check import check
+    from mage.profile import profile
+    impl = registry.get("trimul_block", "triton", "bf16")
+    args = ops.OPS["trimul_block"].inputs(dict(N=1024, C=128, H=128), seed=1, dtype="bf16", device="cuda")
+    if argv[:1] == ["--bare"]:
+        v = impl.variant(**_config(argv[1]))
+        for _ in range(4):
+            v.fn(*args)
+        return
+    names = argv or ["fused_r64_h32_tma_cublas", "fused_r64_h32_tma2_cublas", "fused_r64_h32_tma3_cublas"]
+    for n in names:
+        for over in ({}, dict(FIN_R=64), dict(FIN_C=32), dict(FIN_WARPS=8))[:1 if argv else 4]:
+            v = impl.variant(**dict(_config(n), **over))
+            r = check(v, dict(N=96, C=128, H=128), trials=1, device="cuda", dist="heavy")
+            p = profile(lambda: v.fn(*args), iters=10)
+            print(n, over, r.passed, f"{p.kernel_us:.1f}", p.launches,
+                  {k[:12]: round(u, 1) for k, u in p.kernel_us_by_name.items()}, flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -167,6 +167,17 @@ def _write(path, rows):
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
 
 
+def _overrides(args) -> list:
+    """``--override`` arguments as config dicts: 'SPLIT=2,GROUP_M=4' -> {'SPLIT': 2, 'GROUP_M': 4}, one a variant."""
+    out = []
+    for o in args:
+        pairs = [kv.split("=") for kv in o.split(",")]
+        if any(len(kv) != 2 or not kv[1].lstrip("-").isdigit() for kv in pairs):
+            raise SystemExit(f"sweep_gemm_hopper: --override takes KEY=INTEGER[,KEY=INTEGER], got {o!r}")
+        out.append({k: int(v) for k, v in pairs})
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="CSV file to write")
@@ -179,7 +190,7 @@ def main(argv=None):
     p.add_argument("--kernel-time", action="store_true",
                    help="also each call's kernel time from the profiler (columns kernel_ms, kernel_ratio)")
     a = p.parse_args(argv)
-    overrides = [{k: int(v) for k, v in (kv.split("=") for kv in o.split(","))} for o in a.override]
+    overrides = _overrides(a.override)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: kernels, mage
     import torch
     if not torch.cuda.is_available():
