@@ -240,8 +240,7 @@ def _store_descriptors(at, bt, g, B: int, NN: int, C: int, H: int, c: dict):
     if not c["IN_TSTORE"] or (NN * es) % 16 or (C * es) % 16:
         return None, None, None
     r, h = c["IN_R"], c["IN_H"]
-    ab = [TensorDescriptor(t.view(B, H, NN), [B, H, NN], [H * NN, NN, 1], [1, h, r]) for t in (at, bt)]
-    return (*ab, TensorDescriptor(g.view(B, NN, C), [B, NN, C], [NN * C, C, 1], [1, r, h]))
+    return _per_complex(at, B, H, NN, h, r), _per_complex(bt, B, H, NN, h, r), _per_complex(g, B, NN, C, r, h)
 
 
 def _gate_descriptors(g, y, B: int, NN: int, C: int, c: dict):
@@ -250,8 +249,13 @@ def _gate_descriptors(g, y, B: int, NN: int, C: int, c: dict):
     es = y.element_size()
     if not c["FIN_GTMA"] or (C * es) % 16 or not y.is_contiguous() or any(t.data_ptr() % 16 for t in (g, y)):
         return None, None
-    r, k = c["FIN_R"], c["FIN_C"]
-    return tuple(TensorDescriptor(t.view(B, NN, C), [B, NN, C], [NN * C, C, 1], [1, r, k]) for t in (g, y))
+    return tuple(_per_complex(t, B, NN, C, c["FIN_R"], c["FIN_C"]) for t in (g, y))
+
+
+def _per_complex(t, B: int, rows: int, cols: int, box_rows: int, box_cols: int) -> TensorDescriptor:
+    """A descriptor over ``t`` as [B, rows, cols] (contiguous), tiles [1, box_rows, box_cols]: a tile never
+    crosses from one complex into the next, TMA clips it at the complex's edge."""
+    return TensorDescriptor(t.view(B, rows, cols), [B, rows, cols], [rows * cols, cols, 1], [1, box_rows, box_cols])
 
 
 def _maxnreg(c: dict) -> dict:
