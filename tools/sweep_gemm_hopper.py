@@ -9,14 +9,13 @@ road's table, each again with B handed over K-major ('hopper_bnk': a Linear's W,
 the plain road's default, and cuBLAS (torch.matmul: TF32 off for the FP32 baseline fp32x3 is compared
 with, on for TF32; bf16 inputs for bf16). Each Triton call first writes into an output poisoned with
 NaN and is checked against a float64 product of the same inputs (relative error in norm); a config with
-a NaN or an error over twice the plain road's is rejected (timed nonetheless, marked). Times are kernel
-time from triton.testing.do_bench (median, L2 flushed between calls), the B copy included where a road
-makes one; beside them, with ``--kernel-time``, the kernel time of a call from the profiler (the sum of
-its kernels, the copy included, no host time: do_bench's event span also holds any wait for the host to
-launch; the L2 is not flushed between these calls. A profile found the TF32 kernel at 0.97 of cuBLAS's by
-kernel time where do_bench said 0.86-0.89: kernels/NOTES.md). A config that fails to compile or launch is printed and skipped.
-Not the record (that is
-``mage measure``); its numbers go to kernels/NOTES.md as a development run.
+a NaN or an error over twice the plain road's is rejected (timed nonetheless, marked). Times are
+triton.testing.do_bench's (the median event span, L2 flushed between calls), the B copy included where a
+road makes one. With ``--kernel-time``, beside them, the profiler's kernel time of a call (the sum of its
+kernels, the copy included, no host time, the L2 not flushed): do_bench's span also holds any wait for the
+host to launch, and a profile found the TF32 kernel at 0.97 of cuBLAS's by kernel time where do_bench said
+0.86-0.89 (kernels/NOTES.md). A config that fails to compile or launch is printed and skipped. Not the
+record (that is ``mage measure``); its numbers go to kernels/NOTES.md as a development run.
 """
 from __future__ import annotations
 
