@@ -59,7 +59,8 @@ def _cases(n, prec, quick, match="", overrides=()):
     sizes = dict(M=n, K=n, N=n)
     yield "plain", plain.TILES[prec].name_at(sizes), lambda A, B, out: (lambda: plain.matmul(A, B, out=out, dtype=prec))
     table = hop.TILES[prec]
-    names = [table.base] if quick else [m for m in table.sweep if match in m]
+    wanted = (match,) if isinstance(match, str) else tuple(match)
+    names = [table.base] if quick else [m for m in table.sweep if any(w in m for w in wanted)]
     variants = [(name, table[name]) for name in names]
     variants += [(name + "+" + ",".join(f"{k}={v}" for k, v in o.items()), dict(table[name], **o))
                  for o in overrides for name in names]
@@ -183,7 +184,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="smoke test: 1024^3, base configs only, short timings")
     p.add_argument("--sizes", type=int, nargs="*", help=f"cube sizes (default {SIZES})")
     p.add_argument("--precisions", nargs="+", default=PRECISIONS, choices=PRECISIONS)
-    p.add_argument("--match", default="", help="only the Hopper configs whose name holds this (e.g. _split)")
+    p.add_argument("--match", nargs="+", default=[""], help="only the Hopper configs whose name holds one of these (e.g. _split _kc)")
     p.add_argument("--override", nargs="+", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
                    help="each matched config again with these config values (integers), one variant an argument")
     p.add_argument("--kernel-time", action="store_true",

@@ -14,7 +14,7 @@ import torch
 from mage import registry
 from mage.check import check
 from mage.errors import MageInputError
-from tests.support.kernel_checks import cpu_only, rel_err
+from tests.support.kernel_checks import cpu_only, gpu, rel_err
 
 from kernels.matmul import triton_hopper as hop
 
@@ -171,13 +171,30 @@ def test_the_k_major_copy_is_exact_at_awkward_shapes(dtype):
 
 
 @cpu_only
+def test_the_concatenated_split_interleaves_slices_and_pads_with_zeros():
+    from kernels.matmul import _split
+    x = torch.randn(37, 70) * torch.logspace(-20, 20, 70)
+    for t, transpose in ((x, False), (x.t().contiguous(), True)):
+        for lo_first in (True, False):
+            buf = _split.concat(t, 37, 70, transpose, 16, lo_first)
+            assert buf.shape == (37, 2 * 80) and buf.stride(1) == 1
+            slices = buf.view(37, 5, 2, 16)
+            lo, hi = (slices[:, :, 0], slices[:, :, 1]) if lo_first else (slices[:, :, 1], slices[:, :, 0])
+            lo, hi = lo.reshape(37, 80), hi.reshape(37, 80)
+            assert torch.equal(hi[:, :70] + lo[:, :70], x) and not (hi.view(torch.int32) & 0x1FFF).any()
+            assert not hi[:, 70:].any() and not lo[:, 70:].any()  # K's padding: zeros, which TMA would not give
+
+
+@cpu_only
 def test_operands_split_before_the_gemm():
     names = [n for n, c in hop.TILES["fp32x3"].configs.items() if c["SPLIT"]]
-    assert names and all(n.endswith("_split") for n in names)
+    assert all(n.endswith("_split" if hop.TILES["fp32x3"][n]["SPLIT"] == 1 else "_kc") for n in names)
+    kc = [n for n in names if n.endswith("_kc")]
+    assert names and kc
     for M, K, N in AWKWARD:
         A, B = _inputs(M, K, N)
         want = A.double() @ B.double()
-        for cfg in (dict(hop.TILES["fp32x3"][names[0]], **SMALL), dict(hop.TILES["fp32x3"][names[1]], **SMALL)):
+        for cfg in (dict(hop.TILES["fp32x3"][n], **SMALL) for n in (names[0], names[1], kc[0], kc[-1])):
             out = torch.full((M, N), float("nan"))
             assert rel_err(hop.gemm(A, B, precision="fp32x3", out=out, **cfg), want) < 1e-6, (M, K, N, cfg)
             assert rel_err(hop.gemm(A, B.t().contiguous(), precision="fp32x3", b_nk=True, **cfg), want) < 1e-6
@@ -242,3 +259,30 @@ def test_the_interpreter_keeps_the_linear_operator_on_the_plain_road(monkeypatch
     monkeypatch.setattr(hop, "available", lambda device=None: True)
     monkeypatch.setattr(common, "interpreting", lambda: True)
     assert te.linear_road(NS(dtype=torch.float32, is_cuda=True, device="cuda:0")) == "plain"
+
+
+@gpu
+@pytest.mark.parametrize("name", [n for n, c in hop.TILES["fp32x3"].configs.items() if c["SPLIT"]])
+def test_gpu_split_configs_keep_fp32_accuracy_at_long_k(name):
+    """The tensor cores round their running sums toward zero: a product chained over all of K drifts (9.6e-6
+    at 4096^3 for the big product in a chain of its own, kernels/NOTES.md). Every split config stays near
+    cuBLAS FP32's own error at K = 8192 and at an awkward shape, the output poisoned first."""
+    if not hop.available():
+        pytest.fail("the Hopper road needs an sm_90 GPU")
+    for M, K, N in ((256, 8192, 384), (257, 8191, 255)):
+        g = torch.Generator(device="cuda").manual_seed(K)
+        A = torch.randn(M, K, device="cuda", generator=g)
+        B = torch.randn(K, N, device="cuda", generator=g)
+        ref = A.double() @ B.double()
+        err = lambda C: float((C.double() - ref).norm() / ref.norm())  # noqa: E731
+        old = torch.backends.cuda.matmul.allow_tf32
+        try:
+            torch.backends.cuda.matmul.allow_tf32 = False
+            fp32 = err(A @ B)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+        for b, b_nk in ((B, False), (B.t().contiguous(), True)):
+            out = torch.full((M, N), float("nan"), device="cuda")
+            hop.gemm(A, b, precision="fp32x3", b_nk=b_nk, out=out, **hop.TILES["fp32x3"][name])
+            assert not torch.isnan(out).any(), (name, M, K, N, "output not fully written")
+            assert err(out) < 2 * fp32, (name, M, K, N, b_nk, f"{err(out):.2e} against cuBLAS FP32 {fp32:.2e}")

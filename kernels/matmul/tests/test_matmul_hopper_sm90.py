@@ -16,18 +16,19 @@ def _usage(cfg: dict, precision: str = "fp32x3") -> dict:
     """The config compiled as the launcher runs it: split operands multiply as plain TF32; B K-major (after
     its copy, or split) unless an '_nc' config reads it as [K, N]; a '_sw' config's first operand is B as
     [K, N] (transposed in registers), its second A K-major, and C stored by pointer."""
-    split, swap = bool(cfg["SPLIT"]), bool(cfg.get("SWAP_AB"))
+    split, swap = cfg["SPLIT"], bool(cfg.get("SWAP_AB"))
     b_nk = 0 if cfg["B_AS_IS"] and not split and not swap else 1
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     desc = lambda r, c: f"tensordesc<fp32[{r}, {c}]>"  # noqa: E731
-    sig = dict(a_desc=desc(bk, bm) if swap else desc(bm, bk), b_desc=desc(bn, bk) if b_nk else desc(bk, bn), a_lo_desc=desc(bm, bk),
+    kc = 2 if split == 4 else 1  # K-concatenated: the small products' slices are 2 bk wide
+    sig = dict(a_desc=desc(bk, bm) if swap else desc(bm, kc * bk), b_desc=desc(bn, kc * bk) if b_nk else desc(bk, bn), a_lo_desc=desc(bm, bk),
                b_lo_desc=desc(bn, bk), c_desc=desc(bm, bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn), C="*fp32",
                Bias="*fp32", Res="*fp32", **{k: "i32" for k in ("M", "N", "K", "stride_cm", "stride_cn", "stride_rm", "stride_rn")})
     consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
                   PRECISION="tf32" if split else th.PRECISION[precision], B_NK=b_nk, BIAS=False, GELU=False,
                   EPILOGUE=0, TMA_STORE=bool(cfg["TMA_STORE"]) and not swap,
                   SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]) and not swap, FLATTEN=bool(cfg["FLATTEN"]),
-                  WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=split, A_KM=swap)
+                  WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=split, A_KM=swap, ASM=True)
     # the JIT specialises an integer argument equal to 1 as a constant: the output's unit column stride. With
     # it known, plain stores go out vectorised through a staging tile in shared memory, which a flattened loop
     # cannot overlay on the pipeline's buffers (unspecialised here, 128x256 '_fl' configs compiled at 196 KB and
@@ -65,13 +66,14 @@ def test_four_byte_configs_neither_spill_nor_overflow_shared_memory(precision, n
     assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, u)
 
 
-@pytest.mark.parametrize("parts", [False, True])
-def test_the_transposing_copy_turns_its_tile_around_in_shared_memory(parts):
+@pytest.mark.parametrize("parts,kc", [(False, 0), (True, 0), (True, 32)])
+def test_the_transposing_copy_turns_its_tile_around_in_shared_memory(parts, kc):
     """B's K-major copy (and the split) read B^T with a unit row stride, which the JIT specialises: the
     load follows B's rows, the store B^T's, and the two layouts meet in shared memory (a 64x64 FP32 tile,
     16 KB), not in strided global reads; no spills."""
-    sig = dict(X="*fp32", HI="*fp32", LO="*fp32", R="i32", C="i32", sx_r="constexpr", sx_c="i32", ld="i32",
-               BLOCK="constexpr", OFFS_64="constexpr", PARTS="constexpr")
-    u = sm90.resources("kernels.matmul._split:_split_kernel", sig, dict(sx_r=1, BLOCK=64, OFFS_64=False, PARTS=parts),
-                       4, 1, aligned=("X", "HI", "LO", "R", "C", "sx_c", "ld"))
+    sig = dict(X="*fp32", HI="*fp32", LO="*fp32", R="i32", C="i32", CP="i32", sx_r="constexpr", sx_c="i32", ld="i32",
+               BLOCK="constexpr", OFFS_64="constexpr", PARTS="constexpr", KC="constexpr")
+    u = sm90.resources("kernels.matmul._split:_split_kernel", sig,
+                       dict(sx_r=1, BLOCK=64, OFFS_64=False, PARTS=parts, KC=kc), 4, 1,
+                       aligned=("X", "HI", "LO", "R", "C", "CP", "sx_c", "ld"))
     assert u["stack"] == 0 and u["shared"] >= 64 * 64 * 4, u
