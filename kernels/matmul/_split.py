@@ -27,27 +27,20 @@ TILE = 64  # a program's [64, 64] tile: 16 KB in (FP32), 32 KB out split, 16 KB 
 
 # <kernel>
 @triton.jit
-def _split_kernel(X, HI, LO, R, C, CP, sx_r, sx_c, ld, BLOCK: tl.constexpr, OFFS_64: tl.constexpr,
-                  PARTS: tl.constexpr, KC: tl.constexpr):
+def _split_kernel(X, HI, LO, R, C, sx_r, sx_c, ld, BLOCK: tl.constexpr, OFFS_64: tl.constexpr, PARTS: tl.constexpr):
     # out[r, c] = X[r * sx_r + c * sx_c] as hi + lo, both [R, C] with row stride ``ld`` (16-byte aligned);
     # without PARTS, x itself into HI (any dtype). Triton specializes a stride of 1, so the load is laid
-    # out along X's contiguous axis and the store along the output's: the layouts meet in shared memory.
-    # Columns C..CP are written as zeros. With KC, column c goes to (c // KC) * 2 KC + c % KC: slices of KC
-    # columns, each followed by a gap of KC that the other part's pointer (offset by KC) fills.
+    # out along X's contiguous axis and the store along the output's: the layouts meet in shared memory
     # one grid axis (the second stops at 65535 programs: K past 4 million would not launch)
-    col_tiles = tl.cdiv(CP, BLOCK)
+    col_tiles = tl.cdiv(C, BLOCK)
     rows = (tl.program_id(0) // col_tiles) * BLOCK + tl.arange(0, BLOCK)
     cols = (tl.program_id(0) % col_tiles) * BLOCK + tl.arange(0, BLOCK)
     if OFFS_64:
         rows = rows.to(tl.int64)
         cols = cols.to(tl.int64)
-    x = tl.load(X + rows[:, None] * sx_r + cols[None, :] * sx_c, mask=(rows < R)[:, None] & (cols < C)[None, :],
-                other=0.0)
-    mask = (rows < R)[:, None] & (cols < CP)[None, :]
-    if KC:
-        out = rows[:, None] * ld + ((cols // KC) * (2 * KC) + cols % KC)[None, :]
-    else:
-        out = rows[:, None] * ld + cols[None, :]
+    mask = (rows < R)[:, None] & (cols < C)[None, :]
+    x = tl.load(X + rows[:, None] * sx_r + cols[None, :] * sx_c, mask=mask, other=0.0)
+    out = rows[:, None] * ld + cols[None, :]
     if PARTS:
         # round to nearest TF32 (ties away from zero, as cvt.rna): add half of the last kept bit, cut the rest
         bits = x.to(tl.uint32, bitcast=True)
@@ -71,32 +64,15 @@ def k_major(t: torch.Tensor, rows: int, cols: int, transpose: bool) -> torch.Ten
     return _launch(t, rows, cols, transpose, parts=False)[0, :, :cols]
 
 
-def concat(t: torch.Tensor, rows: int, cols: int, transpose: bool, bk: int, lo_first: bool) -> torch.Tensor:
-    """``t`` (or ``t.t()``, [rows, cols]) split, as one [rows, 2 KP] tensor (KP: cols rounded up to ``bk``,
-    the padding zeros) whose k-th slice of 2 bk columns holds the k-th bk columns of both parts, lo then hi
-    (``lo_first``) or hi then lo. With A's slices [lo | hi] and B's [hi | lo], one product of a 2 bk slice of
-    each is the two small products of fp32x3, A_lo B_hi + A_hi B_lo (the Hopper road's SPLIT 4)."""
-    kp = common.cdiv(cols, bk) * bk
-    buf = t.new_empty((rows, 2 * kp))
-    if rows and cols:
-        lo, hi = (buf, buf[:, bk:]) if lo_first else (buf[:, bk:], buf)
-        _run(t, hi, lo, rows, cols, kp, 2 * kp, transpose, parts=True, kc=bk)
-    return buf
-
-
 def _launch(t, rows, cols, transpose, parts):
+    v = t.t() if transpose else t
     pad = max(1, 16 // t.element_size())
     ld = common.cdiv(cols, pad) * pad
     buf = t.new_empty((2 if parts else 1, rows, ld))
     if rows and cols:
-        _run(t, buf[0], buf[-1], rows, cols, cols, ld, transpose, parts, kc=0)
+        # the reach of t's strides, not its size: a column slice of a wide tensor is small and far-reaching
+        offs_64 = buf.numel() >= common.INT32_LIMIT or common.max_offset(t) >= common.INT32_LIMIT
+        grid = (common.cdiv(rows, TILE) * common.cdiv(cols, TILE),)
+        _split_kernel[grid](v, buf[0], buf[-1], rows, cols, v.stride(0), v.stride(1), ld, BLOCK=TILE,
+                            OFFS_64=offs_64, PARTS=parts, num_warps=4)
     return buf
-
-
-def _run(t, hi, lo, rows, cols, padded, ld, transpose, parts, kc):
-    v = t.t() if transpose else t
-    # the reach of t's strides, not its size: a column slice of a wide tensor is small and far-reaching
-    offs_64 = rows * ld * (2 if parts and not kc else 1) >= common.INT32_LIMIT or common.max_offset(t) >= common.INT32_LIMIT
-    grid = (common.cdiv(rows, TILE) * common.cdiv(padded, TILE),)
-    _split_kernel[grid](v, hi, lo, rows, cols, padded, v.stride(0), v.stride(1), ld, BLOCK=TILE,
-                        OFFS_64=offs_64, PARTS=parts, KC=kc, num_warps=4)

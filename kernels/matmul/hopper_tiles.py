@@ -89,13 +89,6 @@ _FP32X3 = {
     "m128_n128_k64_w8_s3_sub_fl": _cfg(128, 128, 64, 8, 3, subtile=1, flatten=1),
     "m128_n128_k32_w8_s3_sub_split": _cfg(128, 128, 32, 8, 3, subtile=1, split=1),
     "m128_n128_k32_w8_s3_sub_fl_split": _cfg(128, 128, 32, 8, 3, subtile=1, split=1, flatten=1),
-    # '_kc': split once, K-concatenated (SPLIT 4): a stage holds [lo | hi] and [hi | lo] slices 2 BLOCK_K wide and
-    # the two hi slices again (1.5x the split's shared memory: 96 KB at 128x128x32), the big product added step
-    # by step, the small ones in a loop-carried chain: one wait a step where the split has three drains
-    "m128_n128_k32_w8_s2_ps_kc": _cfg(128, 128, 32, 8, 2, store=0, split=4),
-    "m128_n128_k32_w8_s2_sub_kc": _cfg(128, 128, 32, 8, 2, subtile=1, split=4),
-    "m128_n128_k16_w8_s4_ps_kc": _cfg(128, 128, 16, 8, 4, store=0, split=4),
-    "m128_n128_k16_w8_s3_kc": _cfg(128, 128, 16, 8, 3, split=4),
 }
 _BF16 = {
     "m128_n256_k64_w8_s3": _cfg(128, 256, 64, 8, 3),

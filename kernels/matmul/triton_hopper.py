@@ -50,7 +50,7 @@ from .hopper_tiles import TILES, _cfg  # noqa: E402,F401
 @triton.jit
 def _hopper_gemm_kernel(
     a_desc, b_desc, c_desc,  # descriptors: A [M, K]; B [N, K] (B_NK) or [K, N]; C [M, N] (None: plain stores)
-    a_lo_desc, b_lo_desc,  # SPLIT 1: the low TF32 parts of A and B (a_desc and b_desc hold the high); 4: see below
+    a_lo_desc, b_lo_desc,  # with SPLIT: the low TF32 parts of A and B (a_desc and b_desc hold the high)
     C, Bias, Res,  # output pointer (plain stores), bias [N] and Res [M, N] (read where the epilogue asks)
     M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -63,9 +63,8 @@ def _hopper_gemm_kernel(
     TMA_STORE: tl.constexpr,  # store through c_desc (aligned C) rather than masked pointer stores
     SUBTILE: tl.constexpr,  # TMA store in two halves of BLOCK_N / 2 (fewer live registers at the store)
     FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,  # the tile loop's compiler options (off unless a config asks)
-    SPLIT: tl.constexpr,  # fp32x3 from operands split before the GEMM (1: hi and lo apart, 4: K-concatenated)
+    SPLIT: tl.constexpr,  # fp32x3 from operands split before the GEMM: three TF32 products of loaded tiles
     A_KM: tl.constexpr,  # 1: a_desc is over A^T [K, M] (M-major): each tile transposed on the way to the dot
-    ASM: tl.constexpr,  # inline PTX allowed (not in the interpreter)
 ):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -76,54 +75,33 @@ def _hopper_gemm_kernel(
         om = tile_m * BLOCK_M
         on = tile_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if SPLIT == 4:
-            # K-concatenated (``_split.concat``): a_desc's k-th slice of 2 BLOCK_K columns is [A_lo | A_hi],
-            # b_desc's [B_hi | B_lo], so one dot of the two slices is both small products, carried by the loop
-            # in a chain of its own (its sum is 2^-11 of the result's: the tensor cores' truncating
-            # accumulation, below, costs nothing here). The big product, A_hi B_hi, comes through the
-            # a_lo/b_lo descriptors over the same tensors, at column offsets BLOCK_K (A) and 0 (B); it is
-            # summed from zero each step and added on the FP32 units, as in SPLIT 1. Issued first, so the
-            # wait its add needs leaves the small dot in flight: one wait a step, not three drains.
-            small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for ks in range(k_steps):
-                k2 = ks * 2 * BLOCK_K
-                big = tl.dot(a_lo_desc.load([om, k2 + BLOCK_K]), b_lo_desc.load([on, k2]).T, input_precision="tf32")
-                small = tl.dot(a_desc.load([om, k2]), b_desc.load([on, k2]).T, small, input_precision="tf32")
-                # an add Triton cannot read: a plain ``acc += big`` is folded into ``tl.dot(..., acc)``, which
-                # puts the big product back in a chain over all of K, drift and all
-                if ASM:
-                    acc = tl.inline_asm_elementwise("add.rn.f32 $0, $1, $2;", "=r,r,r", [acc, big],
-                                                    dtype=tl.float32, is_pure=True, pack=1)
-                else:
-                    acc += big
-            acc += small
-        else:
-            for ks in range(k_steps):
-                if A_KM:
-                    a = a_desc.load([ks * BLOCK_K, om]).T
-                else:
-                    a = a_desc.load([om, ks * BLOCK_K])  # past K (or M) TMA reads zeros: no masks
-                if B_NK:
-                    b = b_desc.load([on, ks * BLOCK_K]).T
-                else:
-                    b = b_desc.load([ks * BLOCK_K, on])
-                if SPLIT == 1:
-                    # each k step's three products summed on the tensor cores from zero, the small ones first,
-                    # then added to the running sum on the FP32 units, as Triton's own tf32x3 does. The tensor
-                    # cores' accumulation rounds toward zero (Fasi et al. 2021): chained over all of K, the sum
-                    # drifted in one direction, 2.9e-5 at 4096^3 and 5.7e-5 at 8192^3 with the small products in
-                    # the chain, 9.6e-6 and 1.9e-5 in a chain of their own, growing with K both times.
-                    # The drains this costs: Triton waits for the tensor cores before a dot reads another dot's
-                    # result in the same k step, three times a step here. Each product in its own loop-carried
-                    # chain (no drain; probe modes 2 and 3, since removed) ran 2.26x / 2.36x cuBLAS FP32 against
-                    # 1.80x / 1.76x on an H100, at that drift's error (data/h100/hopper/sweep_splitmodes_15e6783.csv);
-                    # SPLIT 4 above keeps the small products' chain and adds the big product step by step
-                    step = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                    step = tl.dot(a_lo_desc.load([om, ks * BLOCK_K]), b, step, input_precision="tf32")
-                    step = tl.dot(a, b_lo_desc.load([on, ks * BLOCK_K]).T, step, input_precision="tf32")
-                    acc += tl.dot(a, b, step, input_precision="tf32")
-                else:
-                    acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        for ks in range(k_steps):
+            if A_KM:
+                a = a_desc.load([ks * BLOCK_K, om]).T
+            else:
+                a = a_desc.load([om, ks * BLOCK_K])  # past K (or M) TMA reads zeros: no masks
+            if B_NK:
+                b = b_desc.load([on, ks * BLOCK_K]).T
+            else:
+                b = b_desc.load([ks * BLOCK_K, on])
+            if SPLIT:
+                # each k step's three products summed on the tensor cores from zero, the small ones first,
+                # then added to the running sum on the FP32 units, as Triton's own tf32x3 does. The tensor
+                # cores' accumulation rounds toward zero (Fasi et al. 2021): chained over all of K, the sum
+                # drifted in one direction, 2.9e-5 at 4096^3 and 5.7e-5 at 8192^3 with the small products in
+                # the chain, 9.6e-6 and 1.9e-5 in a chain of their own, growing with K both times.
+                # The drains this costs: Triton waits for the tensor cores before a dot reads another dot's
+                # result in the same k step, three times a step here. Each product in its own loop-carried
+                # chain (no drain; probe modes 2 and 3) ran 2.26x / 2.36x cuBLAS FP32 against 1.80x / 1.76x on an
+                # H100, at that drift's error (data/h100/hopper/sweep_splitmodes_15e6783.csv). Mode 4 (commit
+                # fc4570c), the small products as one K-concatenated dot in a chain and one wait a step, ran
+                # 1.32x-1.65x: a wait that empties the tensor cores' queue costs as a drain does (NOTES)
+                step = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                step = tl.dot(a_lo_desc.load([om, ks * BLOCK_K]), b, step, input_precision="tf32")
+                step = tl.dot(a, b_lo_desc.load([on, ks * BLOCK_K]).T, step, input_precision="tf32")
+                acc += tl.dot(a, b, step, input_precision="tf32")
+            else:
+                acc = tl.dot(a, b, acc, input_precision=PRECISION)
         rows = om + tl.arange(0, BLOCK_M)
         cols = on + tl.arange(0, BLOCK_N)
         mask = (rows < M)[:, None] & (cols < N)[None, :]
@@ -210,7 +188,7 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
         # Triton 3.6's interpreter multiplies bf16 tiles as raw 16-bit patterns; a bf16 x bf16 product is
         # exact in FP32, so FP32 copies give the sums the tensor cores form (checks indexing on the CPU)
         A, B = A.float(), B.float()
-    split = consts.pop("SPLIT", 0) * (precision == "fp32x3")
+    split = bool(consts.pop("SPLIT", 0)) and precision == "fp32x3"
     swap = bool(consts.pop("SWAP_AB", 0))
     if swap and not split and not b_nk and A.element_size() == 4 and bias is None and res_none(residual, gate) \
             and not gelu and _tma_ready(B) and _tma_ready(A):
@@ -219,30 +197,25 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
     # B^T [N, K] K-major for 4-byte types (or where a bf16 [K, N] cannot be read as it is)
     as_is = bool(consts.pop("B_AS_IS", 0))  # a 4-byte [K, N] B read in place, transposed in shared memory
     nk = b_nk or (A.element_size() == 4 and not as_is) or not _tma_ready(B)
-    if split == 4:  # [lo | hi] and [hi | lo] slices: the small products' operands 2 bk wide, the big ones' bk
-        a, b = _split.concat(A, M, K, False, bk, lo_first=True), _split.concat(B, N, K, not b_nk, bk, lo_first=False)
-        a_lo_desc = TensorDescriptor(a, list(a.shape), [a.stride(0), 1], [bm, bk])
-        b_lo_desc = TensorDescriptor(b, list(b.shape), [b.stride(0), 1], [bn, bk])
-    elif split:  # the high parts take A's and B's places; the products are plain TF32
+    if split:  # the high parts take A's and B's places; the products are plain TF32
         (a, a_lo), (b, b_lo) = _split.split(A, M, K, False), _split.split(B, N, K, not b_nk)
         a_lo_desc = TensorDescriptor(a_lo, [M, K], [a_lo.stride(0), 1], [bm, bk])
         b_lo_desc = TensorDescriptor(b_lo, [N, K], [b_lo.stride(0), 1], [bn, bk])
     else:
         a = _k_major(A, M, K, transpose=False)
         b = _k_major(B, N, K, transpose=not b_nk) if nk else B
-    if split == 4:
-        b_desc = TensorDescriptor(b, list(b.shape), [b.stride(0), 1], [bn, 2 * bk])
-        a_desc = TensorDescriptor(a, list(a.shape), [a.stride(0), 1], [bm, 2 * bk])
+    if nk:
+        b_desc = TensorDescriptor(b, [N, K], [b.stride(0), 1], [bn, bk])
     else:
-        if nk:
-            b_desc = TensorDescriptor(b, [N, K], [b.stride(0), 1], [bn, bk])
-        else:
-            b_desc = TensorDescriptor(B, [K, N], [B.stride(0), 1], [bk, bn])
-        a_desc = TensorDescriptor(a, [M, K], [a.stride(0), 1], [bm, bk])
-    subtile = consts.pop("EPILOGUE_SUBTILE", 0)
+        b_desc = TensorDescriptor(B, [K, N], [B.stride(0), 1], [bk, bn])
+    a_desc = TensorDescriptor(a, [M, K], [a.stride(0), 1], [bm, bk])
+    subtile, flatten = consts.pop("EPILOGUE_SUBTILE", 0), bool(consts.pop("FLATTEN", 0))
     c_desc = None
-    if consts.pop("TMA_STORE", 1) and _tma_ready(out) and out.dtype == A.dtype:
-        c_desc = TensorDescriptor(out, [M, N], [out.stride(0), 1], [bm, bn // 2 if subtile else bn])
+    if consts.pop("TMA_STORE", 1):
+        if _tma_ready(out) and out.dtype == A.dtype:
+            c_desc = TensorDescriptor(out, [M, N], [out.stride(0), 1], [bm, bn // 2 if subtile else bn])
+        else:  # plain stores instead: their staging tile (the whole C tile, in shared memory) fits a config sized
+            flatten = False  # for the TMA store's only beside an unflattened loop (262 KB against 227: NOTES)
     res = residual if residual is not None else gate
     tiles = common.cdiv(M, bm) * common.cdiv(N, bn)
     nsm = num_sms or programs(A.device, tiles)
@@ -252,8 +225,7 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
         NUM_SMS=nsm, PRECISION="tf32" if split else PRECISION[precision], B_NK=int(nk), BIAS=bias is not None, GELU=bool(gelu),
         EPILOGUE=1 if residual is not None else 2 if gate is not None else 0,
         TMA_STORE=c_desc is not None, SUBTILE=bool(subtile and c_desc is not None),
-        FLATTEN=bool(consts.pop("FLATTEN", 0)), WARP_SPEC=bool(consts.pop("WARP_SPEC", 0)), SPLIT=int(split), A_KM=False,
-        ASM=not common.interpreting(),
+        FLATTEN=flatten, WARP_SPEC=bool(consts.pop("WARP_SPEC", 0)), SPLIT=split, A_KM=False,
         **consts, **launch)
     return out
 
@@ -277,7 +249,7 @@ def _swapped(A, B, out, M, K, N, precision, consts, launch, num_sms):
         a_desc, b_desc, None, None, None, out, out, out, N, M, K, out.stride(1), out.stride(0), 0, 0,
         NUM_SMS=nsm, PRECISION=PRECISION[precision], B_NK=1, BIAS=False, GELU=False, EPILOGUE=0, TMA_STORE=False,
         SUBTILE=False, FLATTEN=bool(consts.pop("FLATTEN", 0)), WARP_SPEC=bool(consts.pop("WARP_SPEC", 0)),
-        SPLIT=0, A_KM=True, ASM=False, **consts, **launch)
+        SPLIT=False, A_KM=True, **consts, **launch)
     return out
 
 

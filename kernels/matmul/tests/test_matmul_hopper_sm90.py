@@ -12,29 +12,31 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sm90.available(), reason=
 SPLIT = [n for n, c in th.TILES["fp32x3"].configs.items() if c.get("SPLIT")]
 
 
-def _usage(cfg: dict, precision: str = "fp32x3") -> dict:
+def _usage(cfg: dict, precision: str = "fp32x3", fallback: bool = False) -> dict:
     """The config compiled as the launcher runs it: split operands multiply as plain TF32; B K-major (after
     its copy, or split) unless an '_nc' config reads it as [K, N]; a '_sw' config's first operand is B as
     [K, N] (transposed in registers), its second A K-major, and C stored by pointer."""
-    split, swap = cfg["SPLIT"], bool(cfg.get("SWAP_AB"))
+    split, swap = bool(cfg["SPLIT"]), bool(cfg.get("SWAP_AB"))
     b_nk = 0 if cfg["B_AS_IS"] and not split and not swap else 1
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     desc = lambda r, c: f"tensordesc<fp32[{r}, {c}]>"  # noqa: E731
-    kc = 2 if split == 4 else 1  # K-concatenated: the small products' slices are 2 bk wide
-    sig = dict(a_desc=desc(bk, bm) if swap else desc(bm, kc * bk), b_desc=desc(bn, kc * bk) if b_nk else desc(bk, bn), a_lo_desc=desc(bm, bk),
+    sig = dict(a_desc=desc(bk, bm) if swap else desc(bm, bk), b_desc=desc(bn, bk) if b_nk else desc(bk, bn), a_lo_desc=desc(bm, bk),
                b_lo_desc=desc(bn, bk), c_desc=desc(bm, bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn), C="*fp32",
                Bias="*fp32", Res="*fp32", **{k: "i32" for k in ("M", "N", "K", "stride_cm", "stride_cn", "stride_rm", "stride_rn")})
     consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
                   PRECISION="tf32" if split else th.PRECISION[precision], B_NK=b_nk, BIAS=False, GELU=False,
                   EPILOGUE=0, TMA_STORE=bool(cfg["TMA_STORE"]) and not swap,
                   SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]) and not swap, FLATTEN=bool(cfg["FLATTEN"]),
-                  WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=split, A_KM=swap, ASM=True)
+                  WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=split, A_KM=swap)
     # the JIT specialises an integer argument equal to 1 as a constant: the output's unit column stride. With
     # it known, plain stores go out vectorised through a staging tile in shared memory, which a flattened loop
     # cannot overlay on the pipeline's buffers (unspecialised here, 128x256 '_fl' configs compiled at 196 KB and
     # failed to launch on the GPU, needing 320 KB)
     consts["stride_cn"] = 1
     aligned = ("C", "Bias", "Res", "M", "N", "K", "stride_cm")
+    if fallback:
+        consts.update(TMA_STORE=False, SUBTILE=False, FLATTEN=False)
+        aligned = ("C", "Bias", "Res")
     if swap:  # C stored transposed: its row stride is the output's column stride, 1, which the JIT specialises
         consts["stride_cm"] = 1
         del consts["stride_cn"]
@@ -66,14 +68,26 @@ def test_four_byte_configs_neither_spill_nor_overflow_shared_memory(precision, n
     assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, u)
 
 
-@pytest.mark.parametrize("parts,kc", [(False, 0), (True, 0), (True, 32)])
-def test_the_transposing_copy_turns_its_tile_around_in_shared_memory(parts, kc):
+FALLBACK = [(p, n) for p in ("tf32", "fp32x3") for n, c in th.TILES[p].configs.items()
+            if c["TMA_STORE"] and not c.get("SWAP_AB")]
+
+
+@pytest.mark.parametrize("precision,name", FALLBACK)
+def test_tma_store_configs_fit_their_plain_store_fallback(precision, name):
+    """Where C's rows are not 16-byte aligned the road stores by pointer, through a staging tile of all of C's
+    tile in shared memory. Two flattened configs asked for 262 and 279 KB that way and failed to launch on the
+    GPU at M = 257, N = 255; the launcher now unflattens the loop there, and this compiles what it runs."""
+    u = _usage(th.TILES[precision][name], precision, fallback=True)
+    assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, u)
+
+
+@pytest.mark.parametrize("parts", [False, True])
+def test_the_transposing_copy_turns_its_tile_around_in_shared_memory(parts):
     """B's K-major copy (and the split) read B^T with a unit row stride, which the JIT specialises: the
     load follows B's rows, the store B^T's, and the two layouts meet in shared memory (a 64x64 FP32 tile,
     16 KB), not in strided global reads; no spills."""
-    sig = dict(X="*fp32", HI="*fp32", LO="*fp32", R="i32", C="i32", CP="i32", sx_r="constexpr", sx_c="i32", ld="i32",
-               BLOCK="constexpr", OFFS_64="constexpr", PARTS="constexpr", KC="constexpr")
-    u = sm90.resources("kernels.matmul._split:_split_kernel", sig,
-                       dict(sx_r=1, BLOCK=64, OFFS_64=False, PARTS=parts, KC=kc), 4, 1,
-                       aligned=("X", "HI", "LO", "R", "C", "CP", "sx_c", "ld"))
+    sig = dict(X="*fp32", HI="*fp32", LO="*fp32", R="i32", C="i32", sx_r="constexpr", sx_c="i32", ld="i32",
+               BLOCK="constexpr", OFFS_64="constexpr", PARTS="constexpr")
+    u = sm90.resources("kernels.matmul._split:_split_kernel", sig, dict(sx_r=1, BLOCK=64, OFFS_64=False, PARTS=parts),
+                       4, 1, aligned=("X", "HI", "LO", "R", "C", "sx_c", "ld"))
     assert u["stack"] == 0 and u["shared"] >= 64 * 64 * 4, u
