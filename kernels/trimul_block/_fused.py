@@ -35,7 +35,7 @@ from ._fused_config import (BMMS, MAX_WIDTH, STAGES, config_limits, keys, launch
                             refuse_bad_config)
 from . import _fused_resident as res
 from ._fused_rows import _layernorm_rows, _round, _sigmoid
-from ._fused_weights import first_weights, out_weights
+from ._fused_weights import first_weights, gate_weights, out_weights
 
 
 # <kernel>
@@ -93,6 +93,7 @@ def _in_kernel(
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
     JOIN: tl.constexpr, TMA: tl.constexpr, TSTORE: tl.constexpr, SIG: tl.constexpr,
+    GATE: tl.constexpr,  # the output gate here (else the last kernel computes it from z: FIN_ZGATE)
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     cs = tl.arange(0, WIDTH)
@@ -132,7 +133,7 @@ def _in_kernel(
         else:
             tl.store(AT + dst, a, mask=smask)
             tl.store(BT + dst, b, mask=smask)
-    for c0 in range(0, C, CHUNK):
+    for c0 in range(0, C * GATE, CHUNK):
         gs = c0 + tl.arange(0, CHUNK)
         gmask = gs < C
         if TMA:
@@ -151,12 +152,23 @@ def _out_kernel(
     O, GAMMA, BETA, W, BIAS, G, Y,  # o [B, H, NN] channel-major; w_out [H, C]; g, y [B NN, C]
     WD,  # with TMA: a descriptor over w_out, tiles [WIDTH, CHUNK]
     GD, YD,  # with GTMA: descriptors over g and y [B, NN, C], tiles [1, BLOCK_R, CHUNK] of one complex
+    Z, GAMMA_IN, BETA_IN, WI, BI, WGD, WG,  # with ZGATE: z, the first LayerNorm, w_in and b_in as the first kernel
+    # reads them (WGD: with TMA, a descriptor over their padded copy, tiles [CW, CHUNK]; WG: g's first column there)
     NN, C, H, eps,
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
     TMA: tl.constexpr, TRANS: tl.constexpr, GTMA: tl.constexpr,
+    ZGATE: tl.constexpr, CW: tl.constexpr, SIG: tl.constexpr,  # the gate from g (0) or from z here, its weights by
+    # pointer (1) or through WGD (2); C's tile width; the gate's sigmoid
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
+    if ZGATE:  # z's rows normalised again (cheaper than g's round trip through memory: 2 C bytes a pair in,
+        # where g cost 2 C out and 2 C in), the same values the first kernel multiplied
+        zs = tl.arange(0, CW)
+        zmask = zs < C
+        zn = _layernorm_rows(Z + rows[:, None] * C + zs[None, :], rmask[:, None] & zmask[None, :],
+                             GAMMA_IN, BETA_IN, zs, zmask, C, eps)
+        zn = _round(zn, BF16, EMULATE)
     hs = tl.arange(0, WIDTH)
     hmask = hs < H
     # a channel's BLOCK_R pairs are contiguous in o: each load is runs along the rows
@@ -177,7 +189,13 @@ def _out_kernel(
             y = _project_tma(on, WD, BIAS, c0, cs, cmask, PRECISION)
         else:
             y = _project(on, W, BIAS, hs, hmask, cs, cmask, C, PRECISION)
-        if GTMA:  # the gate through shared memory in the layout the product's tile has (a profile found the
+        if ZGATE:
+            if ZGATE == 2:
+                g = _sigmoid(_project_tma(zn, WGD, BI, WG + c0, 4 * H + cs, cmask, PRECISION), SIG)
+            else:
+                g = _sigmoid(_project(zn, WI, BI, zs, zmask, 4 * H + cs, cmask, 4 * H + C, PRECISION), SIG)
+            tl.store(Y + rows[:, None] * C + cs[None, :], _round(y * g, BF16, EMULATE), mask=mask)
+        elif GTMA:  # the gate through shared memory in the layout the product's tile has (a profile found the
             # pointer load's change of layout, through shared memory, 8-way bank-conflicted), y out the same way
             cx, p0 = _tile_origin(NN, BLOCK_R)
             g = tl.reshape(GD.load([cx, p0, c0]), (BLOCK_R, CHUNK)).to(tl.float32)
@@ -202,8 +220,9 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     wi, bb, wd2, wd1, wb, wg = first_weights(w_in, b_in, wi, bb, C, H, c, _width(C))
     at = torch.empty((B, H, N, N), dtype=sdt, device=z.device)
     bt, o = torch.empty_like(at), torch.empty_like(at)
-    g = torch.empty((R, C), dtype=sdt, device=z.device)
-    offs_64 = max(at.numel(), g.numel()) >= common.INT32_LIMIT
+    zgate = c["FIN_ZGATE"]  # the gate computed by the last kernel: no g between the kernels
+    g = None if zgate else torch.empty((R, C), dtype=sdt, device=z.device)
+    offs_64 = max(at.numel(), R * C) >= common.INT32_LIMIT
     flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
     ad, bd, gd = _store_descriptors(at, bt, g, B, NN, C, H, c)
     tiles = B * common.cdiv(NN, c["IN_R"])
@@ -213,9 +232,9 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
                                       BLOCK_R=c["IN_R"], CW=_width(C), HW=_width(H),
                                       num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **flags)
     else:
-        _in_kernel[(tiles,)](zc, gi, bi, wi, bb, m, at, bt, g, wd2, wd1, wb, wg, ad, bd, gd, NN, C, H, EPS,
-                             BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"],
-                             TMA=c["IN_TMA"], TSTORE=ad is not None, SIG=_sig(c),
+        _in_kernel[(tiles,)](zc, gi, bi, wi, bb, m, at, bt, at if zgate else g, wd2, wd1, wb, wg, ad, bd, gd, NN, C,
+                             H, EPS, BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"],
+                             TMA=c["IN_TMA"], TSTORE=ad is not None, SIG=_sig(c), GATE=not zgate,
                              num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **_maxnreg(c), **flags)
     _contract(at, bt, o, c, launch, offs_64)
     if emulate:
@@ -223,11 +242,14 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     direct = sdt == z.dtype  # the last kernel writes ``out`` itself (not under the interpreter at bf16)
     y = out.view(R, C) if direct else torch.empty((R, C), dtype=sdt, device=z.device)
     wdo = out_weights(w_out, wo, C, c, _width(H))
-    gdo, ydo = _gate_descriptors(g, y, B, NN, C, c)
-    _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](o, go, bo, wo, bbo, g, y, wdo, gdo, ydo, NN, C, H, EPS,
-                                               BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"],
-                                               TMA=c["FIN_TMA"], TRANS=c["FIN_T"], GTMA=gdo is not None,
-                                               num_warps=c["FIN_WARPS"], num_stages=c["F_STAGES"], **flags)
+    gdo, ydo = (None, None) if zgate else _gate_descriptors(g, y, B, NN, C, c)
+    # with ZGATE and both kernels' weights through descriptors (wd1: IN_TMA's), the gate's columns come through one
+    wgd = gate_weights(wd1, _width(C), c) if zgate and c["FIN_TMA"] and wd1 is not None else None
+    _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](
+        o, go, bo, wo, bbo, y if zgate else g, y, wdo, gdo, ydo, zc, gi, bi, wi, bb, wgd, wg, NN, C, H, EPS,
+        BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"], TMA=c["FIN_TMA"], TRANS=c["FIN_T"],
+        GTMA=gdo is not None, ZGATE=0 if not zgate else 1 if wgd is None else 2, CW=_width(C), SIG=_sig(c),
+        num_warps=c["FIN_WARPS"], num_stages=c["F_STAGES"], **flags)
     if not direct:
         out.view(R, C).copy_(y)  # bf16 values already: an exact copy
     return out
@@ -240,7 +262,8 @@ def _store_descriptors(at, bt, g, B: int, NN: int, C: int, H: int, c: dict):
     if not c["IN_TSTORE"] or (NN * es) % 16 or (C * es) % 16:
         return None, None, None
     r, h = c["IN_R"], c["IN_H"]
-    return _per_complex(at, B, H, NN, h, r), _per_complex(bt, B, H, NN, h, r), _per_complex(g, B, NN, C, r, h)
+    gd = None if g is None else _per_complex(g, B, NN, C, r, h)  # None: no gate stored (FIN_ZGATE)
+    return _per_complex(at, B, H, NN, h, r), _per_complex(bt, B, H, NN, h, r), gd
 
 
 def _gate_descriptors(g, y, B: int, NN: int, C: int, c: dict):

@@ -23,7 +23,7 @@ def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
          join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False,
-         in_maxnreg=0, sig="exact", fin_gtma=False) -> dict:
+         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
@@ -33,11 +33,13 @@ def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_war
     ``in_maxnreg``: a ceiling on the first kernel's registers a thread (0: the compiler's choice), where a few
     fewer let one more block onto an SM (registers and shared memory cap it at 4 of 4 warps each); ``sig``: the
     first kernel's sigmoid, one of ``SIGMOIDS`` (``_fused_rows._sigmoid`` says what each costs and loses);
-    ``fin_gtma``: the last kernel reads g and writes y through tensor descriptors (where their rows allow)."""
+    ``fin_gtma``: the last kernel reads g and writes y through tensor descriptors (where their rows allow);
+    ``fin_zgate``: the output gate computed by the last kernel from z (LayerNorm again, its own projection), so
+    g never crosses memory (cuEquivariance's finishing kernel reads z, by the bytes a profile counted)."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
                 FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t,
-                IN_MAXNREG=in_maxnreg, IN_SIG=sig, FIN_GTMA=fin_gtma)
+                IN_MAXNREG=in_maxnreg, IN_SIG=sig, FIN_GTMA=fin_gtma, FIN_ZGATE=fin_zgate)
 
 
 def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
@@ -68,6 +70,8 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         no("IN_SIG='tanh' is accurate to bf16's rounding, not FP32's: at FP32 use 'exact' or 'fast'")
     if c["IN_SIG"] != "exact" and c["IN_RESIDENT"]:
         no("IN_SIG chooses the grid's first kernel's sigmoid; IN_RESIDENT's persistent kernel keeps the exact one")
+    if c["FIN_ZGATE"] and (c["IN_RESIDENT"] or c["FIN_GTMA"]):
+        no("FIN_ZGATE computes the gate in the last kernel: IN_RESIDENT's kernel stores one, and FIN_GTMA reads one")
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):

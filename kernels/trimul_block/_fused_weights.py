@@ -60,6 +60,12 @@ def out_weights(w_out, wo, C: int, c: dict, width: int):
     return _cached(("out", id(w_out), c["FIN_C"], wo.dtype, wo.device), (w_out,), make)
 
 
+def gate_weights(wd1, width: int, c: dict):
+    """With ``FIN_ZGATE``: a descriptor over the first kernel's padded w_in (``wd1``'s tensor) whose tiles,
+    [width, FIN_C], are the last kernel's chunks of the gate's columns."""
+    return TensorDescriptor(wd1.base, wd1.shape, wd1.strides, [width, c["FIN_C"]])
+
+
 def _prepare(wi, bb, C: int, H: int, c: dict, width: int):
     # columns gate 0, value 0, gate 1, ...: a [rows, 2 CHUNK] product splits in pairs
     hs = torch.arange(H, device=wi.device)

@@ -152,6 +152,13 @@ _BF16 = {
     "fused_r64_h32_tma2_r64g_tanh_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True,
                                                                                       fin_r=64, fin_c=64, fin_tma=True,
                                                                                       fin_gtma=True, sig="tanh")),
+    # the output gate computed by the last kernel from z, as cuEquivariance's finishing kernel does (its bytes in
+    # a profile: z in, o in, y out); the first kernel then stores a and b only. Unmeasured
+    "fused_r64_h32_tma2_r64_fsig_zg_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True,
+                                                                                        fin_r=64, fin_c=64, fin_tma=True,
+                                                                                        sig="fast", fin_zgate=True)),
+    "fused_r64_h32_tma2_r64c32_fsig_zg_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(
+        in_h=32, join=True, tma=True, fin_r=64, fin_c=32, fin_tma=True, sig="fast", fin_zgate=True)),
     # the first kernel persistent, w_in kept in shared memory (_fused_resident): its weights cross from L2
     # once an SM, not once a tile of 64 pairs (160 KB for 16 KB of z). Compiled for sm_90a: 64 pairs and 8
     # warps fit (255 registers, no spills, 184 KB of shared memory); 4 warps spill 584 bytes a thread, 32

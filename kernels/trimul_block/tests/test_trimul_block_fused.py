@@ -49,6 +49,17 @@ def test_fused_configs_at_awkward_shapes(dtype, name, dist):
 
 
 @cpu_only
+@pytest.mark.parametrize("dist", ("normal", "heavy"))
+@pytest.mark.parametrize("dtype,name,over", [("fp32", "fused_r64_h32_w8_x3", {}), ("bf16", "fused_r64_h32_join_cublas", {}),
+                                             ("bf16", "fused_r64_h32_tma2_r64_fsig_zg_cublas", dict(FIN_TMA=False)),
+                                             ("bf16", "fused_r64_h32_tma2_r64_fsig_zg_cublas", dict(IN_TMA=False))])
+def test_the_gate_from_z_in_the_last_kernel_by_every_weight_road(dtype, name, over, dist):
+    # FIN_ZGATE's gate weights by pointer (without IN_TMA's padded copy or FIN_TMA) and through a descriptor
+    # (the zg configs themselves, in the test above), at FP32 and bf16; batched in the test below
+    check_shapes(_variant(dtype, name, FIN_ZGATE=True, FIN_GTMA=False, **over), SHAPES, dist)
+
+
+@cpu_only
 def test_the_resident_first_kernel_walks_tiles_across_complexes(poisoned):
     """Persistent: a few programs under the interpreter, each walking tiles that cross from one complex to
     the next (16 pairs a tile, 81 pairs a complex, three complexes: 18 tiles), each complex against its own
@@ -93,7 +104,7 @@ def test_a_batch_of_complexes_and_strided_inputs(dtype, poisoned):
     z_s = torch.cat([z, z], -1)[..., ::2].copy_(z)  # every other channel of a wider tensor
     mask_t = mask.transpose(1, 2).contiguous().transpose(1, 2)
     cfg = tb.TILES[dtype]["fused_r64_h32_w8_x3" if dtype == "fp32" else "fused_r64_h32_cublas"]
-    for zz, mm in ((z, mask), (z_s, mask_t)):
+    for zz, mm, cfg in ((z, mask, cfg), (z_s, mask_t, cfg), (z_s, mask_t, dict(cfg, FIN_ZGATE=True))):  # the gate from z
         out = torch.full_like(z, math.nan)
         assert tb.trimul_block(zz, mm, *weights, out=out, **cfg) is out
         for c, (zc, mc, *_) in enumerate(reqs):
@@ -126,7 +137,9 @@ def test_the_fused_road_refuses_what_it_cannot_hold():
     for over, key in ((dict(IN_JOIN=True, IN_TMA=True, IN_H=256), "IN_H"), (dict(FIN_TMA=True, FIN_C=512), "FIN_C"),
                       (dict(IN_TSTORE=True, IN_R=512), "IN_R"), (dict(FIN_GTMA=True, FIN_C=512), "FIN_C"), (dict(IN_TMA=True, IN_JOIN=False), "IN_JOIN"),
                       (dict(IN_JOIN=True, IN_RESIDENT=True, IN_MAXNREG=96), "IN_MAXNREG"),
-                      (dict(IN_JOIN=True, IN_RESIDENT=True, IN_SIG="fast"), "IN_SIG")):
+                      (dict(IN_JOIN=True, IN_RESIDENT=True, IN_SIG="fast"), "IN_SIG"),
+                      (dict(FIN_ZGATE=True, FIN_GTMA=True), "FIN_ZGATE"),
+                      (dict(IN_JOIN=True, IN_RESIDENT=True, FIN_ZGATE=True), "FIN_ZGATE")):
         e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, **over))
         assert key in str(e)  # TMA's tiles stop at 256 a side; its weights come in IN_JOIN's order
     e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, BMM="cublas"))

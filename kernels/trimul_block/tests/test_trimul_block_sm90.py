@@ -12,7 +12,7 @@ from kernels.trimul_block import triton_block as tb
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sm90.available(), reason="Triton's wheel has no cuobjdump")]
 
 _PTRS = {"in": ("Z", "GAMMA", "BETA", "W", "BIAS", "M", "AT", "BT", "G"),
-         "out": ("O", "GAMMA", "BETA", "W", "BIAS", "G", "Y")}
+         "out": ("O", "GAMMA", "BETA", "W", "BIAS", "G", "Y", "Z", "GAMMA_IN", "BETA_IN", "WI", "BI")}
 _CONSTS = ("BLOCK_R", "WIDTH", "CHUNK", "BF16", "EMULATE", "PRECISION", "OFFS_64")
 FUSED = [(dt, n) for dt in ("bf16", "fp32") for n, c in tb.TILES[dt].configs.items() if c["ROAD"] == "fused"]
 
@@ -42,6 +42,7 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
     if kernel == "in":
         sig["JOIN"], consts["JOIN"], sig["TMA"], consts["TMA"] = "constexpr", c["IN_JOIN"], "constexpr", c["IN_TMA"]
         sig["SIG"], consts["SIG"] = "constexpr", c["IN_SIG"]
+        sig["GATE"], consts["GATE"] = "constexpr", not c["FIN_ZGATE"]
         et = ty[1:]
         for d, cols in (("WD2", 2 * chunk), ("WD1", chunk)):
             if c["IN_TMA"]:
@@ -59,6 +60,14 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
         sig["TMA"], consts["TMA"] = "constexpr", c["FIN_TMA"]
         sig["TRANS"], consts["TRANS"] = "constexpr", c["FIN_T"]
         sig["GTMA"], consts["GTMA"] = "constexpr", c["FIN_GTMA"]
+        zg = 0 if not c["FIN_ZGATE"] else 2 if c["FIN_TMA"] and c["IN_TMA"] else 1  # as the launcher passes it
+        for k, v in (("ZGATE", zg), ("CW", 128), ("SIG", c["IN_SIG"])):
+            sig[k], consts[k] = "constexpr", v
+        if zg == 2:
+            sig["WGD"] = f"tensordesc<{ty[1:]}[128, {chunk}]>"
+        else:
+            sig["WGD"], consts["WGD"] = "constexpr", None
+        sig["WG"] = "i32"
         for d in ("GD", "YD"):
             if c["FIN_GTMA"]:
                 sig[d] = f"tensordesc<{ty[1:]}[1, {rows}, {chunk}]>"
