@@ -11,7 +11,8 @@ projection kernel, cuBLAS's batched GEMM and a finishing kernel):
 2. the contraction o_c = a_c b_c^T channel by channel, channel-major [B, H, N, N] (no transposing copy):
    the triangle's batched GEMM (``BMM='triton'``, a launch a complex) or cuBLAS's (``BMM='cublas'``).
 3. ``_out_kernel``: FIN_R pairs' H channels read from the channel-major o, LayerNorm over them, the
-   output projection in chunks of FIN_C columns, its bias and the gate, stored [B N^2, C] once.
+   output projection in chunks of FIN_C columns, its bias and the gate, stored [B N^2, C] once. With ``FIN_ZGATE`` it computes the
+   output gate itself, from z's rows normalised again, and the first kernel stores a and b only.
 A program holds its pairs' C (or H) channels whole: both at most ``MAX_WIDTH``.
 
 Precision as on the steps road: FP32 math in every kernel, bf16 storage between them at bf16, and at
@@ -162,8 +163,8 @@ def _out_kernel(
     # pointer (1) or through WGD (2); C's tile width; the gate's sigmoid
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
-    if ZGATE:  # z's rows normalised again (cheaper than g's round trip through memory: 2 C bytes a pair in,
-        # where g cost 2 C out and 2 C in), the same values the first kernel multiplied
+    if ZGATE:  # z's rows normalised again, the values the first kernel multiplied: 2 C bytes a pair in where g's
+        # round trip is 2 C out and 2 C in, yet slower on an H100, the kernel holding two tiles (kernels/NOTES.md)
         zs = tl.arange(0, CW)
         zmask = zs < C
         zn = _layernorm_rows(Z + rows[:, None] * C + zs[None, :], rmask[:, None] & zmask[None, :],
