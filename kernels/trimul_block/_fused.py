@@ -11,8 +11,9 @@ projection kernel, cuBLAS's batched GEMM and a finishing kernel):
 2. the contraction o_c = a_c b_c^T channel by channel, channel-major [B, H, N, N] (no transposing copy):
    the triangle's batched GEMM (``BMM='triton'``, a launch a complex) or cuBLAS's (``BMM='cublas'``).
 3. ``_out_kernel``: FIN_R pairs' H channels read from the channel-major o, LayerNorm over them, the
-   output projection in chunks of FIN_C columns, its bias and the gate, stored [B N^2, C] once. With ``FIN_ZGATE`` it computes the
-   output gate itself, from z's rows normalised again, and the first kernel stores a and b only.
+   output projection in chunks of FIN_C columns, its bias and the gate, stored [B N^2, C] once. With
+   ``FIN_ZGATE`` it computes the output gate itself, from z's rows normalised again, and the first kernel
+   stores a and b only.
 A program holds its pairs' C (or H) channels whole: both at most ``MAX_WIDTH``.
 
 Precision as on the steps road: FP32 math in every kernel, bf16 storage between them at bf16, and at
