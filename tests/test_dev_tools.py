@@ -1,6 +1,6 @@
-"""The development tools' pure parts, on the CPU: how the fused probe reads a config with overrides, and how
-the GEMM sweep prints and summarises rows with and without the profiler's kernel time (their GPU paths run
-on the device only)."""
+"""The development tools' pure parts, on the CPU: how the fused probe reads a config with overrides, what the
+contraction probe multiplies, and how the GEMM sweep picks, prints and summarises rows with and without the
+profiler's kernel time (their GPU paths run on the device only)."""
 import importlib.util
 from pathlib import Path
 
@@ -62,3 +62,13 @@ def test_the_sweep_takes_configs_matching_any_of_several_names():
     sweep = _tool("sweep_gemm_hopper")
     names = [name for road, name, _ in sweep._cases(4096, "fp32x3", False, ["_s2_split", "_s3_ps_split"]) if road == "hopper"]
     assert names == ["m128_n128_k32_w8_s3_ps_split", "m128_n128_k32_w8_s2_split"]
+
+
+def test_every_way_the_contraction_probe_asks_for_is_the_same_product():
+    import torch
+    probe = _tool("probe_contraction")
+    at, bt = torch.randn(1, 3, 5, 5), torch.randn(1, 3, 5, 5)
+    want = at @ bt.transpose(-1, -2)
+    for name, _lib, call in probe._ways(at, bt, o := torch.full_like(at, float("nan"))):
+        call()  # the library setting is the GPU's; on the CPU each call is the plain product
+        assert torch.allclose(o.transpose(-1, -2) if "o^T" in name else o, want, atol=1e-5), name
