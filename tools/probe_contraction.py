@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 
 
 def _ways(at, bt, o):
-    """(name, setup, call): each way of asking cuBLAS for the same product."""
+    """(name, library, call): each way of asking cuBLAS for the same product."""
     import torch
     a3, b3, o3 = at.flatten(0, 1), bt.flatten(0, 1), o.flatten(0, 1)
     return [

@@ -27,7 +27,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._triton import common
 from kernels.layernorm.spec import EPS
@@ -37,7 +36,7 @@ from ._fused_config import (BMMS, MAX_WIDTH, STAGES, config_limits, keys, launch
                             refuse_bad_config)
 from . import _fused_resident as res
 from ._fused_rows import _layernorm_rows, _round, _sigmoid
-from ._fused_weights import first_weights, gate_weights, out_weights
+from ._fused_weights import first_weights, gate_descriptors, gate_weights, out_weights, store_descriptors
 
 
 # <kernel>
@@ -226,7 +225,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     g = None if zgate else torch.empty((R, C), dtype=sdt, device=z.device)
     offs_64 = max(at.numel(), R * C) >= common.INT32_LIMIT
     flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
-    ad, bd, gd = _store_descriptors(at, bt, g, B, NN, C, H, c)
+    ad, bd, gd = store_descriptors(at, bt, g, B, NN, C, H, c)
     tiles = B * common.cdiv(NN, c["IN_R"])
     if c["IN_RESIDENT"]:  # persistent, w_in loaded once a program
         n = res.programs(tiles, z.device)
@@ -244,7 +243,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     direct = sdt == z.dtype  # the last kernel writes ``out`` itself (not under the interpreter at bf16)
     y = out.view(R, C) if direct else torch.empty((R, C), dtype=sdt, device=z.device)
     wdo = out_weights(w_out, wo, C, c, _width(H))
-    gdo, ydo = (None, None) if zgate else _gate_descriptors(g, y, B, NN, C, c)
+    gdo, ydo = (None, None) if zgate else gate_descriptors(g, y, B, NN, C, c)
     # with ZGATE and both kernels' weights through descriptors (wd1: IN_TMA's), the gate's columns come through one
     wgd = gate_weights(wd1, _width(C), c) if zgate and c["FIN_TMA"] and wd1 is not None else None
     _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](
@@ -255,32 +254,6 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     if not direct:
         out.view(R, C).copy_(y)  # bf16 values already: an exact copy
     return out
-
-
-def _store_descriptors(at, bt, g, B: int, NN: int, C: int, H: int, c: dict):
-    """With ``IN_TSTORE``, where TMA can take them (rows of 16-byte multiples), descriptors over a, b
-    [B, H, NN] and g [B, NN, C] whose tiles stay inside one complex; else the pointer stores (None)."""
-    es = at.element_size()
-    if not c["IN_TSTORE"] or (NN * es) % 16 or (C * es) % 16:
-        return None, None, None
-    r, h = c["IN_R"], c["IN_H"]
-    gd = None if g is None else _per_complex(g, B, NN, C, r, h)  # None: no gate stored (FIN_ZGATE)
-    return _per_complex(at, B, H, NN, h, r), _per_complex(bt, B, H, NN, h, r), gd
-
-
-def _gate_descriptors(g, y, B: int, NN: int, C: int, c: dict):
-    """With ``FIN_GTMA``, where TMA can take them (rows of 16-byte multiples, bases on 16 bytes), descriptors
-    over g and y [B, NN, C] whose tiles stay inside one complex; else the pointer loads and stores."""
-    es = y.element_size()
-    if not c["FIN_GTMA"] or (C * es) % 16 or not y.is_contiguous() or any(t.data_ptr() % 16 for t in (g, y)):
-        return None, None
-    return tuple(_per_complex(t, B, NN, C, c["FIN_R"], c["FIN_C"]) for t in (g, y))
-
-
-def _per_complex(t, B: int, rows: int, cols: int, box_rows: int, box_cols: int) -> TensorDescriptor:
-    """A descriptor over ``t`` as [B, rows, cols] (contiguous), tiles [1, box_rows, box_cols]: a tile never
-    crosses from one complex into the next, TMA clips it at the complex's edge."""
-    return TensorDescriptor(t.view(B, rows, cols), [B, rows, cols], [rows * cols, cols, 1], [1, box_rows, box_cols])
 
 
 def _maxnreg(c: dict) -> dict:

@@ -1,6 +1,7 @@
-"""The fused road's weights as its config asks for them (``_fused``): with ``IN_JOIN`` the first kernel's
+"""The fused road's operands as its config asks for them (``_fused``): with ``IN_JOIN`` the first kernel's
 gate and value columns interleaved, with ``IN_TMA`` also a zero-padded copy whose sections start on
-16-byte boundaries and the tensor descriptors over it; with ``FIN_TMA`` a descriptor over w_out."""
+16-byte boundaries and the tensor descriptors over it; with ``FIN_TMA`` a descriptor over w_out; and the
+descriptors over the intermediates a, b, g and y that ``IN_TSTORE`` and ``FIN_GTMA`` ask for."""
 from __future__ import annotations
 
 import weakref
@@ -83,3 +84,29 @@ def _prepare(wi, bb, C: int, H: int, c: dict, width: int):
     wd2 = TensorDescriptor(wp, list(wp.shape), [wp.stride(0), 1], [width, 2 * c["IN_H"]])
     wd1 = TensorDescriptor(wp, list(wp.shape), [wp.stride(0), 1], [width, c["IN_H"]])
     return wi, bb, wd2, wd1, wb, wg
+
+
+def store_descriptors(at, bt, g, B: int, NN: int, C: int, H: int, c: dict):
+    """With ``IN_TSTORE``, where TMA can take them (rows of 16-byte multiples), descriptors over a, b
+    [B, H, NN] and g [B, NN, C] whose tiles stay inside one complex; else the pointer stores (None)."""
+    es = at.element_size()
+    if not c["IN_TSTORE"] or (NN * es) % 16 or (C * es) % 16:
+        return None, None, None
+    r, h = c["IN_R"], c["IN_H"]
+    gd = None if g is None else per_complex(g, B, NN, C, r, h)  # None: no gate stored (FIN_ZGATE)
+    return per_complex(at, B, H, NN, h, r), per_complex(bt, B, H, NN, h, r), gd
+
+
+def gate_descriptors(g, y, B: int, NN: int, C: int, c: dict):
+    """With ``FIN_GTMA``, where TMA can take them (rows of 16-byte multiples, bases on 16 bytes), descriptors
+    over g and y [B, NN, C] whose tiles stay inside one complex; else the pointer loads and stores."""
+    es = y.element_size()
+    if not c["FIN_GTMA"] or (C * es) % 16 or not y.is_contiguous() or any(t.data_ptr() % 16 for t in (g, y)):
+        return None, None
+    return tuple(per_complex(t, B, NN, C, c["FIN_R"], c["FIN_C"]) for t in (g, y))
+
+
+def per_complex(t, B: int, rows: int, cols: int, box_rows: int, box_cols: int) -> TensorDescriptor:
+    """A descriptor over ``t`` as [B, rows, cols] (contiguous), tiles [1, box_rows, box_cols]: a tile never
+    crosses from one complex into the next, TMA clips it at the complex's edge."""
+    return TensorDescriptor(t.view(B, rows, cols), [B, rows, cols], [rows * cols, cols, 1], [1, box_rows, box_cols])

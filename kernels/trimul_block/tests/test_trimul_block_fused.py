@@ -249,6 +249,6 @@ def test_tma_stores_stay_inside_each_complex():
     got = tb.trimul_block(z, mask, *w, out=out, **cfg)
     assert rel_err(got, SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
     at = torch.empty(3, 24, 4, 4)
-    assert all(d is not None for d in _fused._store_descriptors(at, at, torch.empty(48, 16), 3, 16, 16, 24, cfg))
+    assert all(d is not None for d in _fused_weights.store_descriptors(at, at, torch.empty(48, 16), 3, 16, 16, 24, cfg))
     # 25 pairs of FP32 are 100 bytes a row, not a multiple of 16: the pointer stores serve
-    assert _fused._store_descriptors(at, at, torch.empty(75, 16), 3, 25, 16, 24, cfg) == (None, None, None)
+    assert _fused_weights.store_descriptors(at, at, torch.empty(75, 16), 3, 25, 16, 24, cfg) == (None, None, None)
