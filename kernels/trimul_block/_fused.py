@@ -163,6 +163,7 @@ def _out_kernel(
     # pointer (1) or through WGD (2); C's tile width; the gate's sigmoid
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
+    cx, p0 = _tile_origin(NN, BLOCK_R)  # the descriptors' coordinates of this program's tiles (GTMA)
     if ZGATE:  # z's rows normalised again, the values the first kernel multiplied: 2 C bytes a pair in where g's
         # round trip is 2 C out and 2 C in, yet slower on an H100, the kernel holding two tiles (kernels/NOTES.md)
         zs = tl.arange(0, CW)
@@ -190,19 +191,18 @@ def _out_kernel(
             y = _project_tma(on, WD, BIAS, c0, cs, cmask, PRECISION)
         else:
             y = _project(on, W, BIAS, hs, hmask, cs, cmask, C, PRECISION)
-        if ZGATE:
-            if ZGATE == 2:
-                g = _sigmoid(_project_tma(zn, WGD, BI, WG + c0, 4 * H + cs, cmask, PRECISION), SIG)
-            else:
-                g = _sigmoid(_project(zn, WI, BI, zs, zmask, 4 * H + cs, cmask, 4 * H + C, PRECISION), SIG)
-            tl.store(Y + rows[:, None] * C + cs[None, :], _round(y * g, BF16, EMULATE), mask=mask)
+        if ZGATE == 2:
+            g = _sigmoid(_project_tma(zn, WGD, BI, WG + c0, 4 * H + cs, cmask, PRECISION), SIG)
+        elif ZGATE == 1:
+            g = _sigmoid(_project(zn, WI, BI, zs, zmask, 4 * H + cs, cmask, 4 * H + C, PRECISION), SIG)
         elif GTMA:  # the gate through shared memory in the layout the product's tile has (a profile found the
             # pointer load's change of layout, through shared memory, 8-way bank-conflicted), y out the same way
-            cx, p0 = _tile_origin(NN, BLOCK_R)
             g = tl.reshape(GD.load([cx, p0, c0]), (BLOCK_R, CHUNK)).to(tl.float32)
-            YD.store([cx, p0, c0], tl.reshape(_round(y * g, BF16, EMULATE), (1, BLOCK_R, CHUNK)))
         else:
             g = tl.load(G + rows[:, None] * C + cs[None, :], mask=mask, other=0.0).to(tl.float32)
+        if GTMA:
+            YD.store([cx, p0, c0], tl.reshape(_round(y * g, BF16, EMULATE), (1, BLOCK_R, CHUNK)))
+        else:
             tl.store(Y + rows[:, None] * C + cs[None, :], _round(y * g, BF16, EMULATE), mask=mask)
 # </kernel>
 
