@@ -88,13 +88,15 @@ def _tile_origin(NN, BLOCK_R: tl.constexpr):
 @triton.jit
 def _in_kernel(
     Z, GAMMA, BETA, W, BIAS, M, AT, BT, G,  # z [B NN, C], w_in [C, 4H + C], the mask [B NN]; a, b [B, H, NN]; g [B NN, C]
-    WD2, WD1, WB, WG,  # with TMA: descriptors over w_in (tiles [WIDTH, 2 CHUNK], [WIDTH, CHUNK]), b's and g's column
+    WD2, WD1, WB, WG,  # with TMA: descriptors over w_in (tiles [WIDTH, 2 CHUNK], or 4 CHUNK with AB, and [WIDTH,
+    # GCHUNK]), b's and g's first column in its padded copy (with AB the bias is padded alike)
     AD, BD, GD,  # with TSTORE: descriptors over a, b [B, H, NN] and g [B, NN, C], tiles of one complex
     NN, C, H, eps,  # NN = N^2 pairs a complex
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
     JOIN: tl.constexpr, TMA: tl.constexpr, TSTORE: tl.constexpr, SIG: tl.constexpr,
     GATE: tl.constexpr,  # the output gate here (else the last kernel computes it from z: FIN_ZGATE)
+    AB: tl.constexpr, GCHUNK: tl.constexpr,  # a's and b's chunk in one tile (IN_AB); the gate's chunk (IN_GC)
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     cs = tl.arange(0, WIDTH)
@@ -110,7 +112,14 @@ def _in_kernel(
         hmask = hs < H
         dst = cm[:, None] + hs[None, :] * nn
         smask = rmask[:, None] & hmask[None, :]
-        if JOIN:  # gate and value columns interleaved in W (see update): one dot of 2 CHUNK columns each
+        if AB:  # one tile, one wait and one dot for both: Triton waits on each load and each dot in turn, so
+            # a chunk's two tiles had been two round trips to L2 in series (the compiled kernel's TTGIR)
+            ps = 4 * h0 + tl.arange(0, 4 * CHUNK)
+            p = _project_tma(zn, WD2, BIAS, 4 * h0, ps, ps < WG, PRECISION)
+            pa, pb = tl.split(tl.permute(tl.reshape(p, (BLOCK_R, 2, 2 * CHUNK)), (0, 2, 1)))
+            ga, va = tl.split(tl.reshape(pa, (BLOCK_R, CHUNK, 2)))
+            gb, vb = tl.split(tl.reshape(pb, (BLOCK_R, CHUNK, 2)))
+        elif JOIN:  # gate and value columns interleaved in W (see update): one dot of 2 CHUNK columns each
             ps = 2 * h0 + tl.arange(0, 2 * CHUNK)
             pmask = ps < 2 * H
             if TMA:  # the weights through descriptors (b's columns start at WB in their padded copy)
@@ -134,15 +143,15 @@ def _in_kernel(
         else:
             tl.store(AT + dst, a, mask=smask)
             tl.store(BT + dst, b, mask=smask)
-    for c0 in range(0, C * GATE, CHUNK):
-        gs = c0 + tl.arange(0, CHUNK)
+    for c0 in range(0, C * GATE, GCHUNK):
+        gs = c0 + tl.arange(0, GCHUNK)
         gmask = gs < C
         if TMA:
-            g = _sigmoid(_project_tma(zn, WD1, BIAS, WG + c0, 4 * H + gs, gmask, PRECISION), SIG)
+            g = _sigmoid(_project_tma(zn, WD1, BIAS, WG + c0, (WG if AB else 4 * H) + gs, gmask, PRECISION), SIG)
         else:
             g = _sigmoid(_project(zn, W, BIAS, cs, cmask, 4 * H + gs, gmask, ldw, PRECISION), SIG)
         if TSTORE:
-            GD.store([cx, p0, c0], tl.reshape(_round(g, BF16, EMULATE), (1, BLOCK_R, CHUNK)))
+            GD.store([cx, p0, c0], tl.reshape(_round(g, BF16, EMULATE), (1, BLOCK_R, GCHUNK)))
         else:
             tl.store(G + rows[:, None] * C + gs[None, :], _round(g, BF16, EMULATE),
                      mask=rmask[:, None] & gmask[None, :])
@@ -235,7 +244,8 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     else:
         _in_kernel[(tiles,)](zc, gi, bi, wi, bb, m, at, bt, at if zgate else g, wd2, wd1, wb, wg, ad, bd, gd, NN, C,
                              H, EPS, BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"],
-                             TMA=c["IN_TMA"], TSTORE=ad is not None, SIG=_sig(c), GATE=not zgate,
+                             TMA=c["IN_TMA"], TSTORE=ad is not None, SIG=_sig(c), GATE=not zgate, AB=c["IN_AB"],
+                             GCHUNK=c["IN_GC"] or c["IN_H"],
                              num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **_maxnreg(c), **flags)
     _contract(at, bt, o, c, launch, offs_64)
     if emulate:

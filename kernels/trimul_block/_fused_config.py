@@ -23,7 +23,7 @@ def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
          join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False,
-         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False) -> dict:
+         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
@@ -35,11 +35,13 @@ def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_war
     first kernel's sigmoid, one of ``SIGMOIDS`` (``_fused_rows._sigmoid`` says what each costs and loses);
     ``fin_gtma``: the last kernel reads g and writes y through tensor descriptors (where their rows allow);
     ``fin_zgate``: the output gate computed by the last kernel from z (LayerNorm again, its own projection), so
-    g never crosses memory (cuEquivariance's finishing kernel reads z, by the bytes a profile counted)."""
+    g never crosses memory (cuEquivariance's finishing kernel reads z, by the bytes a profile counted); ``ab``:
+    with ``tma``, a chunk's columns of a and of b side by side in one weight tile, one load and one dot where
+    there were two; ``gc``: the output gate's chunk of columns (0: ``in_h``'s)."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
                 FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t,
-                IN_MAXNREG=in_maxnreg, IN_SIG=sig, FIN_GTMA=fin_gtma, FIN_ZGATE=fin_zgate)
+                IN_MAXNREG=in_maxnreg, IN_SIG=sig, FIN_GTMA=fin_gtma, FIN_ZGATE=fin_zgate, IN_AB=ab, IN_GC=gc)
 
 
 def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
@@ -72,6 +74,11 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         no("IN_SIG chooses the grid's first kernel's sigmoid; IN_RESIDENT's persistent kernel keeps the exact one")
     if c["FIN_ZGATE"] and (c["IN_RESIDENT"] or c["FIN_GTMA"]):
         no("FIN_ZGATE computes the gate in the last kernel: IN_RESIDENT's kernel stores one, and FIN_GTMA reads one")
+    if c["IN_AB"] and (not c["IN_TMA"] or c["FIN_ZGATE"]):
+        no("IN_AB lays a's and b's columns out for IN_TMA's descriptors, and the bias with them, which FIN_ZGATE's "
+           "last kernel does not read: it needs IN_TMA=True and FIN_ZGATE=False")
+    if c["IN_GC"] and (c["IN_GC"] < 16 or c["IN_GC"] & (c["IN_GC"] - 1) or c["IN_GC"] > 128):
+        no(f"IN_GC must be 0 (IN_H's chunk) or a power of two from 16 to 128, got {c['IN_GC']!r}")
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):

@@ -44,7 +44,7 @@ def first_weights(w_in, b_in, wi, bb, C: int, H: int, c: dict, width: int):
     """(w, bias, descriptor for [WIDTH, 2 CHUNK] tiles, for [WIDTH, CHUNK], b's column, g's column)."""
     if not c["IN_JOIN"]:
         return wi, bb, None, None, 2 * H, 4 * H
-    key = ("in", id(w_in), id(b_in), c["IN_TMA"], c["IN_H"], wi.dtype, wi.device)
+    key = ("in", id(w_in), id(b_in), c["IN_TMA"], c["IN_H"], c["IN_AB"], c["IN_GC"], wi.dtype, wi.device)
     return _cached(key, (w_in, b_in), lambda: _prepare(wi, bb, C, H, c, width))
 
 
@@ -75,6 +75,8 @@ def _prepare(wi, bb, C: int, H: int, c: dict, width: int):
     wi, bb = wi[:, order].contiguous(), bb[order].contiguous()
     if not c["IN_TMA"]:
         return wi, bb, None, None, 2 * H, 4 * H
+    if c["IN_AB"]:
+        return _prepare_ab(wi, bb, C, H, c, width)
     # TMA asks for 16-byte-aligned rows and tile offsets: a's, b's and g's columns each start on a
     # 16-byte boundary of a zero-padded copy (chunk offsets within them are multiples of 32 columns)
     up = lambda n: -(-n // (16 // wi.element_size())) * (16 // wi.element_size())  # noqa: E731
@@ -82,8 +84,27 @@ def _prepare(wi, bb, C: int, H: int, c: dict, width: int):
     wp = torch.zeros((C, wg + up(C)), dtype=wi.dtype, device=wi.device)
     wp[:, :2 * H], wp[:, wb:wb + 2 * H], wp[:, wg:wg + C] = wi[:, :2 * H], wi[:, 2 * H:4 * H], wi[:, 4 * H:]
     wd2 = TensorDescriptor(wp, list(wp.shape), [wp.stride(0), 1], [width, 2 * c["IN_H"]])
-    wd1 = TensorDescriptor(wp, list(wp.shape), [wp.stride(0), 1], [width, c["IN_H"]])
+    wd1 = TensorDescriptor(wp, list(wp.shape), [wp.stride(0), 1], [width, c["IN_GC"] or c["IN_H"]])
     return wi, bb, wd2, wd1, wb, wg
+
+
+def _prepare_ab(wi, bb, C: int, H: int, c: dict, width: int):
+    # IN_AB: chunk k's 2 CHUNK columns of a (gate and value interleaved) and then b's, side by side, so one
+    # [width, 4 CHUNK] tile is both; H padded to whole chunks with zero columns (their outputs are never
+    # stored); the gate's columns after them. The bias is laid out alike (the kernel reads it by these columns)
+    h, hp = c["IN_H"], -(-H // c["IN_H"]) * c["IN_H"]
+    wg = 4 * hp  # a multiple of 4 x 16 columns: 16-byte aligned at any element size
+    wp = torch.zeros((C, wg + -(-C // 8) * 8), dtype=wi.dtype, device=wi.device)
+    bp = torch.zeros(wp.shape[1], dtype=bb.dtype, device=bb.device)
+    for k in range(hp // h):
+        lo, hi = 2 * h * k, min(2 * h * (k + 1), 2 * H)  # this chunk's interleaved columns of a (b's: + 2 H)
+        for side in (0, 1):
+            at = 4 * h * k + 2 * h * side
+            wp[:, at:at + hi - lo], bp[at:at + hi - lo] = wi[:, 2 * H * side + lo:2 * H * side + hi], bb[2 * H * side + lo:2 * H * side + hi]
+    wp[:, wg:wg + C], bp[wg:wg + C] = wi[:, 4 * H:], bb[4 * H:]
+    wd4 = TensorDescriptor(wp, list(wp.shape), [wp.stride(0), 1], [width, 4 * h])
+    wd1 = TensorDescriptor(wp, list(wp.shape), [wp.stride(0), 1], [width, c["IN_GC"] or h])
+    return wi, bp, wd4, wd1, 0, wg
 
 
 def store_descriptors(at, bt, g, B: int, NN: int, C: int, H: int, c: dict):
@@ -93,7 +114,7 @@ def store_descriptors(at, bt, g, B: int, NN: int, C: int, H: int, c: dict):
     if not c["IN_TSTORE"] or (NN * es) % 16 or (C * es) % 16:
         return None, None, None
     r, h = c["IN_R"], c["IN_H"]
-    gd = None if g is None else per_complex(g, B, NN, C, r, h)  # None: no gate stored (FIN_ZGATE)
+    gd = None if g is None else per_complex(g, B, NN, C, r, c["IN_GC"] or h)  # None: no gate stored (FIN_ZGATE)
     return per_complex(at, B, H, NN, h, r), per_complex(bt, B, H, NN, h, r), gd
 
 

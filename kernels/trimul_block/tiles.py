@@ -161,6 +161,15 @@ _BF16 = {
                                                                                         sig="fast", fin_zgate=True)),
     "fused_r64_h32_tma2_r64c32_fsig_zg_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(
         in_h=32, join=True, tma=True, fin_r=64, fin_c=32, fin_tma=True, sig="fast", fin_zgate=True)),
+    # a chunk's weight columns of a and of b in one tile (one TMA wait and one dot, where Triton had waited on
+    # two loads and two dots in series), and the output gate in chunks of 64 (two round trips to L2, not four)
+    "fused_r64_h32_tma2_r64_fsig_ab_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True,
+                                                                                        fin_r=64, fin_c=64, fin_tma=True,
+                                                                                        sig="fast", ab=True)),
+    "fused_r64_h32_tma2_r64_fsig_ab_g64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(
+        in_h=32, join=True, tma=True, fin_r=64, fin_c=64, fin_tma=True, sig="fast", ab=True, gc=64)),
+    "fused_r64_h32_tma2_r64_fsig_g64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(
+        in_h=32, join=True, tma=True, fin_r=64, fin_c=64, fin_tma=True, sig="fast", gc=64)),
     # the first kernel persistent, w_in kept in shared memory (_fused_resident): its weights cross from L2
     # once an SM, not once a tile of 64 pairs (160 KB for 16 KB of z). Compiled for sm_90a: 64 pairs and 8
     # warps fit (255 registers, no spills, 184 KB of shared memory); 4 warps spill 584 bytes a thread, 32

@@ -43,15 +43,17 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
         sig["JOIN"], consts["JOIN"], sig["TMA"], consts["TMA"] = "constexpr", c["IN_JOIN"], "constexpr", c["IN_TMA"]
         sig["SIG"], consts["SIG"] = "constexpr", c["IN_SIG"]
         sig["GATE"], consts["GATE"] = "constexpr", not c["FIN_ZGATE"]
+        gc = c["IN_GC"] or chunk
+        sig["AB"], consts["AB"], sig["GCHUNK"], consts["GCHUNK"] = "constexpr", c["IN_AB"], "constexpr", gc
         et = ty[1:]
-        for d, cols in (("WD2", 2 * chunk), ("WD1", chunk)):
+        for d, cols in (("WD2", (4 if c["IN_AB"] else 2) * chunk), ("WD1", gc)):
             if c["IN_TMA"]:
                 sig[d] = f"tensordesc<{et}[128, {cols}]>"
             else:
                 sig[d], consts[d] = "constexpr", None
         sig["WB"] = sig["WG"] = "i32"
         sig["TSTORE"], consts["TSTORE"] = "constexpr", c["IN_TSTORE"]
-        for d, box in (("AD", (1, chunk, rows)), ("BD", (1, chunk, rows)), ("GD", (1, rows, chunk))):
+        for d, box in (("AD", (1, chunk, rows)), ("BD", (1, chunk, rows)), ("GD", (1, rows, gc))):
             if c["IN_TSTORE"]:
                 sig[d] = f"tensordesc<{et}[{box[0]}, {box[1]}, {box[2]}]>"
             else:
