@@ -35,13 +35,18 @@ def per_call_us(fn, iters: int, warmup: int) -> list:
             with record_function("probe::call"):
                 fn()
         torch.cuda.synchronize()
-    ev = prof.events()
-    kernels = sorted((e.time_range.start, e.time_range.end) for e in ev
-                     if e.device_type == DeviceType.CUDA and e.name != "probe::call")
-    if len(kernels) % iters:
-        raise RuntimeError(f"{len(kernels)} kernels over {iters} calls")
-    per = len(kernels) // iters
-    return [sum(b - a for a, b in kernels[i * per:(i + 1) * per]) for i in range(iters)]
+    return split_calls([(e.time_range.start, e.time_range.end) for e in prof.events()
+                        if e.device_type == DeviceType.CUDA and e.name != "probe::call"], iters)
+
+
+def split_calls(spans: list, iters: int) -> list:
+    """Kernel time a call from the profile's kernel (start, end) spans: calls run one after another on one
+    stream and each launches the same number of kernels, so in start order they fall into equal groups."""
+    spans = sorted(spans)
+    if not spans or len(spans) % iters:
+        raise RuntimeError(f"{len(spans)} kernels over {iters} calls: not a whole number a call")
+    per = len(spans) // iters
+    return [sum(b - a for a, b in spans[i * per:(i + 1) * per]) for i in range(iters)]
 
 
 def main(argv=None) -> int:
