@@ -197,6 +197,6 @@ _BF16 = {
 AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
 FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
 TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4", rule=(("fused_m64_n128_k32_w4_s4_x3", AF3_CLASS),)),
-         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h32_tma2_r64_fsig_cublas", FUSABLE),))}
+         "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h32_tma2_r64_fsig_ab_g64_cublas", FUSABLE),))}
 FIRST = TILES["fp32"]["cublas_permute"]
 FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]
