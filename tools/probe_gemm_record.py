@@ -55,6 +55,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "tf32"))
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--burn", type=float, default=0.0,
+                    help="seconds of FP32 cuBLAS GEMMs first, as a record's earlier columns warm the card")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     import torch
@@ -75,6 +77,16 @@ def main(argv=None) -> int:
              "column": lambda: col.fn(A, B),  # as the record calls it: config from the shape, out allocated
              "gemm_base": lambda: hop.gemm(A, B, precision=dt, out=out, **base)}  # as the sweep calls it
     print(f"column's config at {shape}: {col.config_for(shape) if col.config_for else None}", flush=True)
+    if a.burn:
+        import time
+        X = torch.randn(n, n, device="cuda")
+        t0 = time.time()
+        while time.time() - t0 < a.burn:
+            for _ in range(20):
+                X @ X
+            torch.cuda.synchronize()
+        del X
+        print(f"burned {a.burn:.0f} s of FP32 GEMMs: {clocks()}", flush=True)
     order = ["cublas", "column", "gemm_base", "gemm_base", "column", "cublas"] * 2
     rows = []
     for block, name in enumerate(order):
@@ -85,10 +97,11 @@ def main(argv=None) -> int:
             rows.append(dict(block=block, column=name, call=i, kernel_us=round(t, 3),
                              sm_mhz_before=before.get("sm_mhz"), sm_mhz_after=after.get("sm_mhz"),
                              power_w_after=after.get("power_w"), temp_c_after=after.get("temp_c"),
+                             throttle_after=after.get("throttle"), burn_s=a.burn,
                              gpu=torch.cuda.get_device_name(), n=n, dtype=dt))
         print(f"block {block:2d} {name:10s} mean {statistics.mean(us):7.1f} median {statistics.median(us):7.1f} "
               f"min {min(us):7.1f} max {max(us):7.1f} us; sm {before.get('sm_mhz')} -> {after.get('sm_mhz')} MHz, "
-              f"{after.get('power_w')} W", flush=True)
+              f"{after.get('power_w')} W, {after.get('temp_c')} C, throttle {after.get('throttle')}", flush=True)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
