@@ -251,10 +251,4 @@ def graph_span(calls: list[Callable], replays: int = 20, repeat: int = 10, strea
     torch.cuda.synchronize()
     timer = EventTimer()
     per_replay = sorted(timer(graph.replay) for _ in range(replays))
-    # the graph's private memory pool back to the driver before anything else is timed: left cached, a
-    # record's later kernel times read slower (our bf16 GEMM 176 -> 188-200 us after the TF32 column's
-    # graphs, cuBLAS's unchanged; kernels/NOTES.md, 2026-12-06)
-    del graph
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
     return _quantile(per_replay, 0.5) / (repeat * len(calls))
