@@ -28,7 +28,7 @@ def test_bf16_is_registered_with_tensor_core_tiles():
     assert impl.dtype == "bf16" and impl.sweep[0] == tb.FIRST_BF16
     assert all(c["K_INNER"] and c["BLOCK_K"] == 64 for c in impl.sweep)  # both operands K-major
     assert impl.config_at(SPEC.shapes["field"][0]) == tb.FIRST_BF16
-    assert impl.config_at(SPEC.shapes["large"][0]) == tb.TILES["bf16"]["fused_r64_h32_tma2_r64_fsig_cublas"]  # N >= 256
+    assert impl.config_at(SPEC.shapes["large"][0]) == tb.TILES["bf16"]["fused_r64_h32_tma2_r64_fsig_ab_g64_cublas"]  # N >= 256
 
 
 @cpu_only
