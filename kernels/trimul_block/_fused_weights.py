@@ -99,8 +99,8 @@ def _prepare_ab(wi, bb, C: int, H: int, c: dict, width: int):
     for k in range(hp // h):
         lo, hi = 2 * h * k, min(2 * h * (k + 1), 2 * H)  # this chunk's interleaved columns of a (b's: + 2 H)
         for side in (0, 1):
-            at = 4 * h * k + 2 * h * side
-            wp[:, at:at + hi - lo], bp[at:at + hi - lo] = wi[:, 2 * H * side + lo:2 * H * side + hi], bb[2 * H * side + lo:2 * H * side + hi]
+            at, src = 4 * h * k + 2 * h * side, slice(2 * H * side + lo, 2 * H * side + hi)
+            wp[:, at:at + hi - lo], bp[at:at + hi - lo] = wi[:, src], bb[src]
     wp[:, wg:wg + C], bp[wg:wg + C] = wi[:, 4 * H:], bb[4 * H:]
     wd4 = TensorDescriptor(wp, list(wp.shape), [wp.stride(0), 1], [width, 4 * h])
     wd1 = TensorDescriptor(wp, list(wp.shape), [wp.stride(0), 1], [width, c["IN_GC"] or h])

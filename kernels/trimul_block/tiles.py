@@ -163,9 +163,9 @@ _BF16 = {
         in_h=32, join=True, tma=True, fin_r=64, fin_c=32, fin_tma=True, sig="fast", fin_zgate=True)),
     # a chunk's weight columns of a and of b in one tile (one TMA wait and one dot, where Triton had waited on
     # two loads and two dots in series), and the output gate in chunks of 64 (two round trips to L2, not four).
-    # On an H100 at N = 1024 the first kernel 604 us with the tile alone, 623 with the gate's chunks alone, 567-571
-    # with both (the rule since) against 619-627 (data/h100/fused/probe_ab*_*.txt); the gate in one chunk of 128
-    # took 654 (147 registers, 3 blocks an SM), or 567 held to 128 registers: not listed
+    # On an H100 at N = 1024 the first kernel 604 us with the tile alone, 623 with the gate's chunks alone,
+    # 565-571 with both (the rule since) against 619-627 (data/h100/fused/probe_ab*_*.txt); the gate in one
+    # chunk of 128 took 654 (147 registers, 3 blocks an SM), or 567 held to 128 registers: not listed
     "fused_r64_h32_tma2_r64_fsig_ab_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True,
                                                                                         fin_r=64, fin_c=64, fin_tma=True,
                                                                                         sig="fast", ab=True)),
