@@ -37,6 +37,9 @@ class Profile:
     # splits into, operation by operation (mage.ext.amdahl.attribution)
     kernel_us_by_name: dict = field(default_factory=dict)
     per_iter_launches: list = field(default_factory=list)  # host launch calls seen in each iteration
+    # GPU time inside kernels of each call, in order (empty where the kernels do not divide evenly among the
+    # calls): the spread behind the mean, which a mean alone hides
+    per_call_us: list = field(default_factory=list)
     flags: list = field(default_factory=list)
 
 
@@ -102,6 +105,11 @@ def summarize_events(events, iters: int, exclude=()) -> Profile:
     by_name = dict.fromkeys(names, 0.0)
     for e in kernels:
         by_name[e.name] += dur(e) / iters
+    # calls run one after another on one stream, each launching the same kernels: in start order the
+    # kernels fall into equal groups, one a call
+    per = n_kernels // iters if n_kernels % iters == 0 else 0
+    ordered = sorted(kernels, key=lambda e: e.time_range.start)
+    per_call = [sum(map(dur, ordered[i * per:(i + 1) * per])) for i in range(iters)] if per else []
     return Profile(iters=iters, kernel_us=sum(map(dur, kernels)) / iters, copy_us=sum(map(dur, copies)) / iters,
                    launches=n_kernels / iters, kernel_names=names, per_iter_launches=per_iter, flags=flags,
-                   kernel_us_by_name=by_name)
+                   kernel_us_by_name=by_name, per_call_us=per_call)

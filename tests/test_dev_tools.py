@@ -1,5 +1,5 @@
 """The development tools' pure parts, on the CPU: how the fused probe reads a config with overrides, what the
-contraction probe multiplies, how the record probe splits a profile into calls, and how the GEMM sweep picks, prints and summarises rows with and without the
+contraction probe multiplies, and how the GEMM sweep picks, prints and summarises rows with and without the
 profiler's kernel time (their GPU paths run on the device only)."""
 import importlib.util
 from pathlib import Path
@@ -73,11 +73,3 @@ def test_every_way_the_contraction_probe_asks_for_is_the_same_product():
         call()  # the library setting is the GPU's; on the CPU each call is the plain product
         assert torch.allclose(o.transpose(-1, -2) if "o^T" in name else o, want, atol=1e-5), name
 
-
-def test_the_record_probe_splits_a_profile_into_calls():
-    probe = _tool("probe_gemm_record")
-    # two kernels a call (a copy of B, then the GEMM), out of order as a trace may list them
-    spans = [(10, 30), (0, 4), (31, 40), (5, 9)]
-    assert probe.split_calls(spans, 2) == [4 + 4, 20 + 9]
-    with pytest.raises(RuntimeError, match="not a whole number"):
-        probe.split_calls(spans[:3], 2)

@@ -30,6 +30,17 @@ def test_kernel_time_and_launches_per_call():
     assert p.launches == 2 and p.kernel_us == pytest.approx(4.0) and p.copy_us == pytest.approx(4 / 3)
     assert p.kernel_names == ["kernel_0", "kernel_1"] and p.per_iter_launches == [2, 2, 2]
     assert "launches_unstable" not in p.flags
+    assert p.per_call_us == pytest.approx([4.0, 4.0, 4.0])
+
+
+def test_each_calls_kernel_time_in_order():
+    # the third call's kernels run longer; the trace lists them out of order, as a profile may
+    events = trace(2)
+    for e in events:
+        if e.name.startswith("kernel_") and e.time_range.start >= 1200:
+            e.time_range.end += 3
+    p = summarize_events(events[::-1], iters=3)
+    assert p.per_call_us == pytest.approx([4.0, 4.0, 10.0]) and p.kernel_us == pytest.approx(6.0)
 
 
 def test_unstable_launch_count_is_flagged():
@@ -41,7 +52,7 @@ def test_unstable_launch_count_is_flagged():
 def test_fractional_launch_count_is_flagged():
     with pytest.warns(MageWarning, match="not a whole number"):
         p = summarize_events(trace([1, 1, 2]), iters=3)
-    assert "launches_unstable" in p.flags
+    assert "launches_unstable" in p.flags and p.per_call_us == []  # 4 kernels over 3 calls: no grouping
 
 
 def test_missing_iterations_fail_loudly():

@@ -24,29 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def per_call_us(fn, iters: int, warmup: int) -> list:
     """Each call's time inside kernels (us), from one profile of ``iters`` calls after ``warmup``."""
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile, record_function
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            with record_function("probe::call"):
-                fn()
-        torch.cuda.synchronize()
-    return split_calls([(e.time_range.start, e.time_range.end) for e in prof.events()
-                        if e.device_type == DeviceType.CUDA and e.name != "probe::call"], iters)
-
-
-def split_calls(spans: list, iters: int) -> list:
-    """Kernel time a call from the profile's kernel (start, end) spans: calls run one after another on one
-    stream and each launches the same number of kernels, so in start order they fall into equal groups."""
-    spans = sorted(spans)
-    if not spans or len(spans) % iters:
-        raise RuntimeError(f"{len(spans)} kernels over {iters} calls: not a whole number a call")
-    per = len(spans) // iters
-    return [sum(b - a for a, b in spans[i * per:(i + 1) * per]) for i in range(iters)]
+    from mage.profile import profile
+    return profile(fn, iters=iters, warmup=warmup).per_call_us
 
 
 def main(argv=None) -> int:
