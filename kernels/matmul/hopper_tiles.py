@@ -5,14 +5,15 @@ from __future__ import annotations
 from kernels._triton import TileTable
 
 
-def _cfg(bm, bn, bk, warps, stages, group=8, store=1, subtile=0, flatten=0, ws=0, split=0, nocopy=0, swap=0):
+def _cfg(bm, bn, bk, warps, stages, group=8, store=1, subtile=0, flatten=0, ws=0, split=0, nocopy=0, swap=0,
+         per_sm=1):
     """One config: tiles, warps, stages, GROUP_M, and the switches (TMA store of C, its two-half
     subtile, the tile loop's flatten and warp-specialize options; the last three risky, off by default;
     fp32x3's operands split once before the GEMM, ``_split``; a 4-byte B read as [K, N] with no copy, ``_nc``;
-    the product taken as C^T = B^T A^T with B's tiles the register operand, ``_sw``)."""
+    the product taken as C^T = B^T A^T with B's tiles the register operand, ``_sw``; programs an SM, ``_o2``)."""
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps, num_stages=stages,
                 TMA_STORE=store, EPILOGUE_SUBTILE=subtile, FLATTEN=flatten, WARP_SPEC=ws, SPLIT=split, B_AS_IS=nocopy,
-                SWAP_AB=swap)
+                SWAP_AB=swap, PER_SM=per_sm)
 
 
 # Names: tiles, warps (w), stages (s); suffixes: '_ps' plain masked stores instead of the TMA store,
@@ -89,6 +90,18 @@ _FP32X3 = {
     "m128_n128_k64_w8_s3_sub_fl": _cfg(128, 128, 64, 8, 3, subtile=1, flatten=1),
     "m128_n128_k32_w8_s3_sub_split": _cfg(128, 128, 32, 8, 3, subtile=1, split=1),
     "m128_n128_k32_w8_s3_sub_fl_split": _cfg(128, 128, 32, 8, 3, subtile=1, split=1, flatten=1),
+    # two (or three) programs an SM, '_o2' ('_o3'): a program of 128x128 tiles at 8 warps takes an SM's
+    # registers alone, and each K step of the split road waits on the tensor cores three times (its small
+    # products' dots, then the large one), an SM idle in those waits. Half tiles at 4 warps compiled for sm_90a
+    # need 157-226 registers and 66-115 KB of shared memory: two programs fit, one's wgmma filling the other's
+    # waits. Unmeasured (the prediction is in kernels/NOTES.md)
+    "m64_n128_k32_w4_s2_ps_split_o2": _cfg(64, 128, 32, 4, 2, store=0, split=1, per_sm=2),
+    "m128_n64_k32_w4_s2_ps_split_o2": _cfg(128, 64, 32, 4, 2, store=0, split=1, per_sm=2),
+    "m64_n128_k16_w4_s4_ps_split_o2": _cfg(64, 128, 16, 4, 4, store=0, split=1, per_sm=2),
+    "m128_n64_k16_w4_s3_ps_split_o3": _cfg(128, 64, 16, 4, 3, store=0, split=1, per_sm=3),
+    "m64_n128_k32_w4_s3_ps_o2": _cfg(64, 128, 32, 4, 3, store=0, per_sm=2),
+    "m128_n64_k32_w4_s3_ps_o2": _cfg(128, 64, 32, 4, 3, store=0, per_sm=2),
+    "m64_n128_k64_w4_s2_ps_o2": _cfg(64, 128, 64, 4, 2, store=0, per_sm=2),
 }
 _BF16 = {
     "m128_n256_k64_w8_s3": _cfg(128, 256, 64, 8, 3),

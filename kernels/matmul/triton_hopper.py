@@ -133,10 +133,11 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def programs(device, tiles: int) -> int:
-    """min(#SMs, #tiles): one program per SM, none idle at small sizes. The interpreter (no SMs; it
-    runs programs one after another) gets 4, so each program still walks several tiles."""
-    sms = _sm_count(device.index or 0) if device.type == "cuda" else 4
+def programs(device, tiles: int, per_sm: int = 1) -> int:
+    """min(per_sm * #SMs, #tiles): ``per_sm`` programs an SM (1 unless a config's registers and shared memory
+    let two share an SM, so that one's tensor-core work fills the other's waits), none idle at small sizes.
+    The interpreter (no SMs; it runs programs one after another) gets 4, so each program walks several tiles."""
+    sms = per_sm * _sm_count(device.index or 0) if device.type == "cuda" else 4
     return max(1, min(sms, tiles))
 
 
@@ -189,10 +190,12 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
         # exact in FP32, so FP32 copies give the sums the tensor cores form (checks indexing on the CPU)
         A, B = A.float(), B.float()
     split = bool(consts.pop("SPLIT", 0)) and precision == "fp32x3"
+    per_sm = int(consts.pop("PER_SM", 1))
     swap = bool(consts.pop("SWAP_AB", 0))
     if swap and not split and not b_nk and A.element_size() == 4 and bias is None and res_none(residual, gate) \
             and not gelu and _tma_ready(B) and _tma_ready(A):
-        return _swapped(A, B, out, M, K, N, precision, consts, launch, num_sms)
+        return _swapped(A, B, out, M, K, N, precision, consts, launch, num_sms or programs(
+            A.device, common.cdiv(N, bm) * common.cdiv(M, bn), per_sm))
     a_lo_desc = b_lo_desc = None
     # B^T [N, K] K-major for 4-byte types (or where a bf16 [K, N] cannot be read as it is)
     as_is = bool(consts.pop("B_AS_IS", 0))  # a 4-byte [K, N] B read in place, transposed in shared memory
@@ -218,7 +221,7 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
             flatten = False  # for the TMA store's only beside an unflattened loop (262 KB against 227: NOTES)
     res = residual if residual is not None else gate
     tiles = common.cdiv(M, bm) * common.cdiv(N, bn)
-    nsm = num_sms or programs(A.device, tiles)
+    nsm = num_sms or programs(A.device, tiles, per_sm)
     _hopper_gemm_kernel[(nsm,)](
         a_desc, b_desc, c_desc, a_lo_desc, b_lo_desc, out, bias if bias is not None else out, res if res is not None else out,
         M, N, K, out.stride(0), out.stride(1), *(res.stride() if res is not None else (0, 0)),
@@ -243,8 +246,7 @@ def _swapped(A, B, out, M, K, N, precision, consts, launch, num_sms):
     consts = {k: v for k, v in consts.items() if k not in ("TMA_STORE", "EPILOGUE_SUBTILE", "B_AS_IS")}
     a_desc = TensorDescriptor(B, [K, N], [B.stride(0), 1], [bk, bm])  # the product's first operand: B^T [N, K]
     b_desc = TensorDescriptor(A, [M, K], [A.stride(0), 1], [bn, bk])  # its second, K-major: A [M, K]
-    tiles = common.cdiv(N, bm) * common.cdiv(M, bn)
-    nsm = num_sms or programs(A.device, tiles)
+    nsm = num_sms
     _hopper_gemm_kernel[(nsm,)](
         a_desc, b_desc, None, None, None, out, out, out, N, M, K, out.stride(1), out.stride(0), 0, 0,
         NUM_SMS=nsm, PRECISION=PRECISION[precision], B_NK=1, BIAS=False, GELU=False, EPILOGUE=0, TMA_STORE=False,

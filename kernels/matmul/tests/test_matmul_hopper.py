@@ -130,6 +130,29 @@ def test_programs_is_at_most_the_tiles():
     assert hop.programs(cpu, 1) == 1 and hop.programs(cpu, 100) == 4
 
 
+def test_programs_an_sm_multiply_the_grid_up_to_the_tiles(monkeypatch):
+    monkeypatch.setattr(hop, "_sm_count", lambda index: 132)
+    gpu = torch.device("cuda", 0)  # a device object only: nothing runs on it
+    assert [hop.programs(gpu, t) for t in (100, 1024)] == [100, 132]
+    assert [hop.programs(gpu, t, per_sm=2) for t in (100, 200, 1024)] == [100, 200, 264]
+
+
+@cpu_only
+def test_a_config_of_two_programs_an_sm_walks_every_tile_once(monkeypatch):
+    """PER_SM is taken out of the config before the launch and only sets the grid; under the interpreter
+    the grid is 4 programs, each walking several tiles, and the product matches float64."""
+    seen = []
+    real = hop.programs
+    monkeypatch.setattr(hop, "programs", lambda d, t, per_sm=1: seen.append(per_sm) or real(d, t, per_sm))
+    for name in [n for n, c in hop.TILES["fp32x3"].configs.items() if c["PER_SM"] > 1][:2]:
+        cfg = dict(hop.TILES["fp32x3"][name], BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, num_stages=2)
+        A, B = _inputs(67, 45, 33)
+        out = torch.full((67, 33), math.nan)
+        hop.gemm(A, B, precision="fp32x3", out=out, **cfg)
+        assert rel_err(out, A.double() @ B.double()) < 1e-6
+    assert seen and all(s > 1 for s in seen)
+
+
 def test_bad_input_is_refused_by_name():
     A, B = torch.randn(4, 8), torch.randn(8, 4)
     with pytest.raises(MageInputError, match="dtype"):

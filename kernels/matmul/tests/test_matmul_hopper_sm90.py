@@ -91,3 +91,18 @@ def test_the_transposing_copy_turns_its_tile_around_in_shared_memory(parts):
     u = sm90.resources("kernels.matmul._split:_split_kernel", sig, dict(sx_r=1, BLOCK=64, OFFS_64=False, PARTS=parts),
                        4, 1, aligned=("X", "HI", "LO", "R", "C", "sx_c", "ld"))
     assert u["stack"] == 0 and u["shared"] >= 64 * 64 * 4, u
+
+
+SHARED_MANY = 228 * 1024  # an SM's shared memory, which its blocks share (each with 1 KB the system keeps)
+MANY = [(p, n) for p in ("tf32", "fp32x3") for n, c in th.TILES[p].configs.items() if c.get("PER_SM", 1) > 1]
+
+
+@pytest.mark.parametrize("precision,name", MANY)
+def test_configs_of_several_programs_an_sm_fit_that_many(precision, name):
+    """An '_o2' config launches two programs an SM; if their registers (allocated 8 a thread at a time) or
+    shared memory did not fit twice, the second would wait for the first and the config would be the '_o1'
+    one with twice the tail."""
+    cfg = th.TILES[precision][name]
+    u = _usage(cfg, precision)
+    regs, threads, many = -(-u["registers"] // 8) * 8, 32 * cfg["num_warps"], cfg["PER_SM"]
+    assert u["stack"] == 0 and many * regs * threads <= 65536 and many * (u["shared"] + 1024) <= SHARED_MANY, (name, u)
