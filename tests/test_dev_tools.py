@@ -60,7 +60,7 @@ def test_the_sweep_reads_overrides_as_integers_and_refuses_others():
 
 def test_the_sweep_takes_configs_matching_any_of_several_names():
     sweep = _tool("sweep_gemm_hopper")
-    names = [name for road, name, _ in sweep._cases(4096, "fp32x3", False, ["_s2_split", "_s3_ps_split"]) if road == "hopper"]
+    names = [name for road, name, _ in sweep._cases(4096, "fp32x3", False, ["_w8_s2_split", "_w8_s3_ps_split"]) if road == "hopper"]
     assert names == ["m128_n128_k32_w8_s3_ps_split", "m128_n128_k32_w8_s2_split"]
 
 
