@@ -16,14 +16,13 @@ def _cfg(bm, bn, bk, warps, stages, group=8, store=1, subtile=0, flatten=0, ws=0
                 SWAP_AB=swap, PER_SM=per_sm)
 
 
-# Names: tiles, warps (w), stages (s); suffixes: '_ps' plain masked stores instead of the TMA store,
-# '_sub' the TMA store in two halves, '_fl' a flattened tile loop, '_ws' warp specialization (Triton 3.6
-# compiles it to the same PTX on sm_90: kernels/NOTES.md), '_g16' GROUP_M 16, and last of all '_o2'
-# ('_o3') for two (three) programs an SM. Shared memory (227 KB a block): stages * (BM + BN) * BK * bytes
-# for the operands, plus BM * BN * bytes for a TMA store's staging tile (half with '_sub'). At 4 bytes 128x128x32 is 32 KB a
-# stage (4 stages + 64 KB of C: 192 KB), 128x256x32 48 KB (3 stages: 144 KB, so C must be stored plainly
-# or in halves), 128x128x64 64 KB (3 stages, plain stores). At bf16 128x256x64 is 48 KB a stage, 3
-# stages + 64 KB of C: 208 KB.
+# Names: tiles, warps (w), stages (s); suffixes: '_ps' plain masked stores instead of the TMA store, '_sub' the
+# TMA store in two halves, '_fl' a flattened tile loop, '_ws' warp specialization (Triton 3.6 compiles it to the
+# same PTX on sm_90: kernels/NOTES.md), '_g16' GROUP_M 16, and last of all '_o2' ('_o3') for two (three)
+# programs an SM. Shared memory (227 KB a block): stages * (BM + BN) * BK * bytes for the operands, plus BM * BN
+# * bytes for a TMA store's staging tile (half with '_sub'). At 4 bytes 128x128x32 is 32 KB a stage (4 stages +
+# 64 KB of C: 192 KB), 128x256x32 48 KB (3 stages: 144 KB, so C must be stored plainly or in halves), 128x128x64
+# 64 KB (3 stages, plain stores). At bf16 128x256x64 is 48 KB a stage, 3 stages + 64 KB of C: 208 KB.
 _TF32 = {
     "m128_n128_k32_w8_s4": _cfg(128, 128, 32, 8, 4),
     "m128_n128_k32_w4_s4": _cfg(128, 128, 32, 4, 4),
