@@ -2,8 +2,8 @@
 cuEquivariance beside our bf16 triangle update read ours at N = 1024 at 1,361-1,375 us a call; records of
 ours alone read 1,297-1,301, and cuEquivariance's own time was steady in both (kernels/NOTES.md). This probe
 times a column in blocks (each call's kernel time from one profile), with its neighbours' calls between
-the blocks, and reads what a library could leave behind on the device: the L2 set aside for persisting
-accesses, and the current stream's access-policy window.
+the blocks, and after each block reads one thing a library could leave behind on the device: the L2 set aside
+for persisting accesses.
 
     python tools/probe_neighbours.py --op trimul_block --dtype bf16 --shape N=1024,C=128,H=128 \\
         --column triton --neighbours cuequivariance
@@ -43,23 +43,23 @@ def main(argv=None) -> int:
     import kernels  # noqa: F401 - registers the columns
     from mage import ops, registry
     from mage.profile import profile
-    shape = {k: int(v) for k, v in (kv.split("=") for kv in a.shape.split(","))}
-    args = ops.OPS[a.op].inputs(shape, seed=1, dtype=a.dtype, device="cuda")
+    args = ops.OPS[a.op].inputs(ops.parse_shape(a.shape), seed=1, dtype=a.dtype, device="cuda")
 
     def call(name):
         impl = registry.get(a.op, name, a.dtype)
         prepared = impl.prepare(*args) if impl.prepare else args
         return lambda: impl.fn(*prepared)
 
-    ours = call(a.column)
+    ours, theirs = call(a.column), {}  # a neighbour is prepared once, after ours has run a block without it
     print(f"{torch.cuda.get_device_name()}; before anything: {device_state()}", flush=True)
     for r in range(a.rounds):
         us = profile(ours, iters=a.iters, warmup=3).per_call_us
         print(f"round {r}: {a.column:16s} median {statistics.median(us):9.1f} us (min {min(us):.1f}, "
               f"max {max(us):.1f}); {device_state()}", flush=True)
         for name in a.neighbours:
-            them = call(name)
-            us = profile(them, iters=a.iters, warmup=3).per_call_us
+            if name not in theirs:
+                theirs[name] = call(name)
+            us = profile(theirs[name], iters=a.iters, warmup=3).per_call_us
             print(f"round {r}: {name:16s} median {statistics.median(us):9.1f} us; {device_state()}", flush=True)
     us = profile(ours, iters=a.iters, warmup=3).per_call_us
     print(f"after all: {a.column:16s} median {statistics.median(us):9.1f} us; {device_state()}", flush=True)

@@ -93,7 +93,9 @@ _FP32X3 = {
     # registers alone, and each K step of the split road waits on the tensor cores three times (its small
     # products' dots, then the large one), an SM idle in those waits. Half tiles at 4 warps compiled for sm_90a
     # need 157-226 registers and 66-115 KB of shared memory: two programs fit, one's wgmma filling the other's
-    # waits. Unmeasured (the prediction is in kernels/NOTES.md)
+    # waits. On an H100 each ran 1.3-1.6x its one-program twin, and all of them 1.15-1.62x cuBLAS FP32 against the
+    # 8-warp base's 1.63-1.88x in the same run: two 4-warp programs are the base's two warpgroups, loading B's
+    # tile twice (data/h100/hopper/sweep_o2_0ce32da.csv; kernels/NOTES.md)
     "m64_n128_k32_w4_s2_ps_split_o2": _cfg(64, 128, 32, 4, 2, store=0, split=1, per_sm=2),
     "m128_n64_k32_w4_s2_ps_split_o2": _cfg(128, 64, 32, 4, 2, store=0, split=1, per_sm=2),
     "m64_n128_k16_w4_s4_ps_split_o2": _cfg(64, 128, 16, 4, 4, store=0, split=1, per_sm=2),
