@@ -34,6 +34,7 @@ from kernels.triangle import _channel_major as road
 
 from ._fused_config import (BMMS, MAX_WIDTH, STAGES, config_limits, keys, launches,  # noqa: F401 - the road's API
                             refuse_bad_config)
+from . import _fused_fold as fold
 from . import _fused_resident as res
 from ._fused_rows import _layernorm_rows, _round, _sigmoid
 from ._fused_weights import first_weights, gate_descriptors, gate_weights, out_weights, store_descriptors
@@ -236,7 +237,9 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
     ad, bd, gd = store_descriptors(at, bt, g, B, NN, C, H, c)
     tiles = B * common.cdiv(NN, c["IN_R"])
-    if c["IN_RESIDENT"]:  # persistent, w_in loaded once a program
+    if c["IN_FOLD"]:  # the LayerNorm folded into the projection: a GEMM on z as it lies
+        fold.first(zc, m, w_in, b_in, gamma_in, beta_in, at, bt, g, B, NN, C, H, EPS, c, _width(C), flags, _sig(c))
+    elif c["IN_RESIDENT"]:  # persistent, w_in loaded once a program
         n = res.programs(tiles, z.device)
         res._in_resident_kernel[(n,)](zc, gi, bi, wi, bb, m, at, bt, g, NN, C, H, EPS, tiles, NUM_PROGRAMS=n,
                                       BLOCK_R=c["IN_R"], CW=_width(C), HW=_width(H),

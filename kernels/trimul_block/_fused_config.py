@@ -23,7 +23,7 @@ def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
          join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False,
-         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0) -> dict:
+         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0, fold=0, fold_loop=0) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
@@ -37,11 +37,15 @@ def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_war
     ``fin_zgate``: the output gate computed by the last kernel from z (LayerNorm again, its own projection), so
     g never crosses memory (cuEquivariance's finishing kernel reads z, by the bytes a profile counted); ``ab``:
     with ``tma``, a chunk's columns of a and of b side by side in one weight tile, one load and one dot where
-    there were two; ``gc``: the output gate's chunk of columns (0: ``in_h``'s)."""
+    there were two; ``gc``: the output gate's chunk of columns (0: ``in_h``'s); ``fold``: the first kernel as a
+    GEMM on z as it lies, the LayerNorm folded into its epilogue (``_fused_fold``), tiles of ``in_r`` pairs and
+    this many columns (0: the grid kernel; bf16 only), one column tile a program or, with ``fold_loop`` (its
+    pipeline's stages), all of them in turn."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
                 FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t,
-                IN_MAXNREG=in_maxnreg, IN_SIG=sig, FIN_GTMA=fin_gtma, FIN_ZGATE=fin_zgate, IN_AB=ab, IN_GC=gc)
+                IN_MAXNREG=in_maxnreg, IN_SIG=sig, FIN_GTMA=fin_gtma, FIN_ZGATE=fin_zgate, IN_AB=ab, IN_GC=gc,
+                IN_FOLD=fold, IN_FOLD_LOOP=fold_loop)
 
 
 def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
@@ -79,6 +83,18 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
            "last kernel does not read: it needs IN_TMA=True and FIN_ZGATE=False")
     if c["IN_GC"] and (c["IN_GC"] < 16 or c["IN_GC"] & (c["IN_GC"] - 1) or c["IN_GC"] > 128):
         no(f"IN_GC must be 0 (IN_H's chunk) or a power of two from 16 to 128, got {c['IN_GC']!r}")
+    if c["IN_FOLD_LOOP"] and (not c["IN_FOLD"] or c["IN_FOLD_LOOP"] not in (1, 2, 3)):
+        no(f"IN_FOLD_LOOP walks IN_FOLD's column tiles in 1 to 3 stages (0: a program a tile): it needs IN_FOLD, "
+           f"got IN_FOLD_LOOP={c['IN_FOLD_LOOP']!r}")
+    if c["IN_FOLD"]:
+        if c["IN_FOLD"] not in (32, 64, 128, 256):  # a tl.dot's tile and a TMA box: powers of two up to 256
+            no(f"IN_FOLD must be 0 (the grid kernel) or 32, 64, 128 or 256 columns, got {c['IN_FOLD']!r}")
+        if itemsize == 4:
+            no("IN_FOLD rounds gamma w_in to bf16 (bf16 only): at FP32 the projections are tf32x3, whose accuracy "
+               "that rounding would cost")
+        if c["IN_RESIDENT"] or c["IN_TMA"] or c["IN_AB"] or c["IN_MAXNREG"] or c["FIN_ZGATE"]:
+            no("IN_FOLD replaces the grid kernel and stores the gate: IN_RESIDENT, IN_TMA, IN_AB, IN_MAXNREG and "
+               "FIN_ZGATE must be off")
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):

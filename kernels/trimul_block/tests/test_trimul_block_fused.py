@@ -127,6 +127,34 @@ def test_rows_past_the_square_root_of_the_float_range(poisoned):
 
 
 @cpu_only
+def test_the_folded_first_kernel_refuses_fp32_and_keys_it_does_not_read(poisoned):
+    """IN_FOLD rounds gamma w_in to bf16: refused at FP32, as are its bad widths and the grid kernel's keys; at
+    bf16 it computes rows near 1e30 (their squares overflow FP32) as the reference does, a batch of complexes
+    each against its own reference, in both forms (a column tile a program, all of them in turn)."""
+    name = next(n for n in tb.TILES["bf16"].configs if tb.TILES["bf16"][n]["IN_FOLD"])
+    fp32 = SPEC.inputs(dict(N=2, C=8, H=8), seed=1)
+    e = assert_refuses(tb.trimul_block, NAME, "config", *fp32, **tb.TILES["bf16"][name])
+    assert "IN_FOLD" in str(e) and "bf16" in str(e)
+    bf = SPEC.inputs(dict(N=2, C=8, H=8), seed=1, dtype="bf16")
+    for over, key in ((dict(IN_FOLD=48), "IN_FOLD"), (dict(IN_FOLD=512), "IN_FOLD"), (dict(IN_FOLD=0, IN_FOLD_LOOP=2), "IN_FOLD_LOOP"),
+                      (dict(IN_FOLD_LOOP=4), "IN_FOLD_LOOP"), (dict(IN_RESIDENT=True), "IN_RESIDENT"),
+                      (dict(IN_JOIN=True, IN_TMA=True), "IN_TMA"), (dict(FIN_ZGATE=True), "FIN_ZGATE")):
+        e = assert_refuses(tb.trimul_block, NAME, "config", *bf, **dict(tb.TILES["bf16"][name], **over))
+        assert key in str(e)
+    reqs = [SPEC.inputs(dict(N=5, C=24, H=20), seed=70 + c, dtype="bf16", dist="heavy" if c else "normal") for c in range(3)]
+    z, mask = torch.stack([r[0] for r in reqs]), torch.stack([r[1] for r in reqs])
+    z[1, 0, 2] *= 1e30
+    z[2, 3, 1] *= 1e25
+    for loop in (0, 2):
+        out = torch.full_like(z, math.nan)
+        tb.trimul_block(z, mask, *reqs[0][2:], out=out, **dict(tb.TILES["bf16"][name], IN_R=16, IN_FOLD_LOOP=loop))
+        for c in range(3):
+            want = SPEC.reference(z[c], mask[c], *reqs[0][2:])
+            assert rel_err(out[c], want) <= SPEC.tol("bf16"), (loop, c, rel_err(out[c], want))
+            assert not outside(out[c], want, "bf16").any(), (loop, c, describe_mismatch(out[c], want, "bf16"))
+
+
+@cpu_only
 def test_the_fused_road_refuses_what_it_cannot_hold():
     z, mask, *w = SPEC.inputs(dict(N=2, C=4, H=3), seed=1)
     cfg = tb.TILES["fp32"]["fused_r64_h32_w8_x3"]

@@ -29,9 +29,31 @@ def _resident_usage(c: dict) -> dict:
                           c["F_STAGES"], aligned=(*_PTRS["in"], "NN", "C", "H"))
 
 
+def _fold_usage(c: dict) -> dict:
+    """The first kernel as a GEMM with the LayerNorm folded in (``IN_FOLD``): z and w' through descriptors."""
+    from kernels.trimul_block import _fused_fold as fold
+    r, bn = c["IN_R"], c["IN_FOLD"]
+    sig = dict({p: "*bf16" for p in ("Z", "M", "AT", "BT", "G")}, S="*fp32", T="*fp32", NN="i32", C="i32", H="i32",
+               eps="fp32", n_ab="i32", n_cols="i32", ZD=f"tensordesc<bf16[1, {r}, 128]>",
+               WD=f"tensordesc<bf16[128, {bn}]>")
+    consts = dict(BLOCK_R=r, CW=128, BN=bn, BF16=True, EMULATE=False, SIG=c["IN_SIG"], OFFS_64=False, ZTMA=True,
+                  TSTORE=c["IN_TSTORE"], LOOP=c["IN_FOLD_LOOP"] > 0, STAGES=max(c["IN_FOLD_LOOP"], 1))
+    for d, box in (("AD", (1, bn // 2, r)), ("BD", (1, bn // 2, r)), ("GD", (1, r, bn))):
+        if c["IN_TSTORE"]:
+            sig[d] = f"tensordesc<bf16[{box[0]}, {box[1]}, {box[2]}]>"
+        else:
+            sig[d], consts[d] = "constexpr", None
+    sig.update({k: "constexpr" for k in consts})
+    sig = {a: sig[a] for a in fold._in_fold_kernel.arg_names}
+    return sm90.resources("kernels.trimul_block._fused_fold:_in_fold_kernel", sig, consts, c["IN_WARPS"], 1,
+                          aligned=("Z", "M", "AT", "BT", "G", "S", "T", "NN", "C", "H"))
+
+
 def _usage(kernel: str, c: dict, dtype: str) -> dict:
     if kernel == "in" and c["IN_RESIDENT"]:
         return _resident_usage(c)
+    if kernel == "in" and c["IN_FOLD"]:
+        return _fold_usage(c)
     fn = f"kernels.trimul_block._fused:_{kernel}_kernel"
     rows, chunk, warps = (c["IN_R"], c["IN_H"], c["IN_WARPS"]) if kernel == "in" else (c["FIN_R"], c["FIN_C"], c["FIN_WARPS"])
     ty = "*bf16" if dtype == "bf16" else "*fp32"
