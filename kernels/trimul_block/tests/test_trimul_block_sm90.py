@@ -3,6 +3,8 @@ fused config of both tables (the rules pick from them): none spills to local mem
 each fits a block's shared memory (``kernels/_triton/sm90.py``). A slow test: about 5 s a compile."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kernels._triton import sm90
@@ -17,7 +19,12 @@ _CONSTS = ("BLOCK_R", "WIDTH", "CHUNK", "BF16", "EMULATE", "PRECISION", "OFFS_64
 FUSED = [(dt, n) for dt in ("bf16", "fp32") for n, c in tb.TILES[dt].configs.items() if c["ROAD"] == "fused"]
 
 
-def _resident_usage(c: dict) -> dict:
+def _job(*args, **kw) -> tuple:
+    """A compile's arguments for ``sm90.resources``, hashable: configs that ask for the same compile share it."""
+    return json.dumps([args, kw], default=list)  # key order kept: a signature is ordered
+
+
+def _resident_usage(c: dict) -> str:
     """The persistent first kernel (``IN_RESIDENT``): w_in's three tiles kept in shared memory."""
     from kernels.trimul_block import _fused_resident as res
     sig = dict({p: "*bf16" for p in _PTRS["in"]}, NN="i32", C="i32", H="i32", eps="fp32", tiles_total="i32")
@@ -25,11 +32,11 @@ def _resident_usage(c: dict) -> dict:
                   OFFS_64=False)
     sig.update({k: "constexpr" for k in consts})
     sig = {a: sig[a] for a in res._in_resident_kernel.arg_names}
-    return sm90.resources("kernels.trimul_block._fused_resident:_in_resident_kernel", sig, consts, c["IN_WARPS"],
-                          c["F_STAGES"], aligned=(*_PTRS["in"], "NN", "C", "H"))
+    return _job("kernels.trimul_block._fused_resident:_in_resident_kernel", sig, consts, c["IN_WARPS"],
+                c["F_STAGES"], aligned=(*_PTRS["in"], "NN", "C", "H"))
 
 
-def _fold_usage(c: dict) -> dict:
+def _fold_usage(c: dict) -> str:
     """The first kernel as a GEMM with the LayerNorm folded in (``IN_FOLD``): z and w' through descriptors."""
     from kernels.trimul_block import _fused_fold as fold
     r, bn = c["IN_R"], c["IN_FOLD"]
@@ -45,11 +52,11 @@ def _fold_usage(c: dict) -> dict:
             sig[d], consts[d] = "constexpr", None
     sig.update({k: "constexpr" for k in consts})
     sig = {a: sig[a] for a in fold._in_fold_kernel.arg_names}
-    return sm90.resources("kernels.trimul_block._fused_fold:_in_fold_kernel", sig, consts, c["IN_WARPS"], 1,
-                          aligned=("Z", "M", "AT", "BT", "G", "S", "T", "NN", "C", "H"))
+    return _job("kernels.trimul_block._fused_fold:_in_fold_kernel", sig, consts, c["IN_WARPS"], 1,
+                aligned=("Z", "M", "AT", "BT", "G", "S", "T", "NN", "C", "H"))
 
 
-def _usage(kernel: str, c: dict, dtype: str) -> dict:
+def _compile_job(kernel: str, c: dict, dtype: str) -> str:
     if kernel == "in" and c["IN_RESIDENT"]:
         return _resident_usage(c)
     if kernel == "in" and c["IN_FOLD"]:
@@ -103,8 +110,8 @@ def _usage(kernel: str, c: dict, dtype: str) -> dict:
             sig["WD"], consts["WD"] = "constexpr", None
     order = getattr(_fused, f"_{kernel}_kernel").arg_names  # the kernel's argument order (alignment is by index)
     sig = {a: sig[a] for a in order}
-    return sm90.resources(fn, sig, consts, warps, c["F_STAGES"], aligned=(*_PTRS[kernel], "NN", "C", "H"),
-                          maxnreg=c["IN_MAXNREG"] if kernel == "in" else 0)
+    return _job(fn, sig, consts, warps, c["F_STAGES"], aligned=(*_PTRS[kernel], "NN", "C", "H"),
+                maxnreg=c["IN_MAXNREG"] if kernel == "in" else 0)
 
 
 def test_the_bf16_rule_picks_a_listed_fused_config_at_af3_sizes():
@@ -113,8 +120,21 @@ def test_the_bf16_rule_picks_a_listed_fused_config_at_af3_sizes():
     assert tb.TILES["fp32"][tb.TILES["fp32"].name_at(dict(N=1024, C=128, H=128))]["ROAD"] == "steps"
 
 
-@pytest.mark.parametrize("kernel", ("in", "out"))
-@pytest.mark.parametrize("dtype,name", FUSED, ids=[f"{d}-{n}" for d, n in FUSED])
-def test_fused_kernels_neither_spill_nor_overflow_shared_memory(dtype, name, kernel):
-    u = _usage(kernel, tb.TILES[dtype][name], dtype)
-    assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, kernel, u)
+def _usage(kernel: str, c: dict, dtype: str) -> dict:
+    args, kw = json.loads(_compile_job(kernel, c, dtype))
+    return sm90.resources(*args, **kw)
+
+
+# one test a distinct compile: most configs share their last kernel (or first) with others, and a compile is
+# about 5 s of a slow test
+_JOBS: dict = {}
+for _dt, _n in FUSED:
+    for _k in ("in", "out"):
+        _JOBS.setdefault(_compile_job(_k, tb.TILES[_dt][_n], _dt), []).append(f"{_dt}-{_n}-{_k}")
+
+
+@pytest.mark.parametrize("job", list(_JOBS), ids=[names[0] for names in _JOBS.values()])
+def test_fused_kernels_neither_spill_nor_overflow_shared_memory(job):
+    args, kw = json.loads(job)
+    u = sm90.resources(*args, **kw)
+    assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (_JOBS[job], u)
