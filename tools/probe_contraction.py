@@ -3,6 +3,8 @@ o_h = a_h b_h^T, by cuBLAS through the calls PyTorch offers, kernel time and ker
 10 calls each, each checked against a float64 product first:
 
     python3 tools/probe_contraction.py
+    CUBLASLT_WORKSPACE_SIZE=262144 python3 tools/probe_contraction.py   # the library's workspaces (KiB) larger:
+    CUBLAS_WORKSPACE_CONFIG=:262144:2 python3 tools/probe_contraction.py  # kernels that need more become choices
 
 Why: under Nsight Compute, cuBLAS ran cuEquivariance's contraction (same sizes, same TNT layout) on a 128x128
 kernel 50 us faster than the 256x128 one it chose for ours (kernels/NOTES.md). Which call or library setting
@@ -23,7 +25,18 @@ def _ways(at, bt, o):
         ("matmul", "cublaslt", lambda: torch.matmul(at, bt.transpose(-1, -2), out=o)),
         ("bmm 3-d", "cublaslt", lambda: torch.bmm(a3, b3.transpose(1, 2), out=o3)),
         ("o^T = b a^T", "default", lambda: torch.matmul(bt, at.transpose(-1, -2), out=o)),
+        # the channels in parts: cuBLAS's heuristic is asked about a smaller batch
+        ("2 x 64 ch", "default", lambda: _parts(at, bt, o, 2)),
+        ("4 x 32 ch", "default", lambda: _parts(at, bt, o, 4)),
     ]
+
+
+def _parts(at, bt, o, n):
+    import torch
+    h = at.shape[1] // n
+    for i in range(n):
+        s = slice(i * h, (i + 1) * h)
+        torch.matmul(at[:, s], bt[:, s].transpose(-1, -2), out=o[:, s])
 
 
 def main():
@@ -33,6 +46,9 @@ def main():
     at, bt = (torch.randn(1, 128, 1024, 1024, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
     o = torch.empty_like(at)
     want = (at[0, :4].double() @ bt[0, :4].double().transpose(-1, -2))
+    import os
+    print({k: os.environ.get(k) for k in ("CUBLASLT_WORKSPACE_SIZE", "CUBLAS_WORKSPACE_CONFIG")},
+          "bf16 reduced-precision reduction:", torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)
     for name, lib, call in _ways(at, bt, o):
         torch.backends.cuda.preferred_blas_library(lib)
         o.fill_(float("nan"))
