@@ -29,6 +29,15 @@ def _down_scale(amax):
 
 
 @triton.jit
+def _rstd(var, s, eps):
+    # 1 / sqrt(var + eps) of rows held in units of their scale s: (for y, in those units; for the stored stats, in
+    # x's). Where eps s^2 underflows beside a variance of 0 (a constant row scaled far down) the square root is 0:
+    # the row's deviations are all 0 then, y is beta whatever the first factor, and the stored one is 1 / sqrt(eps)
+    den = var + eps * s * s
+    return tl.where(den > 0, 1.0 / tl.sqrt(den), 0.0), tl.where(den > 0, s / tl.sqrt(den), 1.0 / tl.sqrt(eps))
+
+
+@triton.jit
 def _max_and_sum(a_max, a_sum, b_max, b_sum):
     return tl.maximum(a_max, b_max), a_sum + b_sum
 
@@ -104,13 +113,13 @@ def _layernorm_kernel(
             sum1, sum2 = tl.reduce((dev, dev * dev), 1, _sum_and_sum)
         fix = sum1 / C
         mean += fix
-        rstd = 1.0 / tl.sqrt(tl.maximum(sum2 / C - fix * fix, 0.0) + eps * s * s)
+        rstd, rstd_x = _rstd(tl.maximum(sum2 / C - fix * fix, 0.0), s, eps)
         gamma = tl.load(Gamma + cols, mask=cols < C, other=0.0, eviction_policy=keep).to(tl.float32)
         beta = tl.load(Beta + cols, mask=cols < C, other=0.0, eviction_policy=keep).to(tl.float32)
         y = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
         if STATS:  # back in x's units: s is a power of two, so both are exact
             tl.store(Mean + row, mean / s, mask=rmask)
-            tl.store(Rstd + row, rstd * s, mask=rmask)
+            tl.store(Rstd + row, rstd_x, mask=rmask)
         if EVEN:
             tl.store(y_row + cols[None, :], y, eviction_policy=stream)
         else:
@@ -141,10 +150,10 @@ def _layernorm_kernel(
             delta = mean_b - mean
             mean += delta * (n_b / (n_a + n_b))
             m2 += tl.maximum(sum2 - fix * sum1, 0.0) + delta * delta * (n_a * n_b / (n_a + n_b))
-        rstd = 1.0 / tl.sqrt(m2 / C + eps * s * s)
+        rstd, rstd_x = _rstd(m2 / C, s, eps)
         if STATS:  # back in x's units (s a power of two: exact)
             tl.store(Mean + row, mean / s, mask=rmask)
-            tl.store(Rstd + row, rstd * s, mask=rmask)
+            tl.store(Rstd + row, rstd_x, mask=rmask)
         for c0 in range(0, C, BLOCK_C):  # second read of x: from L2 while the rows are recent
             cmask = c0 + cols < C
             mask = rmask[:, None] & cmask[None, :]

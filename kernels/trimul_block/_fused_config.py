@@ -12,6 +12,7 @@ SIGMOIDS = ("exact", "fast", "tanh")
 # The chunk loops are short (C / chunk steps) and read their weights from L2: one stage. More stages
 # only multiply the shared memory (at FP32 2-3x, past the 227 KB a block may have, compiled for sm_90a).
 STAGES = 1
+FOLD_BYTES = 192 * 1024  # IN_FOLD's z and w' tiles: a block has 227 KB, its stores and layout changes need the rest
 RESIDENT_BYTES = 176 * 1024  # IN_RESIDENT's budget for w_in: a block has 227 KB, z's tiles need the rest
 
 
@@ -92,9 +93,17 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         if itemsize == 4:
             no("IN_FOLD rounds gamma w_in to bf16 (bf16 only): at FP32 the projections are tf32x3, whose accuracy "
                "that rounding would cost")
-        if c["IN_RESIDENT"] or c["IN_TMA"] or c["IN_AB"] or c["IN_MAXNREG"] or c["FIN_ZGATE"]:
-            no("IN_FOLD replaces the grid kernel and stores the gate: IN_RESIDENT, IN_TMA, IN_AB, IN_MAXNREG and "
-               "FIN_ZGATE must be off")
+        if (c["IN_RESIDENT"] or c["IN_JOIN"] or c["IN_TMA"] or c["IN_AB"] or c["IN_GC"] or c["IN_MAXNREG"]
+                or c["FIN_ZGATE"]):
+            no("IN_FOLD replaces the grid kernel and stores the gate: IN_RESIDENT, IN_JOIN, IN_TMA, IN_AB, IN_GC, "
+               "IN_MAXNREG and FIN_ZGATE must be off")
+        if c["IN_R"] > 256:
+            no(f"IN_FOLD loads z's tile by TMA, at most 256 rows: IN_R must be at most 256, got {c['IN_R']}")
+        cw = max(16, 1 << max(C - 1, 0).bit_length())  # z's tile width, C padded to a power of two
+        need = 2 * cw * (c["IN_R"] + max(c["IN_FOLD_LOOP"], 1) * c["IN_FOLD"])  # z's tile and w''s stages, bf16
+        if need > FOLD_BYTES:
+            no(f"IN_FOLD's tiles of z and w' take {need // 1024} KB of shared memory at C = {C} (IN_R, IN_FOLD and "
+               f"IN_FOLD_LOOP's stages), past its {FOLD_BYTES // 1024} KB")
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):

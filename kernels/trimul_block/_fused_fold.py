@@ -16,11 +16,12 @@ formed once (the grid kernel's shape), w' tiles pipelined in that many stages.
 
 Rounding: w' is rounded to bf16 once, where the grid kernel rounds the normalised z; s is summed from the
 rounded w', so the mean's share cancels as it would exactly. What is left is FP32's accumulation on
-r (z w') - r mu s: about 2^-24 sqrt(C) |mu| / std of the output's scale, under bf16's 2^-9 while a row's
-|mu| / std stays below about 2^13 (a LayerNorm input is rarely nearer constant than that). The products
-z w' are formed unscaled, so a row whose |z| |w'| C passes FP32's range (|z| past about 1e35 at unit
-weights) overflows; the grid kernel scales such rows first. bf16 only: at FP32 the road's projections are
-tf32x3, and w' rounded to TF32 would cost the accuracy that road exists for.
+r (z w') - r mu s, an error of about 2^-24 |mu| r times the weights' scale: under 2^-15 of it while
+|mu| r <= 64, the bound a tile's rows must keep (``CANCEL``). A tile with a row past it (far from zero for its
+spread; a constant row, whose r is 1/sqrt(eps)), or with a row past 1e18 (z w' could overflow), multiplies
+its rows' scaled deviations instead, rounded to bf16 as the grid kernel rounds its normalised rows: a review
+found constant rows of 1000 off by 0.37 without this. bf16 only: at FP32 the road's projections are tf32x3,
+and w' rounded to TF32 would cost the accuracy that road exists for.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernels.layernorm.triton_kernel import _down_scale
+from kernels.layernorm.triton_kernel import _down_scale, _rstd
 
 from ._fused_rows import _round, _sigmoid
 from ._fused_weights import _cached, per_complex
@@ -45,6 +46,7 @@ def _in_fold_kernel(
     BLOCK_R: tl.constexpr, CW: tl.constexpr, BN: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, SIG: tl.constexpr, OFFS_64: tl.constexpr,
     ZTMA: tl.constexpr, TSTORE: tl.constexpr, LOOP: tl.constexpr, STAGES: tl.constexpr,
+    CANCEL: tl.constexpr = 64.0,  # the largest |mu| r a tile's rows may have and take the folded product
 ):
     pid = tl.program_id(0)
     if LOOP:  # a program takes every column tile of its pairs: z loaded and its statistics formed once
@@ -67,20 +69,34 @@ def _in_fold_kernel(
     else:
         z = tl.load(Z + rows[:, None] * C + cs[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0)
     # the row's statistics, scaled first by a power of two below its largest value as the project's
-    # LayerNorm does (squares past 2^64 would overflow); mean and 1/std back in z's units, exactly
+    # LayerNorm does (squares past 2^64 would overflow); mean and 1/std back in z's units, exactly. A constant
+    # row has no spread, even scaled: its 1/std is 1/sqrt(eps) (in scaled units eps sc^2 can underflow to 0)
     x = z.to(tl.float32)
     sc = _down_scale(tl.max(tl.abs(x), axis=1))
-    x = x * sc[:, None]
-    mean = tl.sum(x, axis=1) / C
-    d = tl.where(cmask[None, :], x - mean[:, None], 0.0)
-    r = sc / tl.sqrt(tl.sum(d * d, axis=1) / C + eps * sc * sc)
-    rm = r * mean / sc
+    xs = x * sc[:, None]
+    mean = tl.sum(xs, axis=1) / C  # scaled
+    d = tl.where(cmask[None, :], xs - mean[:, None], 0.0)
+    var = tl.sum(d * d, axis=1) / C
+    rs, r = _rstd(var, sc, eps)  # 1/std in the scaled units and in z's
+    rm = r * (mean / sc)
     m = tl.load(M + rows, mask=rmask, other=0.0).to(tl.float32)
+    # r (z w') - r mu s cancels where |mu| r is large (a row far from zero for its spread, a constant one):
+    # FP32's accumulation error grows by that factor. And z w' overflows for rows far past 1e18 (the bound).
+    # A tile with such a row multiplies its rows' scaled deviations instead, rs (d w'), d rounded to bf16 as
+    # the grid kernel rounds its normalised rows: no cancellation, no overflow, and a register trip that
+    # tiles of ordinary rows skip
+    center = (tl.max(tl.abs(rm)) > CANCEL) | (tl.min(sc) < 1e-18)
     for j in tl.range(j0, j1, num_stages=STAGES):
         col0 = j * BN
         cols = col0 + tl.arange(0, BN)
-        acc = tl.dot(z, WD.load([0, col0]), input_precision="ieee")
-        y = acc * r[:, None] + (tl.load(T + cols)[None, :] - rm[:, None] * tl.load(S + cols)[None, :])
+        w = WD.load([0, col0])
+        if center:  # the deviations formed again from z's tile here, so none are held through the loop (registers)
+            dc = tl.where(cmask[None, :], z.to(tl.float32) * sc[:, None] - mean[:, None], 0.0)
+            y = tl.dot(_round(dc, BF16, EMULATE).to(z.dtype), w, input_precision="ieee") * rs[:, None]
+            y += tl.load(T + cols)[None, :]
+        else:
+            acc = tl.dot(z, w, input_precision="ieee")
+            y = acc * r[:, None] + (tl.load(T + cols)[None, :] - rm[:, None] * tl.load(S + cols)[None, :])
         if j < 2 * n_ab:  # a's or b's: gate and value columns interleaved, gated, masked, stored channel-major
             side = j // n_ab
             h0 = (j - side * n_ab) * (BN // 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.layernorm.triton_kernel import _down_scale
+from kernels.layernorm.triton_kernel import _down_scale, _rstd
 
 
 # <kernel>
@@ -36,7 +36,7 @@ def _layernorm_rows(ptrs, mask, GAMMA, BETA, cs, cmask, width, eps, AXIS: tl.con
     x = x * tl.expand_dims(s, AXIS)
     mean = tl.sum(x, axis=AXIS) / width
     d = tl.where(mask, x - tl.expand_dims(mean, AXIS), 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=AXIS) / width + eps * s * s)
+    rstd, _ = _rstd(tl.sum(d * d, axis=AXIS) / width, s, eps)  # a constant row scaled far down: 0 (its d is 0)
     gamma = tl.load(GAMMA + cs, mask=cmask, other=0.0).to(tl.float32)
     beta = tl.load(BETA + cs, mask=cmask, other=0.0).to(tl.float32)
     return d * tl.expand_dims(rstd, AXIS) * tl.expand_dims(gamma, 1 - AXIS) + tl.expand_dims(beta, 1 - AXIS)

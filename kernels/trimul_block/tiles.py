@@ -184,9 +184,9 @@ _BF16 = {
     # the first kernel as a GEMM on z as it lies, the LayerNorm folded into its epilogue (_fused_fold): z's tile by
     # TMA straight to the tensor cores; one tile of columns a program ('fold'), or all of a tile of pairs' columns
     # in turn, z's statistics formed once and w' pipelined ('foldl', its stages after 's'); the rule's last kernel.
-    # Compiled for sm_90a at C = H = 128 (registers; shared memory): 80 and 48 KB (r64 n128 w8), 127 and 48 KB
-    # (w4), 98 and 97 KB (foldl r64 n128 w8 s2), 84 and 105 KB (its TMA stores), 101 and 57 KB (r64 n64 w4 s2),
-    # 102 and 81 KB (r128 n64 w8 s2). Not measured yet
+    # Compiled for sm_90a at C = H = 128 (registers; shared memory), with the branch for tiles whose rows cancel:
+    # 101 and 64 KB (r64 n128 w8), 155 and 64 KB (w4), 139 and 96 KB (foldl r64 n128 w8 s2), 128 and 120 KB (its
+    # TMA stores), 168 and 64 KB (r64 n64 w4 s2), 169 and 96 KB (r128 n64 w8 s2). Not measured yet
     **{f"fused_fold{'l' if loop else ''}_r{r}_n{bn}_w{w}{f'_s{loop}' if loop else ''}{'_ts' if ts else ''}_r64_cublas":
        _config(_PERMUTE_BF16, fused=_fused.keys(fold=bn, fold_loop=loop, in_r=r, in_warps=w, tstore=ts, fin_r=64,
                                                 fin_c=64, fin_tma=True, sig="fast"))

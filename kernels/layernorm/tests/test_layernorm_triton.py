@@ -62,6 +62,21 @@ def test_large_magnitude_rows_do_not_overflow(cfg):
 
 
 @cpu_only
+@pytest.mark.parametrize("cfg", [ONE_BLOCK, CHUNKED], ids=["one_block", "chunked"])
+def test_constant_rows_past_the_scaling_threshold(cfg):
+    # A constant row is beta, and its 1 / sqrt(var + eps) is 1 / sqrt(eps). Scaled (a row whose sums overflow),
+    # eps s^2 underflowed to 0 beside a variance of 0: 1/0 made the row NaN and its stored rstd inf (found by a
+    # review of the triangle update's folded LayerNorm, which scales as this kernel does)
+    x = torch.tensor([3e37, -1e37, 1e21, 5.0, 0.0])[:, None].repeat(1, 300)
+    g, b = 1.0 + 0.1 * torch.randn(300, generator=torch.Generator().manual_seed(2)), torch.linspace(-1, 1, 300)
+    mean, rstd = torch.empty(5), torch.empty(5)
+    y = module(OP).layernorm(x, g, b, stats=(mean, rstd), **cfg)
+    assert torch.equal(y, b.expand_as(y)), y[:, :3]
+    assert torch.allclose(rstd, torch.full((5,), 1e-5 ** -0.5)), rstd
+    assert torch.equal(mean, x[:, 0])
+
+
+@cpu_only
 def test_ordinary_and_scaled_rows_agree_with_float64():
     # The scale is a power of two, applied only to rows with max |x| >= 2 (exact: it changes no bit
     # of a product or sum that does not underflow); rows below are computed as before.

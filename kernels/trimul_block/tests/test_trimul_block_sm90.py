@@ -44,7 +44,7 @@ def _fold_usage(c: dict) -> str:
                eps="fp32", n_ab="i32", n_cols="i32", ZD=f"tensordesc<bf16[1, {r}, 128]>",
                WD=f"tensordesc<bf16[128, {bn}]>")
     consts = dict(BLOCK_R=r, CW=128, BN=bn, BF16=True, EMULATE=False, SIG=c["IN_SIG"], OFFS_64=False, ZTMA=True,
-                  TSTORE=c["IN_TSTORE"], LOOP=c["IN_FOLD_LOOP"] > 0, STAGES=max(c["IN_FOLD_LOOP"], 1))
+                  TSTORE=c["IN_TSTORE"], LOOP=c["IN_FOLD_LOOP"] > 0, STAGES=max(c["IN_FOLD_LOOP"], 1), CANCEL=64.0)
     for d, box in (("AD", (1, bn // 2, r)), ("BD", (1, bn // 2, r)), ("GD", (1, r, bn))):
         if c["IN_TSTORE"]:
             sig[d] = f"tensordesc<bf16[{box[0]}, {box[1]}, {box[2]}]>"
