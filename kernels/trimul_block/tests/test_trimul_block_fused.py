@@ -139,15 +139,15 @@ def test_the_folded_first_kernel_refuses_fp32_and_the_grid_kernels_keys(poisoned
     e = assert_refuses(tb.trimul_block, NAME, "config", *fp32, **tb.TILES["bf16"][name])
     assert "IN_FOLD" in str(e) and "bf16" in str(e)
     bf = SPEC.inputs(dict(N=2, C=8, H=8), seed=1, dtype="bf16")
-    for over, key in ((dict(IN_FOLD=48), "IN_FOLD"), (dict(IN_FOLD=512), "IN_FOLD"), (dict(IN_FOLD=0, IN_FOLD_LOOP=2), "IN_FOLD_LOOP"),
+    for over, key in ((dict(IN_FOLD=64), "IN_FOLD"), (dict(IN_FOLD=512), "IN_FOLD"), (dict(IN_FOLD=0, IN_FOLD_LOOP=2), "IN_FOLD_LOOP"),
                       (dict(IN_FOLD_LOOP=4), "IN_FOLD_LOOP"), (dict(IN_RESIDENT=True), "IN_RESIDENT"),
                       (dict(IN_JOIN=True, IN_TMA=True), "IN_TMA"), (dict(FIN_ZGATE=True), "FIN_ZGATE"),
                       (dict(IN_JOIN=True), "IN_JOIN"), (dict(IN_GC=64), "IN_GC"), (dict(IN_R=512), "IN_R")):
         e = assert_refuses(tb.trimul_block, NAME, "config", *bf, **dict(tb.TILES["bf16"][name], **over))
         assert key in str(e)
-    wide = SPEC.inputs(dict(N=2, C=128, H=8), seed=1, dtype="bf16")  # 256 KB of tiles at 128 channels
+    wide = SPEC.inputs(dict(N=2, C=200, H=8), seed=1, dtype="bf16")  # 320 KB of tiles at 256 channels padded
     e = assert_refuses(tb.trimul_block, NAME, "config", *wide,
-                       **dict(tb.TILES["bf16"][name], IN_R=256, IN_FOLD=256, IN_FOLD_LOOP=3))
+                       **dict(tb.TILES["bf16"][name], IN_R=256, IN_FOLD_LOOP=3))
     assert "shared memory" in str(e)
     reqs = [SPEC.inputs(dict(N=5, C=24, H=20), seed=70 + c, dtype="bf16", dist="heavy" if c else "normal") for c in range(3)]
     z, mask = torch.stack([r[0] for r in reqs]), torch.stack([r[1] for r in reqs])
