@@ -33,9 +33,8 @@ def _ways(at, bt, o):
 
 def _parts(at, bt, o, n):
     import torch
-    h = at.shape[1] // n
-    for i in range(n):
-        s = slice(i * h, (i + 1) * h)
+    for part in torch.arange(at.shape[1]).tensor_split(n):  # every channel, whatever n divides
+        s = slice(int(part[0]), int(part[-1]) + 1) if len(part) else slice(0, 0)
         torch.matmul(at[:, s], bt[:, s].transpose(-1, -2), out=o[:, s])
 
 
