@@ -14,7 +14,7 @@ venv: .venv/.stamp
 
 # CPU tests (tests/ and kernels/<op>/tests/) on every core (pytest-xdist); Triton kernels run in its
 # interpreter. GPU tests are marked and skip without CUDA. Two tiers: `test` leaves out the tests marked
-# slow or book (about 4 minutes on 2 cores); `test-all` is every test (what CI runs; about 10 minutes on 2
+# slow or book (about 8 minutes on 2 cores); `test-all` is every test (what CI runs; about 20 minutes on 2
 # cores, the book's build included).
 PYTEST := TRITON_INTERPRET=1 $(PY) -m pytest -q -n auto
 test: venv
