@@ -33,8 +33,10 @@ def _rstd(var, s, eps):
     # 1 / sqrt(var + eps) of rows held in units of their scale s: (for y, in those units; for the stored stats, in
     # x's). Where eps s^2 underflows beside a variance of 0 (a constant row scaled far down) the square root is 0:
     # the row's deviations are all 0 then, y is beta whatever the first factor, and the stored one is 1 / sqrt(eps)
+    # (rstd * s is the product the kernel stored before this function: the same bits for every row with den > 0)
     den = var + eps * s * s
-    return tl.where(den > 0, 1.0 / tl.sqrt(den), 0.0), tl.where(den > 0, s / tl.sqrt(den), 1.0 / tl.sqrt(eps))
+    rstd = tl.where(den > 0, 1.0 / tl.sqrt(den), 0.0)
+    return rstd, tl.where(den > 0, rstd * s, 1.0 / tl.sqrt(eps))
 
 
 @triton.jit
