@@ -16,9 +16,14 @@ FOLD_BYTES = 192 * 1024  # IN_FOLD's z and w' tiles: a block has 227 KB, its sto
 RESIDENT_BYTES = 176 * 1024  # IN_RESIDENT's budget for w_in: a block has 227 KB, z's tiles need the rest
 
 
+def padded(n: int) -> int:
+    """A tile's width for n channels: a power of two from 16."""
+    return max(16, 1 << max(n - 1, 0).bit_length())
+
+
 def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
     """Bytes of shared memory IN_RESIDENT's w_in takes at padded widths (tiles are powers of two from 16)."""
-    cw, hw = (max(16, 1 << max(n - 1, 0).bit_length()) for n in (C, H))
+    cw, hw = padded(C), padded(H)
     return itemsize * cw * (4 * hw + cw)
 
 
@@ -100,8 +105,7 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
                "IN_MAXNREG and FIN_ZGATE must be off")
         if c["IN_R"] > 256:
             no(f"IN_FOLD loads z's tile by TMA, at most 256 rows: IN_R must be at most 256, got {c['IN_R']}")
-        cw = max(16, 1 << max(C - 1, 0).bit_length())  # z's tile width, C padded to a power of two
-        need = 2 * cw * (c["IN_R"] + max(c["IN_FOLD_LOOP"], 1) * c["IN_FOLD"])  # z's tile and w''s stages, bf16
+        need = 2 * padded(C) * (c["IN_R"] + max(c["IN_FOLD_LOOP"], 1) * c["IN_FOLD"])  # z's tile, w''s stages: bf16
         if need > FOLD_BYTES:
             no(f"IN_FOLD's tiles of z and w' take {need // 1024} KB of shared memory at C = {C} (IN_R, IN_FOLD and "
                f"IN_FOLD_LOOP's stages), past its {FOLD_BYTES // 1024} KB")
