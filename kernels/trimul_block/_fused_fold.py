@@ -23,7 +23,7 @@ its rows' scaled deviations instead, rounded to bf16 as the grid kernel rounds i
 found constant rows of 1000 off by 0.37 without this. bf16 only: at FP32 the road's projections are tf32x3,
 and w' rounded to TF32 would cost the accuracy that road exists for.
 
-Measured on an H100 at N = 1024, every form was 2.2-2.8x slower than the grid kernel (kernels/NOTES.md): the
+Measured on an H100 at N = 1024, every form was 2.1-2.8x slower than the grid kernel (kernels/NOTES.md): the
 configs stay in the table as measured, and no rule picks them.
 """
 from __future__ import annotations
