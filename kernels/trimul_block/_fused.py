@@ -103,7 +103,7 @@ def _in_kernel(
     cs = tl.arange(0, WIDTH)
     cmask = cs < C
     zn = _layernorm_rows(Z + rows[:, None] * C + cs[None, :], rmask[:, None] & cmask[None, :], GAMMA, BETA,
-                         cs, cmask, C, eps)
+                         cs, cmask, C, eps, CENTER=not BF16)
     zn = _round(zn, BF16, EMULATE)  # the GEMM's operand, rounded once as the steps road stores it
     m = tl.load(M + rows, mask=rmask, other=0.0).to(tl.float32)
     ldw = 4 * H + C
@@ -179,7 +179,7 @@ def _out_kernel(
         zs = tl.arange(0, CW)
         zmask = zs < C
         zn = _layernorm_rows(Z + rows[:, None] * C + zs[None, :], rmask[:, None] & zmask[None, :],
-                             GAMMA_IN, BETA_IN, zs, zmask, C, eps)
+                             GAMMA_IN, BETA_IN, zs, zmask, C, eps, CENTER=not BF16)
         zn = _round(zn, BF16, EMULATE)
     hs = tl.arange(0, WIDTH)
     hmask = hs < H
@@ -187,11 +187,11 @@ def _out_kernel(
     if TRANS:  # the tile as o lies, [channels, pairs], normalised down its columns and handed to the dot
         # transposed: a profile found the [pairs, channels] tile's change of layout 5-6-way bank-conflicted
         on = _layernorm_rows(O + hs[:, None] * nn + cm[None, :], hmask[:, None] & rmask[None, :], GAMMA, BETA,
-                             hs, hmask, H, eps, AXIS=0)
+                             hs, hmask, H, eps, AXIS=0, CENTER=not BF16)
         on = tl.trans(_round(on, BF16, EMULATE))
     else:
         on = _layernorm_rows(O + cm[:, None] + hs[None, :] * nn, rmask[:, None] & hmask[None, :], GAMMA, BETA,
-                             hs, hmask, H, eps)
+                             hs, hmask, H, eps, CENTER=not BF16)
         on = _round(on, BF16, EMULATE)
     for c0 in range(0, C, CHUNK):
         cs = c0 + tl.arange(0, CHUNK)

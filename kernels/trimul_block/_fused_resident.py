@@ -56,7 +56,7 @@ def _in_resident_kernel(
             pair = pair.to(tl.int64)
         rows, cm, rmask = b * nn + pair, b * H * nn + pair, pair < nn
         zn = _layernorm_rows(Z + rows[:, None] * C + cs[None, :], rmask[:, None] & cmask[None, :], GAMMA, BETA,
-                             cs, cmask, C, eps)
+                             cs, cmask, C, eps, CENTER=not BF16)
         zn = _round(zn, BF16, EMULATE).to(wa.dtype)  # the GEMM's operand, rounded once
         m = tl.load(M + rows, mask=rmask, other=0.0).to(tl.float32)
         dst = cm[:, None] + hs[None, :] * nn

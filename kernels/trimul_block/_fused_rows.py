@@ -25,7 +25,8 @@ def _round(x, BF16: tl.constexpr, EMULATE: tl.constexpr):
 
 
 @triton.jit
-def _layernorm_rows(ptrs, mask, GAMMA, BETA, cs, cmask, width, eps, AXIS: tl.constexpr = 1):
+def _layernorm_rows(ptrs, mask, GAMMA, BETA, cs, cmask, width, eps, AXIS: tl.constexpr = 1,
+                    CENTER: tl.constexpr = False):
     # rows of ``width`` values (padded with zeros to the tile) normalised in FP32, padding left at zero;
     # the rows run along AXIS (1: a [rows, width] tile; 0: [width, rows], a tile read in a channel-major
     # tensor's own order). Each row is first scaled by a power of two below its largest value, as the
@@ -36,6 +37,10 @@ def _layernorm_rows(ptrs, mask, GAMMA, BETA, cs, cmask, width, eps, AXIS: tl.con
     x = x * tl.expand_dims(s, AXIS)
     mean = tl.sum(x, axis=AXIS) / width
     d = tl.where(mask, x - tl.expand_dims(mean, AXIS), 0.0)
+    if CENTER:  # FP32 rows: the deviations' own mean taken out, as the project's LayerNorm does, so a mean's rounding
+        # never reads as spread (a constant row near 3e37, scaled far down where eps's share underflows, came out as
+        # noise). bf16 rows need none: a sum of up to 256 of them is exact in FP32, and so is a constant row's mean
+        d = tl.where(mask, d - tl.expand_dims(tl.sum(d, axis=AXIS) / width, AXIS), 0.0)
     rstd, _ = _rstd(tl.sum(d * d, axis=AXIS) / width, s, eps)  # a constant row scaled far down: 0 (its d is 0)
     gamma = tl.load(GAMMA + cs, mask=cmask, other=0.0).to(tl.float32)
     beta = tl.load(BETA + cs, mask=cmask, other=0.0).to(tl.float32)

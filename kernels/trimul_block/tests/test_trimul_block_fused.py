@@ -174,6 +174,19 @@ def test_the_folded_first_kernel_refuses_fp32_and_the_grid_kernels_keys(poisoned
 
 
 @cpu_only
+@pytest.mark.parametrize("dtype,name", [("fp32", "fused_r64_h32_w8_x3"), ("bf16", "fused_r64_h32_tma2_r64_fsig_ab_g64_cublas")])
+def test_constant_rows_scaled_far_down(dtype, name, poisoned):
+    # a constant pair row is beta after the LayerNorm; scaled down (past 1e21 here) eps s^2 underflowed to 0 beside
+    # its variance of 0, and the grid kernel's rows came out NaN (found by a review); at FP32 the row near 3e37 then
+    # came out as noise (its mean's rounding read as spread)
+    z, mask, *w = SPEC.inputs(dict(N=3, C=24, H=9), seed=8, dtype=dtype)
+    z[0, 1], z[2, 0] = 1e21, -3e37
+    want = SPEC.reference(z, mask, *w)
+    got = tb.trimul_block(z, mask, *w, **dict(tb.TILES[dtype][name], IN_R=16, FIN_R=16))
+    assert rel_err(got, want) <= SPEC.tol(dtype) and not outside(got, want, dtype).any(), rel_err(got, want)
+
+
+@cpu_only
 def test_the_fused_road_refuses_what_it_cannot_hold():
     z, mask, *w = SPEC.inputs(dict(N=2, C=4, H=3), seed=1)
     cfg = tb.TILES["fp32"]["fused_r64_h32_w8_x3"]
