@@ -19,12 +19,12 @@ _CONSTS = ("BLOCK_R", "WIDTH", "CHUNK", "BF16", "EMULATE", "PRECISION", "OFFS_64
 FUSED = [(dt, n) for dt in ("bf16", "fp32") for n, c in tb.TILES[dt].configs.items() if c["ROAD"] == "fused"]
 
 
-def _job(*args, **kw) -> tuple:
+def _job(*args, **kw) -> str:
     """A compile's arguments for ``sm90.resources``, hashable: configs that ask for the same compile share it."""
     return json.dumps([args, kw], default=list)  # key order kept: a signature is ordered
 
 
-def _resident_usage(c: dict) -> str:
+def _resident_job(c: dict) -> str:
     """The persistent first kernel (``IN_RESIDENT``): w_in's three tiles kept in shared memory."""
     from kernels.trimul_block import _fused_resident as res
     sig = dict({p: "*bf16" for p in _PTRS["in"]}, NN="i32", C="i32", H="i32", eps="fp32", tiles_total="i32")
@@ -36,7 +36,7 @@ def _resident_usage(c: dict) -> str:
                 c["F_STAGES"], aligned=(*_PTRS["in"], "NN", "C", "H"))
 
 
-def _fold_usage(c: dict) -> str:
+def _fold_job(c: dict) -> str:
     """The first kernel as a GEMM with the LayerNorm folded in (``IN_FOLD``): z and w' through descriptors."""
     from kernels.trimul_block import _fused_fold as fold
     r, bn = c["IN_R"], c["IN_FOLD"]
@@ -58,9 +58,9 @@ def _fold_usage(c: dict) -> str:
 
 def _compile_job(kernel: str, c: dict, dtype: str) -> str:
     if kernel == "in" and c["IN_RESIDENT"]:
-        return _resident_usage(c)
+        return _resident_job(c)
     if kernel == "in" and c["IN_FOLD"]:
-        return _fold_usage(c)
+        return _fold_job(c)
     fn = f"kernels.trimul_block._fused:_{kernel}_kernel"
     rows, chunk, warps = (c["IN_R"], c["IN_H"], c["IN_WARPS"]) if kernel == "in" else (c["FIN_R"], c["FIN_C"], c["FIN_WARPS"])
     ty = "*bf16" if dtype == "bf16" else "*fp32"
@@ -118,11 +118,6 @@ def test_the_bf16_rule_picks_a_listed_fused_config_at_af3_sizes():
     # at FP32 the steps road measured faster on an H100 (the rule's comment in triton_block)
     assert ("bf16", tb.TILES["bf16"].name_at(dict(N=1024, C=128, H=128))) in FUSED
     assert tb.TILES["fp32"][tb.TILES["fp32"].name_at(dict(N=1024, C=128, H=128))]["ROAD"] == "steps"
-
-
-def _usage(kernel: str, c: dict, dtype: str) -> dict:
-    args, kw = json.loads(_compile_job(kernel, c, dtype))
-    return sm90.resources(*args, **kw)
 
 
 # one test a distinct compile: most configs share their last kernel (or first) with others, and a compile is
