@@ -21,10 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def device_state() -> str:
     """The persisting-L2 limit (bytes) as the CUDA runtime reports it, or why it could not be read."""
+    # through cuda-bindings' runtime module: CuPy's runtime, tried first, has no name for this limit (every read
+    # on an H100 said AttributeError)
     try:
-        import cupy
-        rt = cupy.cuda.runtime
-        return f"persisting L2 limit {rt.deviceGetLimit(rt.cudaLimitPersistingL2CacheSize)} B"
+        from cuda.bindings import runtime as rt
+        err, value = rt.cudaDeviceGetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize)
+        if err != rt.cudaError_t.cudaSuccess:
+            return f"persisting L2 limit unread ({err})"
+        return f"persisting L2 limit {value} B"
     except Exception as e:  # noqa: BLE001 - a probe: say what is missing and go on
         return f"persisting L2 limit unread ({type(e).__name__})"
 

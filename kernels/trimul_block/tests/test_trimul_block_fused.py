@@ -206,19 +206,24 @@ def test_programs_walk_complex_by_complex_on_one_grid_axis():
     assert [int(out[p, 0, 0]) for p in range(6)] == [b * H * NN + t * R for b in range(3) for t in range(2)]
 
 
+def _entries_of(ids) -> int:
+    """Prepared-weight entries whose first weight has one of these ids: a test counts its own, since another test's
+    weights, freed by the collector while it runs, drop theirs (a count of all entries once failed under xdist).
+    Ids, not the tensors: a test that frees a weight to see its entry leave holds no reference to it."""
+    ids = set(ids)
+    return sum(k[1] in ids for k in _fused_weights._PREPARED)
+
+
 @cpu_only
 def test_prepared_weights_follow_in_place_updates_and_leave_with_the_weight():
     # the reordered first-kernel weights are kept while the weight lives: an in-place update must not
     # be answered from the old copy, and a freed weight must not leave its copy behind
     z, mask, *w = SPEC.inputs(dict(N=5, C=16, H=24), seed=4)
     cfg = dict(tb.TILES["fp32"]["fused_r64_h32_w8_x3"], IN_JOIN=True, IN_TMA=True, IN_H=16, FIN_TMA=True, FIN_C=16)
-    ids = {id(t) for t in w}
-    # this test's entries only (an entry's key names its first weight): another test's weights, freed by the
-    # collector while this one runs, drop theirs, which once made a count of all entries fail under xdist
-    mine = lambda: sum(k[1] in ids for k in _fused_weights._PREPARED)  # noqa: E731
+    ids = [id(t) for t in w]  # the weights as they were, before the deletions below
     first = tb.trimul_block(z, mask, *w, **cfg)
     assert rel_err(tb.trimul_block(z, mask, *w, **cfg), SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
-    assert mine() == 2  # the first kernel's and the last's
+    assert _entries_of(ids) == 2  # the first kernel's and the last's
     w[2].mul_(-0.5)  # w_in
     w[3].add_(1.0)  # b_in
     w[6].mul_(2.0)  # w_out
@@ -226,9 +231,9 @@ def test_prepared_weights_follow_in_place_updates_and_leave_with_the_weight():
     assert rel_err(again, SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
     assert rel_err(again, first) > 0.1
     del w[2]
-    assert mine() == 1
+    assert _entries_of(ids) == 1
     del w[5]  # w_out
-    assert mine() == 0
+    assert _entries_of(ids) == 0
 
 
 @cpu_only
@@ -236,27 +241,25 @@ def test_prepared_weights_are_never_stale_nor_kept_where_an_update_could_go_unse
     # found by a review: inference tensors crashed the cache (they count no versions), ``.data = ...``
     # reassignments were answered from the old copy, and replaced entries left finalizers behind
     cfg = dict(tb.TILES["fp32"]["fused_r64_h32_w8_x3"], IN_JOIN=True, IN_TMA=True, IN_H=16, FIN_TMA=True, FIN_C=16)
-    # entries counted by their first weight, this test's (another test's weights may be collected meanwhile)
-    held = lambda ws: sum(k[1] in {id(t) for t in ws} for k in _fused_weights._PREPARED)  # noqa: E731
     with torch.inference_mode():
         z, mask, *w = SPEC.inputs(dict(N=4, C=16, H=8), seed=5)
         assert rel_err(tb.trimul_block(z, mask, *w, **cfg), SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
-        assert held(w) == 0
+        assert _entries_of(map(id, w)) == 0
     z, mask, *w = SPEC.inputs(dict(N=4, C=16, H=8), seed=6)
     tb.trimul_block(z, mask, *w, **cfg)
     w[2].data = torch.randn_like(w[2])  # a new storage, no version bump
     assert rel_err(tb.trimul_block(z, mask, *w, **cfg), SPEC.reference(z, mask, *w)) < SPEC.tol("fp32")
     size = len(_fused_weights._PREPARED)
-    assert held(w) == 2
+    assert _entries_of(map(id, w)) == 2
     for _ in range(3):  # a fresh bias each call: its entry leaves with it
         b = w[3].clone()
         tb.trimul_block(z, mask, *w[:3], b, *w[4:], **cfg)
         del b
-    assert held(w) == 2 and len(_fused_weights._PREPARED) <= size
+    assert _entries_of(map(id, w)) == 2 and len(_fused_weights._PREPARED) <= size
     w[2].requires_grad_(True)  # autograd records the weights: nothing kept (a p.data update would go unseen)
-    before = held(w)
+    before = _entries_of(map(id, w))
     tb.trimul_block(z, mask, *w, **cfg)
-    assert held(w) <= before
+    assert _entries_of(map(id, w)) <= before
 
 
 @cpu_only
