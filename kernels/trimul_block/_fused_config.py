@@ -29,7 +29,7 @@ def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
          join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False,
-         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0, fold=0, fold_loop=0) -> dict:
+         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0, fold=0, fold_loop=0, cm=False) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
@@ -46,12 +46,13 @@ def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_war
     there were two; ``gc``: the output gate's chunk of columns (0: ``in_h``'s); ``fold``: the first kernel as a
     GEMM on z as it lies, the LayerNorm folded into its epilogue (``_fused_fold``), tiles of ``in_r`` pairs and
     this many columns (0: the grid kernel; bf16 only), one column tile a program or, with ``fold_loop`` (its
-    pipeline's stages), all of them in turn."""
+    pipeline's stages), all of them in turn; ``cm``: the first kernel's products formed [channels, pairs], the
+    order a and b lie in (``_fused_cm``), where the grid kernel transposes its [pairs, channels] tiles."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
                 FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t,
                 IN_MAXNREG=in_maxnreg, IN_SIG=sig, FIN_GTMA=fin_gtma, FIN_ZGATE=fin_zgate, IN_AB=ab, IN_GC=gc,
-                IN_FOLD=fold, IN_FOLD_LOOP=fold_loop)
+                IN_FOLD=fold, IN_FOLD_LOOP=fold_loop, IN_CM=cm)
 
 
 def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
@@ -109,6 +110,14 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         if need > FOLD_BYTES:
             no(f"IN_FOLD's tiles of z and w' take {need // 1024} KB of shared memory at C = {C} (IN_R, IN_FOLD and "
                f"IN_FOLD_LOOP's stages), past its {FOLD_BYTES // 1024} KB")
+    if c["IN_CM"] and (c["IN_RESIDENT"] or c["IN_FOLD"] or c["IN_JOIN"] or c["IN_TMA"] or c["IN_AB"] or c["IN_MAXNREG"]
+                       or c["FIN_ZGATE"]):
+        no("IN_CM replaces the grid kernel, its weights through its own descriptors, and stores the gate: IN_RESIDENT, "
+           "IN_FOLD, IN_JOIN, IN_TMA, IN_AB, IN_MAXNREG and FIN_ZGATE must be off")
+    if c["IN_CM"] and itemsize == 4:  # compiled for sm_90a, tf32x3's operand splits spill (255 registers, 192 bytes)
+        no("IN_CM is for bf16: at FP32 its tf32x3 products spill to local memory")
+    if c["IN_CM"] and c["IN_H"] > 256:
+        no(f"IN_CM loads w^T's rows by TMA, at most 256 a tile: IN_H must be at most 256, got {c['IN_H']}")
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):

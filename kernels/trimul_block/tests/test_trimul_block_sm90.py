@@ -56,7 +56,28 @@ def _fold_job(c: dict) -> str:
                 aligned=("Z", "M", "AT", "BT", "G", "S", "T", "NN", "C", "H"))
 
 
+def _cm_job(c: dict) -> str:
+    """The first kernel in the contraction's orientation (``IN_CM``): w^T's tiles through descriptors."""
+    from kernels.trimul_block import _fused_cm as cmk
+    r, h, gc = c["IN_R"], c["IN_H"], c["IN_GC"] or c["IN_H"]
+    sig = dict({p: "*bf16" for p in ("Z", "GAMMA", "BETA", "BIAS", "M", "AT", "BT", "G")}, NN="i32", C="i32", H="i32",
+               eps="fp32", WT=f"tensordesc<bf16[{h}, 128]>", WTG=f"tensordesc<bf16[{gc}, 128]>")
+    consts = dict(BLOCK_R=r, WIDTH=128, CHUNK=h, GCHUNK=gc, BF16=True, EMULATE=False, PRECISION="ieee", OFFS_64=False,
+                  SIG=c["IN_SIG"], TSTORE=c["IN_TSTORE"])
+    for d, box in (("AD", (1, h, r)), ("BD", (1, h, r)), ("GD", (1, r, gc))):
+        if c["IN_TSTORE"]:
+            sig[d] = f"tensordesc<bf16[{box[0]}, {box[1]}, {box[2]}]>"
+        else:
+            sig[d], consts[d] = "constexpr", None
+    sig.update({k: "constexpr" for k in consts})
+    sig = {a: sig[a] for a in cmk._in_cm_kernel.arg_names}
+    return _job("kernels.trimul_block._fused_cm:_in_cm_kernel", sig, consts, c["IN_WARPS"], 1,
+                aligned=("Z", "GAMMA", "BETA", "BIAS", "M", "AT", "BT", "G", "NN", "C", "H"))
+
+
 def _compile_job(kernel: str, c: dict, dtype: str) -> str:
+    if kernel == "in" and c["IN_CM"]:
+        return _cm_job(c)
     if kernel == "in" and c["IN_RESIDENT"]:
         return _resident_job(c)
     if kernel == "in" and c["IN_FOLD"]:

@@ -1,0 +1,122 @@
+"""The fused road's first kernel in the contraction's orientation (config key ``IN_CM``).
+
+The grid kernel (``_fused._in_kernel``) forms a chunk of projections as [pairs, channels], p = LN(z) w, and
+stores a and b channel-major, [B, H, N^2], which is the transpose of that tile. The transpose is a change of
+layout through shared memory, and a source-level profile of that kernel on an H100 found its shared-memory
+stores 10.7-way bank-conflicted and its integer pipe the busiest (kernels/NOTES.md). Here the same numbers are
+formed as [channels, pairs], p^T = w^T LN(z)^T: a chunk's gate rows and value rows are separate products, so
+no gate/value split either, and each accumulator row is one channel's pairs, already in the order a and b
+lie in memory. w^T's tiles arrive by TMA K-major (the tensor cores' own order for their first operand);
+LN(z)^T is the normalised tile handed to the tensor cores transposed, which on Hopper is a choice of shared-
+memory descriptor, not a data movement. The output gate stays pair-major, [B N^2, C], as the last kernel
+reads it: there LN(z) is the first operand and w^T's gate tile, transposed, the second.
+
+Rows of w^T past a section's end (H not a multiple of the chunk) read the next section's weights: their
+products are never stored (the pointer stores are masked, the descriptors clip at H). Columns of w^T past C
+arrive as zeros, matching the normalised tile's zero padding.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from ._fused_rows import _layernorm_rows, _round, _sigmoid
+from ._fused_weights import _cached, per_complex
+
+
+# <kernel>
+@triton.jit
+def _rows(WT, BIAS, r0, CHUNK: tl.constexpr, znt, PRECISION: tl.constexpr):
+    # rows r0 .. r0 + CHUNK of w^T LN(z)^T + bias: [CHUNK, pairs] (bias read within w^T's row count, which the
+    # padded bias has)
+    bias = tl.load(BIAS + r0 + tl.arange(0, CHUNK)).to(tl.float32)
+    return tl.dot(WT.load([r0, 0]), znt, input_precision=PRECISION) + bias[:, None]
+
+
+@triton.jit
+def _in_cm_kernel(
+    Z, GAMMA, BETA, BIAS, M, AT, BT, G,  # z [B NN, C]; the bias padded as w^T's rows; the mask [B NN]; a, b, g
+    WT, WTG,  # descriptors over w^T [4H + C, C] (rows: a's gates, a's values, b's, b's, the output gate's), tiles
+    # [CHUNK, WIDTH] and [GCHUNK, WIDTH]
+    AD, BD, GD,  # with TSTORE: descriptors over a, b [B, H, NN] and g [B, NN, C], tiles of one complex
+    NN, C, H, eps,
+    BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr, GCHUNK: tl.constexpr,
+    BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
+    SIG: tl.constexpr, TSTORE: tl.constexpr,
+):
+    tiles = tl.cdiv(NN, BLOCK_R)
+    pid = tl.program_id(0)
+    cx, p0 = pid // tiles, (pid % tiles) * BLOCK_R  # this program's complex and first pair
+    pair = p0 + tl.arange(0, BLOCK_R)
+    nn = NN
+    if OFFS_64:  # channel h of the last pair is h N^2 elements on, past 2^31 before N^2 is
+        cx, pair, nn = cx.to(tl.int64), pair.to(tl.int64), nn.to(tl.int64)
+    rows, cm, rmask = cx * nn + pair, cx * H * nn + pair, pair < nn
+    cs = tl.arange(0, WIDTH)
+    cmask = cs < C
+    zn = _layernorm_rows(Z + rows[:, None] * C + cs[None, :], rmask[:, None] & cmask[None, :], GAMMA, BETA,
+                         cs, cmask, C, eps, CENTER=not BF16)
+    zn = _round(zn, BF16, EMULATE)  # the GEMM's operand, rounded once as the steps road stores it
+    znt = tl.trans(zn)
+    m = tl.load(M + rows, mask=rmask, other=0.0).to(tl.float32)
+    for h0 in range(0, H, CHUNK):
+        hs = h0 + tl.arange(0, CHUNK)
+        smask = (hs < H)[:, None] & rmask[None, :]
+        dst = cm[None, :] + hs[:, None] * nn
+        a = _sigmoid(_rows(WT, BIAS, h0, CHUNK, znt, PRECISION), SIG) * _rows(WT, BIAS, H + h0, CHUNK, znt, PRECISION)
+        a = _round(a * m[None, :], BF16, EMULATE)
+        if TSTORE:
+            AD.store([cx, h0, p0], tl.reshape(a, (1, CHUNK, BLOCK_R)))
+        else:
+            tl.store(AT + dst, a, mask=smask)
+        b = _sigmoid(_rows(WT, BIAS, 2 * H + h0, CHUNK, znt, PRECISION), SIG) * _rows(WT, BIAS, 3 * H + h0, CHUNK,
+                                                                                      znt, PRECISION)
+        b = _round(b * m[None, :], BF16, EMULATE)
+        if TSTORE:
+            BD.store([cx, h0, p0], tl.reshape(b, (1, CHUNK, BLOCK_R)))
+        else:
+            tl.store(BT + dst, b, mask=smask)
+    for c0 in range(0, C, GCHUNK):
+        gs = c0 + tl.arange(0, GCHUNK)
+        bias = tl.load(BIAS + 4 * H + gs).to(tl.float32)
+        g = tl.dot(zn, tl.trans(WTG.load([4 * H + c0, 0])), input_precision=PRECISION) + bias[None, :]
+        g = _round(_sigmoid(g, SIG), BF16, EMULATE)
+        if TSTORE:
+            GD.store([cx, p0, c0], tl.reshape(g, (1, BLOCK_R, GCHUNK)))
+        else:
+            tl.store(G + rows[:, None] * C + gs[None, :], g, mask=rmask[:, None] & (gs < C)[None, :])
+# </kernel>
+
+
+def weights(w_in, b_in, wi, bb, C: int, H: int, chunk: int, gchunk: int, width: int):
+    """(descriptor over w^T, tiles [chunk, width]; over the same, tiles [gchunk, width]; the bias padded so
+    every tile's rows can be read), kept while the weights live unchanged. w^T's rows are padded to a
+    16-byte multiple of columns (TMA's rows); the rows past 4H + C, which the last tiles reach, are zero."""
+    def make():
+        pad = 16 // wi.element_size()
+        rows = 4 * H + C + max(chunk, gchunk)
+        wt = torch.zeros((rows, -(-C // pad) * pad), dtype=wi.dtype, device=wi.device)
+        wt[:4 * H + C, :C] = wi.t()
+        bp = torch.zeros(rows, dtype=bb.dtype, device=bb.device)
+        bp[:4 * H + C] = bb
+        return (TensorDescriptor(wt, [rows, C], [wt.stride(0), 1], [chunk, width]),
+                TensorDescriptor(wt, [rows, C], [wt.stride(0), 1], [gchunk, width]), bp)
+    key = ("cm", id(w_in), id(b_in), chunk, gchunk, wi.dtype, wi.device)
+    return _cached(key, (w_in, b_in), make)
+
+
+def first(zc, m, gamma, beta, w_in, b_in, wi, bb, at, bt, g, B: int, NN: int, C: int, H: int, eps: float,
+          c: dict, width: int, flags: dict, sig: str) -> None:
+    """The first kernel's work by this road: a, b [B, H, NN] and g [B NN, C] from z [B NN, C]."""
+    r, chunk, gchunk = c["IN_R"], c["IN_H"], c["IN_GC"] or c["IN_H"]
+    wt, wtg, bp = weights(w_in, b_in, wi, bb, C, H, chunk, gchunk, width)
+    ad = bd = gd = None
+    es = at.element_size()
+    if c["IN_TSTORE"] and (NN * es) % 16 == 0 and (C * es) % 16 == 0:  # TMA's 16-byte rows; else by pointer
+        ad, bd, gd = (per_complex(at, B, H, NN, chunk, r), per_complex(bt, B, H, NN, chunk, r),
+                      per_complex(g, B, NN, C, r, gchunk))
+    _in_cm_kernel[(B * triton.cdiv(NN, r),)](zc, gamma, beta, bp, m, at, bt, g, wt, wtg, ad, bd, gd, NN, C, H, eps,
+                                             BLOCK_R=r, WIDTH=width, CHUNK=chunk, GCHUNK=gchunk, SIG=sig,
+                                             TSTORE=ad is not None, num_warps=c["IN_WARPS"], num_stages=1, **flags)
