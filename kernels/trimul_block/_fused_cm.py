@@ -48,12 +48,11 @@ def _in_cm_kernel(
 ):
     tiles = tl.cdiv(NN, BLOCK_R)
     pid = tl.program_id(0)
-    cx, p0 = pid // tiles, (pid % tiles) * BLOCK_R  # this program's complex and first pair
-    pair = p0 + tl.arange(0, BLOCK_R)
-    nn = NN
+    cx, p0 = pid // tiles, (pid % tiles) * BLOCK_R  # this program's complex and first pair (TMA's int32 coordinates)
+    bx, pair, nn = cx, p0 + tl.arange(0, BLOCK_R), NN
     if OFFS_64:  # channel h of the last pair is h N^2 elements on, past 2^31 before N^2 is
-        cx, pair, nn = cx.to(tl.int64), pair.to(tl.int64), nn.to(tl.int64)
-    rows, cm, rmask = cx * nn + pair, cx * H * nn + pair, pair < nn
+        bx, pair, nn = bx.to(tl.int64), pair.to(tl.int64), nn.to(tl.int64)
+    rows, cm, rmask = bx * nn + pair, bx * H * nn + pair, pair < nn
     cs = tl.arange(0, WIDTH)
     cmask = cs < C
     zn = _layernorm_rows(Z + rows[:, None] * C + cs[None, :], rmask[:, None] & cmask[None, :], GAMMA, BETA,
