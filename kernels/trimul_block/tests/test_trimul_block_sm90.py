@@ -45,15 +45,22 @@ def _fold_job(c: dict) -> str:
                WD=f"tensordesc<bf16[128, {bn}]>")
     consts = dict(BLOCK_R=r, CW=128, BN=bn, BF16=True, EMULATE=False, SIG=c["IN_SIG"], OFFS_64=False, ZTMA=True,
                   TSTORE=c["IN_TSTORE"], LOOP=c["IN_FOLD_LOOP"] > 0, STAGES=max(c["IN_FOLD_LOOP"], 1), CANCEL=64.0)
-    for d, box in (("AD", (1, bn // 2, r)), ("BD", (1, bn // 2, r)), ("GD", (1, r, bn))):
+    return _first_job(fold._in_fold_kernel, "_fused_fold:_in_fold_kernel", c, sig, consts, (bn // 2, r, bn),
+                      aligned=("Z", "M", "AT", "BT", "G", "S", "T", "NN", "C", "H"))
+
+
+def _first_job(kernel, where: str, c: dict, sig: dict, consts: dict, boxes: tuple, aligned: tuple) -> str:
+    """A first kernel's job whose a, b and g go through descriptors with IN_TSTORE: a's and b's tiles [1, boxes[0],
+    boxes[1]] and g's [1, boxes[1], boxes[2]], else pointers (the descriptors' arguments constexpr None)."""
+    h, r, gc = boxes
+    for d, box in (("AD", (1, h, r)), ("BD", (1, h, r)), ("GD", (1, r, gc))):
         if c["IN_TSTORE"]:
             sig[d] = f"tensordesc<bf16[{box[0]}, {box[1]}, {box[2]}]>"
         else:
             sig[d], consts[d] = "constexpr", None
     sig.update({k: "constexpr" for k in consts})
-    sig = {a: sig[a] for a in fold._in_fold_kernel.arg_names}
-    return _job("kernels.trimul_block._fused_fold:_in_fold_kernel", sig, consts, c["IN_WARPS"], 1,
-                aligned=("Z", "M", "AT", "BT", "G", "S", "T", "NN", "C", "H"))
+    sig = {a: sig[a] for a in kernel.arg_names}
+    return _job(f"kernels.trimul_block.{where}", sig, consts, c["IN_WARPS"], 1, aligned=aligned)
 
 
 def _cm_job(c: dict) -> str:
@@ -64,15 +71,8 @@ def _cm_job(c: dict) -> str:
                eps="fp32", WT=f"tensordesc<bf16[{h}, 128]>", WTG=f"tensordesc<bf16[{gc}, 128]>")
     consts = dict(BLOCK_R=r, WIDTH=128, CHUNK=h, GCHUNK=gc, BF16=True, EMULATE=False, PRECISION="ieee", OFFS_64=False,
                   SIG=c["IN_SIG"], TSTORE=c["IN_TSTORE"])
-    for d, box in (("AD", (1, h, r)), ("BD", (1, h, r)), ("GD", (1, r, gc))):
-        if c["IN_TSTORE"]:
-            sig[d] = f"tensordesc<bf16[{box[0]}, {box[1]}, {box[2]}]>"
-        else:
-            sig[d], consts[d] = "constexpr", None
-    sig.update({k: "constexpr" for k in consts})
-    sig = {a: sig[a] for a in cmk._in_cm_kernel.arg_names}
-    return _job("kernels.trimul_block._fused_cm:_in_cm_kernel", sig, consts, c["IN_WARPS"], 1,
-                aligned=("Z", "GAMMA", "BETA", "BIAS", "M", "AT", "BT", "G", "NN", "C", "H"))
+    return _first_job(cmk._in_cm_kernel, "_fused_cm:_in_cm_kernel", c, sig, consts, (h, r, gc),
+                      aligned=("Z", "GAMMA", "BETA", "BIAS", "M", "AT", "BT", "G", "NN", "C", "H"))
 
 
 def _compile_job(kernel: str, c: dict, dtype: str) -> str:
