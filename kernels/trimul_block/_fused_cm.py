@@ -36,13 +36,22 @@ def _rows(WT, BIAS, r0, CHUNK: tl.constexpr, znt, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _gated(WT, BIAS, r0, CHUNK: tl.constexpr, znt, SIG: tl.constexpr, PRECISION: tl.constexpr):
+    # a chunk of CHUNK channels from one product of 2 CHUNK rows whose blocks of 8 are gates then values
+    # (ROWS8): a thread of a warpgroup's accumulator holds rows r and r + 8, so the split is its own registers
+    p = _rows(WT, BIAS, r0, 2 * CHUNK, znt, PRECISION)
+    g, v = tl.split(tl.permute(tl.reshape(p, (CHUNK // 8, 2, 8, p.shape[1])), (0, 2, 3, 1)))
+    return tl.reshape(_sigmoid(g, SIG) * v, (CHUNK, p.shape[1]))
+
+
+@triton.jit
 def _in_cm_kernel(
     Z, GAMMA, BETA, BIAS, M, AT, BT, G,  # z [B NN, C]; the bias padded as w^T's rows; the mask [B NN]; a, b, g
     WT, WTG,  # descriptors over w^T [4H + C, C] (rows: a's gates, a's values, b's, b's, the output gate's), tiles
     # [CHUNK, WIDTH] and [GCHUNK, WIDTH]
     AD, BD, GD,  # with TSTORE: descriptors over a, b [B, H, NN] and g [B, NN, C], tiles of one complex
-    NN, C, H, eps,
-    BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr, GCHUNK: tl.constexpr,
+    NN, C, H, eps, HB, HG,  # b's and the output gate's first row of w^T
+    BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr, GCHUNK: tl.constexpr, ROWS8: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
     SIG: tl.constexpr, TSTORE: tl.constexpr,
 ):
@@ -64,14 +73,20 @@ def _in_cm_kernel(
         hs = h0 + tl.arange(0, CHUNK)
         smask = (hs < H)[:, None] & rmask[None, :]
         dst = cm[None, :] + hs[:, None] * nn
-        a = _sigmoid(_rows(WT, BIAS, h0, CHUNK, znt, PRECISION), SIG) * _rows(WT, BIAS, H + h0, CHUNK, znt, PRECISION)
+        if ROWS8:
+            a = _gated(WT, BIAS, 2 * h0, CHUNK, znt, SIG, PRECISION)
+        else:
+            a = _sigmoid(_rows(WT, BIAS, h0, CHUNK, znt, PRECISION), SIG) * _rows(WT, BIAS, H + h0, CHUNK, znt, PRECISION)
         a = _round(a * m[None, :], BF16, EMULATE)
         if TSTORE:
             AD.store([cx, h0, p0], tl.reshape(a, (1, CHUNK, BLOCK_R)))
         else:
             tl.store(AT + dst, a, mask=smask)
-        b = _sigmoid(_rows(WT, BIAS, 2 * H + h0, CHUNK, znt, PRECISION), SIG) * _rows(WT, BIAS, 3 * H + h0, CHUNK,
-                                                                                      znt, PRECISION)
+        if ROWS8:
+            b = _gated(WT, BIAS, HB + 2 * h0, CHUNK, znt, SIG, PRECISION)
+        else:
+            b = _sigmoid(_rows(WT, BIAS, 2 * H + h0, CHUNK, znt, PRECISION), SIG) * _rows(WT, BIAS, 3 * H + h0, CHUNK,
+                                                                                          znt, PRECISION)
         b = _round(b * m[None, :], BF16, EMULATE)
         if TSTORE:
             BD.store([cx, h0, p0], tl.reshape(b, (1, CHUNK, BLOCK_R)))
@@ -79,8 +94,8 @@ def _in_cm_kernel(
             tl.store(BT + dst, b, mask=smask)
     for c0 in range(0, C, GCHUNK):
         gs = c0 + tl.arange(0, GCHUNK)
-        bias = tl.load(BIAS + 4 * H + gs).to(tl.float32)
-        g = tl.dot(zn, tl.trans(WTG.load([4 * H + c0, 0])), input_precision=PRECISION) + bias[None, :]
+        bias = tl.load(BIAS + HG + gs).to(tl.float32)
+        g = tl.dot(zn, tl.trans(WTG.load([HG + c0, 0])), input_precision=PRECISION) + bias[None, :]
         g = _round(_sigmoid(g, SIG), BF16, EMULATE)
         if TSTORE:
             GD.store([cx, p0, c0], tl.reshape(g, (1, BLOCK_R, GCHUNK)))
@@ -89,33 +104,47 @@ def _in_cm_kernel(
 # </kernel>
 
 
-def weights(w_in, b_in, wi, bb, C: int, H: int, chunk: int, gchunk: int, width: int):
-    """(descriptor over w^T, tiles [chunk, width]; over the same, tiles [gchunk, width]; the bias padded so
-    every tile's rows can be read), kept while the weights live unchanged. w^T's rows are padded to a
-    16-byte multiple of columns (TMA's rows); the rows past 4H + C, which the last tiles reach, are zero."""
+def weights(w_in, b_in, wi, bb, C: int, H: int, chunk: int, gchunk: int, width: int, rows8: bool):
+    """(descriptor over w^T for a's and b's tiles; over the same for the gate's, [gchunk, width]; the bias laid out
+    as w^T's rows; b's first row; the gate's first row), kept while the weights live unchanged. Rows: a's gates,
+    a's values, b's, b's (tiles [chunk, width]), or with ``rows8`` each chunk of a (then b) as blocks of 8 gate rows
+    and their 8 value rows (tiles [2 chunk, width]; H padded to whole chunks with zero rows); then the output
+    gate's. Columns padded to 16 bytes (TMA's rows); rows past the end, which the last tiles reach, are zero."""
     def make():
-        pad = 16 // wi.element_size()
-        rows = 4 * H + C + max(chunk, gchunk)
+        pad, box = 16 // wi.element_size(), 2 * chunk if rows8 else chunk
+        hp = -(-H // chunk) * chunk if rows8 else H
+        hg = 4 * hp
+        rows = hg + C + max(box, gchunk)
+        w, b = wi.t(), bb
+        if rows8:  # row k 2 chunk + 16 j + t: gate of channel k chunk + 8 j + t; + 8: its value
+            h = torch.arange(hp, device=wi.device)
+            at = (h // 8) * 16 + h % 8
+            keep = h < H
+            src = torch.cat((h[keep], H + h[keep], 2 * H + h[keep], 3 * H + h[keep], 4 * H + torch.arange(C, device=h.device)))
+            dst = torch.cat((at[keep], at[keep] + 8, 2 * hp + at[keep], 2 * hp + at[keep] + 8,
+                             hg + torch.arange(C, device=h.device)))
+        else:
+            src = dst = torch.arange(4 * H + C, device=wi.device)
         wt = torch.zeros((rows, -(-C // pad) * pad), dtype=wi.dtype, device=wi.device)
-        wt[:4 * H + C, :C] = wi.t()
         bp = torch.zeros(rows, dtype=bb.dtype, device=bb.device)
-        bp[:4 * H + C] = bb
-        return (TensorDescriptor(wt, [rows, C], [wt.stride(0), 1], [chunk, width]),
-                TensorDescriptor(wt, [rows, C], [wt.stride(0), 1], [gchunk, width]), bp)
-    key = ("cm", id(w_in), id(b_in), chunk, gchunk, wi.dtype, wi.device)
+        wt[dst, :C], bp[dst] = w[src], b[src]
+        return (TensorDescriptor(wt, [rows, C], [wt.stride(0), 1], [box, width]),
+                TensorDescriptor(wt, [rows, C], [wt.stride(0), 1], [gchunk, width]), bp, 2 * hp if rows8 else 2 * H, hg)
+    key = ("cm", id(w_in), id(b_in), chunk, gchunk, rows8, wi.dtype, wi.device)
     return _cached(key, (w_in, b_in), make)
 
 
 def first(zc, m, gamma, beta, w_in, b_in, wi, bb, at, bt, g, B: int, NN: int, C: int, H: int, eps: float,
           c: dict, width: int, flags: dict, sig: str) -> None:
     """The first kernel's work by this road: a, b [B, H, NN] and g [B NN, C] from z [B NN, C]."""
-    r, chunk, gchunk = c["IN_R"], c["IN_H"], c["IN_GC"] or c["IN_H"]
-    wt, wtg, bp = weights(w_in, b_in, wi, bb, C, H, chunk, gchunk, width)
+    r, chunk, gchunk, rows8 = c["IN_R"], c["IN_H"], c["IN_GC"] or c["IN_H"], c["IN_CM"] == 2
+    wt, wtg, bp, hb, hg = weights(w_in, b_in, wi, bb, C, H, chunk, gchunk, width, rows8)
     ad = bd = gd = None
     es = at.element_size()
     if c["IN_TSTORE"] and (NN * es) % 16 == 0 and (C * es) % 16 == 0:  # TMA's 16-byte rows; else by pointer
         ad, bd, gd = (per_complex(at, B, H, NN, chunk, r), per_complex(bt, B, H, NN, chunk, r),
                       per_complex(g, B, NN, C, r, gchunk))
-    _in_cm_kernel[(B * triton.cdiv(NN, r),)](zc, gamma, beta, bp, m, at, bt, g, wt, wtg, ad, bd, gd, NN, C, H, eps,
-                                             BLOCK_R=r, WIDTH=width, CHUNK=chunk, GCHUNK=gchunk, SIG=sig,
-                                             TSTORE=ad is not None, num_warps=c["IN_WARPS"], num_stages=1, **flags)
+    _in_cm_kernel[(B * triton.cdiv(NN, r),)](zc, gamma, beta, bp, m, at, bt, g, wt, wtg, ad, bd, gd, NN, C, H, eps, hb,
+                                             hg, BLOCK_R=r, WIDTH=width, CHUNK=chunk, GCHUNK=gchunk, ROWS8=rows8,
+                                             SIG=sig, TSTORE=ad is not None, num_warps=c["IN_WARPS"], num_stages=1,
+                                             **flags)

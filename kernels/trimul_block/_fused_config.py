@@ -29,7 +29,7 @@ def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
          join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False,
-         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0, fold=0, fold_loop=0, cm=False) -> dict:
+         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0, fold=0, fold_loop=0, cm=0) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
@@ -47,7 +47,8 @@ def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_war
     GEMM on z as it lies, the LayerNorm folded into its epilogue (``_fused_fold``), tiles of ``in_r`` pairs and
     this many columns (0: the grid kernel; bf16 only), one column tile a program or, with ``fold_loop`` (its
     pipeline's stages), all of them in turn; ``cm``: the first kernel's products formed [channels, pairs], the
-    order a and b lie in (``_fused_cm``), where the grid kernel transposes its [pairs, channels] tiles."""
+    order a and b lie in (``_fused_cm``), where the grid kernel transposes its [pairs, channels] tiles: 1, four
+    products a chunk (a's gates, values, b's, b's); 2, two, gates and values in alternate blocks of 8 rows."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
                 FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t,
@@ -114,6 +115,11 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
                        or c["FIN_ZGATE"]):
         no("IN_CM replaces the grid kernel, its weights through its own descriptors, and stores the gate: IN_RESIDENT, "
            "IN_FOLD, IN_JOIN, IN_TMA, IN_AB, IN_MAXNREG and FIN_ZGATE must be off")
+    if c["IN_CM"] not in (0, 1, 2):
+        no(f"IN_CM must be 0 (the grid kernel), 1 (four products a chunk) or 2 (two, rows in blocks of 8), got "
+           f"{c['IN_CM']!r}")
+    if c["IN_CM"] == 2 and c["IN_H"] > 128:
+        no(f"IN_CM=2 loads 2 IN_H rows of w^T a tile by TMA, at most 256: IN_H must be at most 128, got {c['IN_H']}")
     if c["IN_CM"] and itemsize == 4:  # compiled for sm_90a, tf32x3's operand splits spill (255 registers, 192 bytes)
         no("IN_CM is for bf16: at FP32 its tf32x3 products spill to local memory")
     if c["IN_CM"] and c["IN_H"] > 256:

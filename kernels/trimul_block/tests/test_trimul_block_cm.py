@@ -27,24 +27,29 @@ def test_the_channel_major_first_kernel_refuses_fp32_and_the_grid_kernels_keys()
     for key in ("IN_RESIDENT", "IN_JOIN", "IN_TMA", "IN_AB", "FIN_ZGATE"):
         e = assert_refuses(tb.trimul_block, NAME, "config", *bf, **dict(cfg, **{key: True}))
         assert key in str(e)  # refused by IN_CM's check or an earlier one naming the key
-    e = assert_refuses(tb.trimul_block, NAME, "config", *bf, **dict(cfg, IN_H=512))
-    assert "IN_H" in str(e)
+    for over in (dict(IN_H=512), dict(IN_CM=2, IN_H=256)):  # past TMA's 256 rows a tile
+        e = assert_refuses(tb.trimul_block, NAME, "config", *bf, **dict(cfg, **over))
+        assert "IN_H" in str(e)
+    e = assert_refuses(tb.trimul_block, NAME, "config", *bf, **dict(cfg, IN_CM=3))
+    assert "IN_CM" in str(e)
 
 
 @cpu_only
 @pytest.mark.parametrize("tstore", (False, True))
-def test_a_batch_of_complexes_by_both_stores(tstore, poisoned):
+@pytest.mark.parametrize("cm", (1, 2))
+def test_a_batch_of_complexes_by_both_stores(cm, tstore, poisoned):
     # three complexes of 16 pairs, 32 a program (a program's tile clipped at its complex), H = 70: a second
-    # chunk of 64 whose rows past H read b's weights and are never stored; rows near 1e30 and constant rows
+    # chunk of 64 whose rows past H read b's weights (IN_CM=1) or zeros (2) and are never stored; rows near 1e30
+    # and constant rows
     reqs = [SPEC.inputs(dict(N=4, C=24, H=70), seed=90 + c, dtype="bf16", dist="heavy" if c else "normal")
             for c in range(3)]
     z, mask = torch.stack([r[0] for r in reqs]), torch.stack([r[1] for r in reqs])
     z[1, 0, 2] *= 1e30
     z[0, 1, :2] = torch.tensor([1000.0, -7.0])[:, None]
     out = torch.full_like(z, math.nan)
-    cfg = dict(tb.TILES["bf16"][CM[0]], IN_R=32, IN_TSTORE=tstore)
+    cfg = dict(tb.TILES["bf16"][CM[0]], IN_R=32, IN_TSTORE=tstore, IN_CM=cm)
     tb.trimul_block(z, mask, *reqs[0][2:], out=out, **cfg)
     for c in range(3):
         want = SPEC.reference(z[c], mask[c], *reqs[0][2:])
-        assert rel_err(out[c], want) <= SPEC.tol("bf16"), (tstore, c, rel_err(out[c], want))
-        assert not outside(out[c], want, "bf16").any(), (tstore, c, describe_mismatch(out[c], want, "bf16"))
+        assert rel_err(out[c], want) <= SPEC.tol("bf16"), (cm, tstore, c, rel_err(out[c], want))
+        assert not outside(out[c], want, "bf16").any(), (cm, tstore, c, describe_mismatch(out[c], want, "bf16"))

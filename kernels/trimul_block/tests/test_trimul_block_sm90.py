@@ -67,10 +67,12 @@ def _cm_job(c: dict) -> str:
     """The first kernel in the contraction's orientation (``IN_CM``): w^T's tiles through descriptors."""
     from kernels.trimul_block import _fused_cm as cmk
     r, h, gc = c["IN_R"], c["IN_H"], c["IN_GC"] or c["IN_H"]
+    rows8 = c["IN_CM"] == 2
     sig = dict({p: "*bf16" for p in ("Z", "GAMMA", "BETA", "BIAS", "M", "AT", "BT", "G")}, NN="i32", C="i32", H="i32",
-               eps="fp32", WT=f"tensordesc<bf16[{h}, 128]>", WTG=f"tensordesc<bf16[{gc}, 128]>")
-    consts = dict(BLOCK_R=r, WIDTH=128, CHUNK=h, GCHUNK=gc, BF16=True, EMULATE=False, PRECISION="ieee", OFFS_64=False,
-                  SIG=c["IN_SIG"], TSTORE=c["IN_TSTORE"])
+               eps="fp32", HB="i32", HG="i32", WT=f"tensordesc<bf16[{2 * h if rows8 else h}, 128]>",
+               WTG=f"tensordesc<bf16[{gc}, 128]>")
+    consts = dict(BLOCK_R=r, WIDTH=128, CHUNK=h, GCHUNK=gc, ROWS8=rows8, BF16=True, EMULATE=False, PRECISION="ieee",
+                  OFFS_64=False, SIG=c["IN_SIG"], TSTORE=c["IN_TSTORE"])
     return _first_job(cmk._in_cm_kernel, "_fused_cm:_in_cm_kernel", c, sig, consts, (h, r, gc),
                       aligned=("Z", "GAMMA", "BETA", "BIAS", "M", "AT", "BT", "G", "NN", "C", "H"))
 
