@@ -200,7 +200,9 @@ _BF16 = {
     # and 49 KB (127 with TMA stores), w8 79 (76); r128 h64 w8 123 and 82 KB (128 with TMA stores); the rule's last kernel
     # 'cm8' (IN_CM=2): a chunk's gates and values as one product of alternate blocks of 8 rows, split within each
     # thread's registers (the TTGIR has no change of layout for it), two weight tiles and two products a chunk, not four:
-    # r64 h64 w4 119 registers and 65 KB, w8 with TMA stores 79
+    # r64 h64 w4 119 registers and 65 KB, w8 with TMA stores 79. On an H100 at N = 1024 none beat the rule's first
+    # kernel, 564-569 us: 'cm' r64 w4 576-577, the rest 617-798 (data/h100/fused/probe_cm_28f5d7c.txt; a profile found
+    # the conflicts gone and the kernel as latency-bound as before: kernels/NOTES.md)
     **{f"fused_cm{'8' if cm == 2 else ''}_r{r}_h64_w{w}{'_ts' if ts else ''}_r64_cublas":
        _config(_PERMUTE_BF16, fused=_fused.keys(cm=cm, in_r=r, in_h=64, in_warps=w, tstore=ts, gc=64, fin_r=64,
                                                 fin_c=64, fin_tma=True, sig="fast"))
