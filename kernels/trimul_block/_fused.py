@@ -99,12 +99,13 @@ def _in_kernel(
     JOIN: tl.constexpr, TMA: tl.constexpr, TSTORE: tl.constexpr, SIG: tl.constexpr,
     GATE: tl.constexpr,  # the output gate here (else the last kernel computes it from z: FIN_ZGATE)
     AB: tl.constexpr, GCHUNK: tl.constexpr,  # a's and b's chunk in one tile (IN_AB); the gate's chunk (IN_GC)
+    LNFAST: tl.constexpr = False,  # IN_LNFAST: its LayerNorm unscaled where a tile's rows allow
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     cs = tl.arange(0, WIDTH)
     cmask = cs < C
     zn = _layernorm_rows(Z + rows[:, None] * C + cs[None, :], rmask[:, None] & cmask[None, :], GAMMA, BETA,
-                         cs, cmask, C, eps, CENTER=not BF16)
+                         cs, cmask, C, eps, CENTER=not BF16, FAST=LNFAST)
     zn = _round(zn, BF16, EMULATE)  # the GEMM's operand, rounded once as the steps road stores it
     m = tl.load(M + rows, mask=rmask, other=0.0).to(tl.float32)
     ldw = 4 * H + C
@@ -251,7 +252,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
         _in_kernel[(tiles,)](zc, gi, bi, wi, bb, m, at, bt, at if zgate else g, wd2, wd1, wb, wg, ad, bd, gd, NN, C,
                              H, EPS, BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"],
                              TMA=c["IN_TMA"], TSTORE=ad is not None, SIG=_sig(c), GATE=not zgate, AB=c["IN_AB"],
-                             GCHUNK=c["IN_GC"] or c["IN_H"],
+                             GCHUNK=c["IN_GC"] or c["IN_H"], LNFAST=c["IN_LNFAST"],
                              num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **_maxnreg(c), **flags)
     _contract(at, bt, o, c, launch, offs_64)
     if emulate:

@@ -29,7 +29,7 @@ def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
          join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False,
-         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0, fold=0, fold_loop=0, cm=0) -> dict:
+         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0, fold=0, fold_loop=0, cm=0, lnfast=False) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
@@ -48,12 +48,14 @@ def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_war
     this many columns (0: the grid kernel; bf16 only), one column tile a program or, with ``fold_loop`` (its
     pipeline's stages), all of them in turn; ``cm``: the first kernel's products formed [channels, pairs], the
     order a and b lie in (``_fused_cm``), where the grid kernel transposes its [pairs, channels] tiles: 1, four
-    products a chunk (a's gates, values, b's, b's); 2, two, gates and values in alternate blocks of 8 rows."""
+    products a chunk (a's gates, values, b's, b's); 2, two, gates and values in alternate blocks of 8 rows;
+    ``lnfast``: the grid first kernel's LayerNorm skips the overflow guard's scaling where no row of a tile needs it
+    (``_fused_rows._layernorm_rows``; in the last kernel, compiled for sm_90a, it took 168 registers against 122)."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
                 FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t,
                 IN_MAXNREG=in_maxnreg, IN_SIG=sig, FIN_GTMA=fin_gtma, FIN_ZGATE=fin_zgate, IN_AB=ab, IN_GC=gc,
-                IN_FOLD=fold, IN_FOLD_LOOP=fold_loop, IN_CM=cm)
+                IN_FOLD=fold, IN_FOLD_LOOP=fold_loop, IN_CM=cm, IN_LNFAST=lnfast)
 
 
 def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
@@ -115,6 +117,8 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
                        or c["FIN_ZGATE"]):
         no("IN_CM replaces the grid kernel, its weights through its own descriptors, and stores the gate: IN_RESIDENT, "
            "IN_FOLD, IN_JOIN, IN_TMA, IN_AB, IN_MAXNREG and FIN_ZGATE must be off")
+    if c["IN_LNFAST"] and (c["IN_RESIDENT"] or c["IN_FOLD"] or c["IN_CM"]):
+        no("IN_LNFAST is the grid first kernel's LayerNorm: IN_RESIDENT, IN_FOLD and IN_CM's first kernels keep theirs")
     if c["IN_CM"] not in (0, 1, 2):
         no(f"IN_CM must be 0 (the grid kernel), 1 (four products a chunk) or 2 (two, rows in blocks of 8), got "
            f"{c['IN_CM']!r}")

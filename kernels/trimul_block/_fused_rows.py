@@ -25,23 +25,47 @@ def _round(x, BF16: tl.constexpr, EMULATE: tl.constexpr):
 
 
 @triton.jit
-def _layernorm_rows(ptrs, mask, GAMMA, BETA, cs, cmask, width, eps, AXIS: tl.constexpr = 1,
-                    CENTER: tl.constexpr = False):
-    # rows of ``width`` values (padded with zeros to the tile) normalised in FP32, padding left at zero;
-    # the rows run along AXIS (1: a [rows, width] tile; 0: [width, rows], a tile read in a channel-major
-    # tensor's own order). Each row is first scaled by a power of two below its largest value, as the
-    # project's LayerNorm does (kernels/layernorm): the squares of values past 2^64 would overflow, and s
-    # cancels but in eps
-    x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-    s = _down_scale(tl.max(tl.abs(x), axis=AXIS))
-    x = x * tl.expand_dims(s, AXIS)
+def _deviations(x, mask, width, AXIS: tl.constexpr, CENTER: tl.constexpr):
+    # rows' deviations from their mean (padding left at zero) and their variance, as _layernorm_rows forms them
     mean = tl.sum(x, axis=AXIS) / width
     d = tl.where(mask, x - tl.expand_dims(mean, AXIS), 0.0)
     if CENTER:  # FP32 rows: the deviations' own mean taken out, as the project's LayerNorm does, so a mean's rounding
         # never reads as spread (a constant row near 3e37, scaled far down where eps's share underflows, came out as
         # noise). bf16 rows need none: a sum of up to 256 of them is exact in FP32, and so is a constant row's mean
         d = tl.where(mask, d - tl.expand_dims(tl.sum(d, axis=AXIS) / width, AXIS), 0.0)
-    rstd, _ = _rstd(tl.sum(d * d, axis=AXIS) / width, s, eps)  # a constant row scaled far down: 0 (its d is 0)
+    return d, tl.sum(d * d, axis=AXIS) / width
+
+
+@triton.jit
+def _scaled_deviations(x, mask, width, eps, AXIS: tl.constexpr, CENTER: tl.constexpr):
+    # the deviations and 1 / sqrt(var + eps) of rows first scaled by a power of two below their largest value, as the
+    # project's LayerNorm does (kernels/layernorm): the squares of values past 2^64 would overflow, and s cancels but
+    # in eps
+    s = _down_scale(tl.max(tl.abs(x), axis=AXIS))
+    d, var = _deviations(x * tl.expand_dims(s, AXIS), mask, width, AXIS, CENTER)
+    rstd, _ = _rstd(var, s, eps)  # a constant row scaled far down: 0 (its d is 0)
+    return d, rstd
+
+
+@triton.jit
+def _layernorm_rows(ptrs, mask, GAMMA, BETA, cs, cmask, width, eps, AXIS: tl.constexpr = 1,
+                    CENTER: tl.constexpr = False, FAST: tl.constexpr = False):
+    # rows of ``width`` values (padded with zeros to the tile) normalised in FP32, padding left at zero;
+    # the rows run along AXIS (1: a [rows, width] tile; 0: [width, rows], a tile read in a channel-major
+    # tensor's own order). FAST: the tile's rows unscaled where none of their variances is past 1e36 (no square
+    # overflowed, none is NaN), the scaled form only for a tile with such a row: the scaling's max, its reduction
+    # and its product are a few instructions an element in kernels whose profile found them instruction-bound.
+    # Unscaled, rows whose largest value is under 2 are the scaled form's own numbers; others differ by the
+    # rounding of eps's share
+    if FAST:
+        d, var = _deviations(tl.load(ptrs, mask=mask, other=0.0).to(tl.float32), mask, width, AXIS, CENTER)
+        rstd = 1.0 / tl.sqrt(var + eps)
+        if tl.sum(tl.where(var <= 1e36, 0, 1), axis=0) > 0:  # read again: x kept beside d cost 46-57 registers
+            d, rstd = _scaled_deviations(tl.load(ptrs, mask=mask, other=0.0).to(tl.float32), mask, width, eps, AXIS,
+                                         CENTER)
+    else:
+        d, rstd = _scaled_deviations(tl.load(ptrs, mask=mask, other=0.0).to(tl.float32), mask, width, eps, AXIS,
+                                     CENTER)
     gamma = tl.load(GAMMA + cs, mask=cmask, other=0.0).to(tl.float32)
     beta = tl.load(BETA + cs, mask=cmask, other=0.0).to(tl.float32)
     return d * tl.expand_dims(rstd, AXIS) * tl.expand_dims(gamma, 1 - AXIS) + tl.expand_dims(beta, 1 - AXIS)

@@ -94,6 +94,7 @@ def _compile_job(kernel: str, c: dict, dtype: str) -> str:
     if kernel == "in":
         sig["JOIN"], consts["JOIN"], sig["TMA"], consts["TMA"] = "constexpr", c["IN_JOIN"], "constexpr", c["IN_TMA"]
         sig["SIG"], consts["SIG"] = "constexpr", c["IN_SIG"]
+        sig["LNFAST"], consts["LNFAST"] = "constexpr", c["IN_LNFAST"]
         sig["GATE"], consts["GATE"] = "constexpr", not c["FIN_ZGATE"]
         gc = c["IN_GC"] or chunk
         sig["AB"], consts["AB"], sig["GCHUNK"], consts["GCHUNK"] = "constexpr", c["IN_AB"], "constexpr", gc
