@@ -173,7 +173,8 @@ _BF16 = {
         in_h=32, join=True, tma=True, fin_r=64, fin_c=64, fin_tma=True, sig="fast", ab=True, gc=64)),
     # the rule with its first kernel's LayerNorm unscaled where a tile's rows allow (the overflow guard's max, its
     # reduction and product skipped): that kernel's profile found it latency-limited at 25% occupancy on the
-    # instructions it issues. Compiled for sm_90a: 128 registers against 122, still 4 blocks an SM
+    # instructions it issues. Compiled for sm_90a: 128 registers against 122, still 4 blocks an SM. On an H100 at
+    # N = 1024 the first kernel 574-580 us against 566-569 (data/h100/fused/probe_lnf_d2f4cf3.txt); not the rule
     "fused_r64_h32_tma2_r64_fsig_ab_g64_lnf_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(
         in_h=32, join=True, tma=True, fin_r=64, fin_c=64, fin_tma=True, sig="fast", ab=True, gc=64, lnfast=True)),
     "fused_r64_h32_tma2_r64_fsig_g64_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(
