@@ -11,9 +11,14 @@ LN(z)^T is the normalised tile handed to the tensor cores transposed, which on H
 memory descriptor, not a data movement. The output gate stays pair-major, [B N^2, C], as the last kernel
 reads it: there LN(z) is the first operand and w^T's gate tile, transposed, the second.
 
-Rows of w^T past a section's end (H not a multiple of the chunk) read the next section's weights: their
-products are never stored (the pointer stores are masked, the descriptors clip at H). Columns of w^T past C
-arrive as zeros, matching the normalised tile's zero padding.
+Rows of w^T past a section's end (H not a multiple of the chunk) read the next section's weights (IN_CM=1) or
+zero rows (IN_CM=2, whose sections are padded to whole chunks): their products are never stored (the pointer
+stores are masked, the descriptors clip at H). Columns of w^T past C arrive as zeros, matching the normalised
+tile's zero padding.
+
+Measured on an H100 at N = 1024, no form was faster than the grid kernel (576-798 us against 564-569): the
+transpose's bank conflicts left, and the kernel stayed as latency-bound as before (kernels/NOTES.md). The configs
+stay in the table as measured, and no rule picks them.
 """
 from __future__ import annotations
 
@@ -76,7 +81,8 @@ def _in_cm_kernel(
         if ROWS8:
             a = _gated(WT, BIAS, 2 * h0, CHUNK, znt, SIG, PRECISION)
         else:
-            a = _sigmoid(_rows(WT, BIAS, h0, CHUNK, znt, PRECISION), SIG) * _rows(WT, BIAS, H + h0, CHUNK, znt, PRECISION)
+            a = _sigmoid(_rows(WT, BIAS, h0, CHUNK, znt, PRECISION), SIG) * _rows(WT, BIAS, H + h0, CHUNK, znt,
+                                                                                  PRECISION)
         a = _round(a * m[None, :], BF16, EMULATE)
         if TSTORE:
             AD.store([cx, h0, p0], tl.reshape(a, (1, CHUNK, BLOCK_R)))
@@ -120,9 +126,9 @@ def weights(w_in, b_in, wi, bb, C: int, H: int, chunk: int, gchunk: int, width: 
             h = torch.arange(hp, device=wi.device)
             at = (h // 8) * 16 + h % 8
             keep = h < H
-            src = torch.cat((h[keep], H + h[keep], 2 * H + h[keep], 3 * H + h[keep], 4 * H + torch.arange(C, device=h.device)))
-            dst = torch.cat((at[keep], at[keep] + 8, 2 * hp + at[keep], 2 * hp + at[keep] + 8,
-                             hg + torch.arange(C, device=h.device)))
+            cs = torch.arange(C, device=h.device)
+            src = torch.cat((h[keep], H + h[keep], 2 * H + h[keep], 3 * H + h[keep], 4 * H + cs))
+            dst = torch.cat((at[keep], at[keep] + 8, 2 * hp + at[keep], 2 * hp + at[keep] + 8, hg + cs))
         else:
             src = dst = torch.arange(4 * H + C, device=wi.device)
         wt = torch.zeros((rows, -(-C // pad) * pad), dtype=wi.dtype, device=wi.device)

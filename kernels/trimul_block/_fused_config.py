@@ -13,6 +13,7 @@ SIGMOIDS = ("exact", "fast", "tanh")
 # only multiply the shared memory (at FP32 2-3x, past the 227 KB a block may have, compiled for sm_90a).
 STAGES = 1
 FOLD_BYTES = 192 * 1024  # IN_FOLD's z and w' tiles: a block has 227 KB, its stores and layout changes need the rest
+CM_BYTES = 200 * 1024  # IN_CM's tiles: a block has 227 KB, its stores' staging needs the rest
 RESIDENT_BYTES = 176 * 1024  # IN_RESIDENT's budget for w_in: a block has 227 KB, z's tiles need the rest
 
 
@@ -29,7 +30,8 @@ def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
 
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
          join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False,
-         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0, fold=0, fold_loop=0, cm=0, lnfast=False) -> dict:
+         in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0, fold=0, fold_loop=0, cm=0,
+         lnfast=False) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
@@ -72,7 +74,7 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
     if c["IN_RESIDENT"] and (not c["IN_JOIN"] or c["IN_TMA"] or c["IN_TSTORE"]):
         no("IN_RESIDENT loads w_in whole in IN_JOIN's order and stores by pointer: it needs IN_JOIN=True, "
            "IN_TMA=False and IN_TSTORE=False")
-    if config_limits(c, dict(C=C, H=H), itemsize):
+    if c["IN_RESIDENT"] and config_limits(c, dict(C=C, H=H), itemsize):
         no(f"IN_RESIDENT keeps w_in in shared memory and C, H at most 128: {resident_bytes(C, H, itemsize) // 1024} "
            f"KB at C = {C}, H = {H} and {itemsize}-byte values, against its {RESIDENT_BYTES // 1024} KB (bf16 at "
            f"128 channels fits)")
@@ -128,6 +130,8 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         no("IN_CM is for bf16: at FP32 its tf32x3 products spill to local memory")
     if c["IN_CM"] and c["IN_H"] > 256:
         no(f"IN_CM loads w^T's rows by TMA, at most 256 a tile: IN_H must be at most 256, got {c['IN_H']}")
+    if c["IN_CM"] and config_limits(c, dict(C=C, H=H), itemsize):
+        no(config_limits(c, dict(C=C, H=H), itemsize))
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):
@@ -146,7 +150,15 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
 
 def config_limits(c: dict, shape: dict, itemsize: int = 4):
     """Why a variant pinned to ``c`` does not take ``shape``: a resident first kernel whose w_in would not
-    fit its shared-memory budget (the launcher refuses it there); else None."""
+    fit its shared-memory budget, or an IN_CM first kernel whose tiles would not (the launcher refuses it
+    there); else None."""
+    if c.get("ROAD") == "fused" and c.get("IN_CM"):  # its bf16 tiles: w^T's for a and b, the gate's, and the
+        # normalised z twice (each product's order); an upper bound (compiled at C = 128, 98 KB against 115 here)
+        box = c["IN_H"] * (2 if c["IN_CM"] == 2 else 1)
+        need = 2 * padded(shape["C"]) * (box + (c["IN_GC"] or c["IN_H"]) + 2 * c["IN_R"])
+        if need > CM_BYTES:
+            return (f"IN_CM's tiles take up to {need // 1024} KB of shared memory at C = {shape['C']} (IN_H, IN_GC, "
+                    f"IN_R), past its {CM_BYTES // 1024} KB")
     if c.get("ROAD") == "fused" and c.get("IN_RESIDENT"):
         if max(shape["C"], shape["H"]) > 128:  # compiled for sm_90a, wider hidden tiles spill (H = 150: 216-280 B)
             return f"IN_RESIDENT holds pairs' channels up to 128, not C = {shape['C']}, H = {shape['H']}"

@@ -24,9 +24,13 @@ def test_the_channel_major_first_kernel_refuses_fp32_and_the_grid_kernels_keys()
     e = assert_refuses(tb.trimul_block, NAME, "config", *SPEC.inputs(dict(N=2, C=8, H=8), seed=1), **cfg)
     assert "IN_CM" in str(e) and "bf16" in str(e)
     bf = SPEC.inputs(dict(N=2, C=8, H=8), seed=1, dtype="bf16")
-    for key in ("IN_RESIDENT", "IN_JOIN", "IN_TMA", "IN_AB", "FIN_ZGATE"):
-        e = assert_refuses(tb.trimul_block, NAME, "config", *bf, **dict(cfg, **{key: True}))
+    for key, on in (("IN_RESIDENT", True), ("IN_JOIN", True), ("IN_TMA", True), ("IN_AB", True), ("FIN_ZGATE", True),
+                    ("IN_FOLD", 128), ("IN_MAXNREG", 96), ("IN_LNFAST", True)):
+        e = assert_refuses(tb.trimul_block, NAME, "config", *bf, **dict(cfg, **{key: on}))
         assert key in str(e)  # refused by IN_CM's check or an earlier one naming the key
+    wide = SPEC.inputs(dict(N=2, C=256, H=8), seed=1, dtype="bf16")  # 256 KB of tiles: past a block's shared memory
+    e = assert_refuses(tb.trimul_block, NAME, "config", *wide, **dict(cfg, IN_H=256, IN_GC=128))
+    assert "IN_CM" in str(e) and "shared memory" in str(e)
     for over in (dict(IN_H=512), dict(IN_CM=2, IN_H=256)):  # past TMA's 256 rows a tile
         e = assert_refuses(tb.trimul_block, NAME, "config", *bf, **dict(cfg, **over))
         assert "IN_H" in str(e)
