@@ -130,8 +130,9 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         no("IN_CM is for bf16: at FP32 its tf32x3 products spill to local memory")
     if c["IN_CM"] and c["IN_H"] > 256:
         no(f"IN_CM loads w^T's rows by TMA, at most 256 a tile: IN_H must be at most 256, got {c['IN_H']}")
-    if c["IN_CM"] and config_limits(c, dict(C=C, H=H), itemsize):
-        no(config_limits(c, dict(C=C, H=H), itemsize))
+    why = config_limits(c, dict(C=C, H=H), itemsize) if c["IN_CM"] else None
+    if why:
+        no(why)
     if c["F_STAGES"] not in (1, 2, 3, 4):
         no(f"F_STAGES must be 1 to 4, got {c['F_STAGES']!r}")
     for key in ("IN_R", "IN_H", "FIN_R", "FIN_C"):

@@ -25,6 +25,11 @@ def _round(x, BF16: tl.constexpr, EMULATE: tl.constexpr):
 
 
 @triton.jit
+def _load_rows(ptrs, mask):
+    return tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _deviations(x, mask, width, AXIS: tl.constexpr, CENTER: tl.constexpr):
     # rows' deviations from their mean (padding left at zero) and their variance, as _layernorm_rows forms them
     mean = tl.sum(x, axis=AXIS) / width
@@ -58,14 +63,12 @@ def _layernorm_rows(ptrs, mask, GAMMA, BETA, cs, cmask, width, eps, AXIS: tl.con
     # Unscaled, rows whose largest value is under 2 are the scaled form's own numbers; others differ by the
     # rounding of eps's share
     if FAST:
-        d, var = _deviations(tl.load(ptrs, mask=mask, other=0.0).to(tl.float32), mask, width, AXIS, CENTER)
+        d, var = _deviations(_load_rows(ptrs, mask), mask, width, AXIS, CENTER)
         rstd = 1.0 / tl.sqrt(var + eps)
         if tl.sum(tl.where(var <= 1e36, 0, 1), axis=0) > 0:  # read again: x kept beside d cost 46-57 registers
-            d, rstd = _scaled_deviations(tl.load(ptrs, mask=mask, other=0.0).to(tl.float32), mask, width, eps, AXIS,
-                                         CENTER)
+            d, rstd = _scaled_deviations(_load_rows(ptrs, mask), mask, width, eps, AXIS, CENTER)
     else:
-        d, rstd = _scaled_deviations(tl.load(ptrs, mask=mask, other=0.0).to(tl.float32), mask, width, eps, AXIS,
-                                     CENTER)
+        d, rstd = _scaled_deviations(_load_rows(ptrs, mask), mask, width, eps, AXIS, CENTER)
     gamma = tl.load(GAMMA + cs, mask=cmask, other=0.0).to(tl.float32)
     beta = tl.load(BETA + cs, mask=cmask, other=0.0).to(tl.float32)
     return d * tl.expand_dims(rstd, AXIS) * tl.expand_dims(gamma, 1 - AXIS) + tl.expand_dims(beta, 1 - AXIS)
