@@ -37,7 +37,7 @@ from ._fused_config import (BMMS, MAX_WIDTH, STAGES, config_limits, keys, launch
 from . import _fused_cm as cmk
 from . import _fused_fold as fold
 from . import _fused_resident as res
-from ._fused_rows import _layernorm_rows, _round, _sigmoid
+from ._fused_rows import _layernorm_rows, _pairs, _round, _sigmoid, _tile_origin
 from ._fused_weights import first_weights, gate_descriptors, gate_weights, out_weights, store_descriptors
 
 
@@ -57,34 +57,6 @@ def _project_tma(x, WD, BIAS, col0, cols, colmask, PRECISION: tl.constexpr):
     # kernel found 70% busy while DRAM was 24%); rows and columns past W's edge arrive as zeros
     bias = tl.load(BIAS + cols, mask=colmask, other=0.0).to(tl.float32)
     return tl.dot(x, WD.load([0, col0]), input_precision=PRECISION) + bias[None, :]
-
-
-@triton.jit
-def _pairs(NN, H, BLOCK_R: tl.constexpr, OFFS_64: tl.constexpr):
-    # a program's pairs, all of one complex: their rows of the [B N^2, *] tensors, their place in the
-    # channel-major [B, H, N^2] ones, which exist, and the channel stride N^2 (64-bit where offsets need
-    # it: channel h of the last pair is h N^2 elements on, which passes 2^31 before N^2 does). Within one
-    # complex both run contiguously, which the compiler sees (a division of the row by N^2 would hide
-    # it): whole-sector, vector loads and stores along the pairs of a channel. One grid axis, complex by
-    # complex (the second axis of a grid stops at 65535)
-    tiles = tl.cdiv(NN, BLOCK_R)
-    pid = tl.program_id(0)
-    b = pid // tiles
-    pair = (pid % tiles) * BLOCK_R + tl.arange(0, BLOCK_R)
-    nn = NN
-    if OFFS_64:
-        b = b.to(tl.int64)
-        pair = pair.to(tl.int64)
-        nn = nn.to(tl.int64)
-    return b * nn + pair, b * H * nn + pair, pair < nn, nn
-
-
-@triton.jit
-def _tile_origin(NN, BLOCK_R: tl.constexpr):
-    # a program's complex and its first pair (as _pairs walks them), a descriptor's coordinates
-    tiles = tl.cdiv(NN, BLOCK_R)
-    pid = tl.program_id(0)
-    return pid // tiles, (pid % tiles) * BLOCK_R
 
 
 @triton.jit

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ._fused_rows import _layernorm_rows, _round, _sigmoid
+from ._fused_rows import _layernorm_rows, _pairs, _round, _sigmoid, _tile_origin
 from ._fused_weights import _cached, per_complex
 
 
@@ -60,13 +60,8 @@ def _in_cm_kernel(
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
     SIG: tl.constexpr, TSTORE: tl.constexpr,
 ):
-    tiles = tl.cdiv(NN, BLOCK_R)
-    pid = tl.program_id(0)
-    cx, p0 = pid // tiles, (pid % tiles) * BLOCK_R  # this program's complex and first pair (TMA's int32 coordinates)
-    bx, pair, nn = cx, p0 + tl.arange(0, BLOCK_R), NN
-    if OFFS_64:  # channel h of the last pair is h N^2 elements on, past 2^31 before N^2 is
-        bx, pair, nn = bx.to(tl.int64), pair.to(tl.int64), nn.to(tl.int64)
-    rows, cm, rmask = bx * nn + pair, bx * H * nn + pair, pair < nn
+    rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
+    cx, p0 = _tile_origin(NN, BLOCK_R)  # the descriptors' coordinates of this program's tiles (TSTORE)
     cs = tl.arange(0, WIDTH)
     cmask = cs < C
     zn = _layernorm_rows(Z + rows[:, None] * C + cs[None, :], rmask[:, None] & cmask[None, :], GAMMA, BETA,

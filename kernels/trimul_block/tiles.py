@@ -202,12 +202,12 @@ _BF16 = {
                                   (64, 128, 8, 2, True))},
     # the first kernel's products formed [channels, pairs], the order a and b lie in, so neither a transpose nor a
     # gate/value split (_fused_cm): the grid kernel's profile found its shared-memory stores 10.7-way conflicted and
-    # its integer pipe the busiest. Compiled for sm_90a at C = H = 128 (registers; shared memory): r64 h64 w4 122
-    # and 49 KB (127 with TMA stores), w8 79 (76); r128 h64 w8 123 and 82 KB (128 with TMA stores); the rule's last
-    # kernel
+    # its integer pipe the busiest. Compiled for sm_90a at C = H = 128 (registers; shared memory), as measured: r64
+    # h64 w4 126 and 48 KB (127 with TMA stores), w8 76 (76); r128 h64 w8 123 and 80 KB (128 with TMA stores); the
+    # rule's last kernel
     # 'cm8' (IN_CM=2): a chunk's gates and values as one product of alternate blocks of 8 rows, split within each
     # thread's registers (the TTGIR has no change of layout for it), two weight tiles and two products a chunk, not
-    # four: r64 h64 w4 119 registers and 65 KB, w8 with TMA stores 79. On an H100 at N = 1024 none beat the rule's first
+    # four: r64 h64 w4 119 registers and 65 KB (113 with TMA stores), w8 with TMA stores 79, r128 w8 124 and 96 KB. On an H100 at N = 1024 none beat the rule's first
     # kernel, 564-569 us: 'cm' r64 w4 576-577, the rest 617-798 (data/h100/fused/probe_cm_28f5d7c.txt; a profile found
     # the conflicts gone and the kernel as latency-bound as before: kernels/NOTES.md)
     **{f"fused_cm{'8' if cm == 2 else ''}_r{r}_h64_w{w}{'_ts' if ts else ''}_r64_cublas":
