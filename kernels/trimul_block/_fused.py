@@ -209,10 +209,11 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     g = None if zgate else torch.empty((R, C), dtype=sdt, device=z.device)
     offs_64 = max(at.numel(), R * C) >= common.INT32_LIMIT
     flags = dict(BF16=bf16, EMULATE=emulate, PRECISION="ieee" if bf16 else "tf32x3", OFFS_64=offs_64)
-    ad, bd, gd = (None,) * 3 if c["IN_FOLD"] or c["IN_CM"] else store_descriptors(at, bt, g, B, NN, C, H, c)
+    ad, bd, gd = (None,) * 3 if c["IN_FOLD"] else store_descriptors(at, bt, g, B, NN, C, H, c)  # IN_FOLD: its own
     tiles = B * common.cdiv(NN, c["IN_R"])
     if c["IN_CM"]:  # the products formed [channels, pairs], as a and b lie
-        cmk.first(zc, m, gi, bi, w_in, b_in, wi, bb, at, bt, g, B, NN, C, H, EPS, c, _width(C), flags, _sig(c))
+        cmk.first(zc, m, gi, bi, w_in, b_in, wi, bb, at, bt, g, (ad, bd, gd), NN, C, H, EPS, c, _width(C), flags,
+                  _sig(c))
     elif c["IN_FOLD"]:  # the LayerNorm folded into the projection: a GEMM on z as it lies
         fold.first(zc, m, w_in, b_in, gamma_in, beta_in, at, bt, g, B, NN, C, H, EPS, c, _width(C), flags, _sig(c))
     elif c["IN_RESIDENT"]:  # persistent, w_in loaded once a program

@@ -28,7 +28,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ._fused_rows import _layernorm_rows, _pairs, _round, _sigmoid, _tile_origin
-from ._fused_weights import _cached, per_complex
+from ._fused_weights import _cached
 
 
 # <kernel>
@@ -135,16 +135,14 @@ def weights(w_in, b_in, wi, bb, C: int, H: int, chunk: int, gchunk: int, width: 
     return _cached(key, (w_in, b_in), make)
 
 
-def first(zc, m, gamma, beta, w_in, b_in, wi, bb, at, bt, g, B: int, NN: int, C: int, H: int, eps: float,
+def first(zc, m, gamma, beta, w_in, b_in, wi, bb, at, bt, g, stores, NN: int, C: int, H: int, eps: float,
           c: dict, width: int, flags: dict, sig: str) -> None:
-    """The first kernel's work by this road: a, b [B, H, NN] and g [B NN, C] from z [B NN, C]."""
+    """The first kernel's work by this road: a, b [B, H, NN] and g [B NN, C] from z [B NN, C]; ``stores``: the
+    grid kernel's descriptors over a, b and g (``_fused_weights.store_descriptors``: the same tiles), or Nones."""
     r, chunk, gchunk, rows8 = c["IN_R"], c["IN_H"], c["IN_GC"] or c["IN_H"], c["IN_CM"] == 2
     wt, wtg, bp, hb, hg = weights(w_in, b_in, wi, bb, C, H, chunk, gchunk, width, rows8)
-    ad = bd = gd = None
-    es = at.element_size()
-    if c["IN_TSTORE"] and (NN * es) % 16 == 0 and (C * es) % 16 == 0:  # TMA's 16-byte rows; else by pointer
-        ad, bd, gd = (per_complex(at, B, H, NN, chunk, r), per_complex(bt, B, H, NN, chunk, r),
-                      per_complex(g, B, NN, C, r, gchunk))
+    ad, bd, gd = stores
+    B = at.shape[0]
     _in_cm_kernel[(B * triton.cdiv(NN, r),)](zc, gamma, beta, bp, m, at, bt, g, wt, wtg, ad, bd, gd, NN, C, H, eps, hb,
                                              hg, BLOCK_R=r, WIDTH=width, CHUNK=chunk, GCHUNK=gchunk, ROWS8=rows8,
                                              SIG=sig, TSTORE=ad is not None, num_warps=c["IN_WARPS"], num_stages=1,
