@@ -36,6 +36,7 @@ from ._fused_config import (BMMS, MAX_WIDTH, STAGES, config_limits, keys, launch
                             refuse_bad_config)
 from . import _fused_cm as cmk
 from . import _fused_fold as fold
+from . import _fused_pipe as pipe
 from . import _fused_resident as res
 from ._fused_rows import _layernorm_rows, _pairs, _round, _sigmoid, _tile_origin
 from ._fused_weights import first_weights, gate_descriptors, gate_weights, out_weights, store_descriptors
@@ -216,6 +217,8 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
                   _sig(c))
     elif c["IN_FOLD"]:  # the LayerNorm folded into the projection: a GEMM on z as it lies
         fold.first(zc, m, w_in, b_in, gamma_in, beta_in, at, bt, g, B, NN, C, H, EPS, c, _width(C), flags, _sig(c))
+    elif c["IN_PIPE"]:  # persistent, w_in held in shared memory, z's tiles pipelined
+        pipe.first(zc, m, gi, bi, bb, at, bt, g, wd2, wd1, wg, NN, C, H, EPS, c, _width(C), flags, _sig(c))
     elif c["IN_RESIDENT"]:  # persistent, w_in loaded once a program
         n = res.programs(tiles, z.device)
         res._in_resident_kernel[(n,)](zc, gi, bi, wi, bb, m, at, bt, g, NN, C, H, EPS, tiles, NUM_PROGRAMS=n,

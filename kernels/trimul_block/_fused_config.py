@@ -14,6 +14,7 @@ SIGMOIDS = ("exact", "fast", "tanh")
 STAGES = 1
 FOLD_BYTES = 192 * 1024  # IN_FOLD's z and w' tiles: a block has 227 KB, its stores and layout changes need the rest
 CM_BYTES = 200 * 1024  # IN_CM's tiles: a block has 227 KB, its stores' staging needs the rest
+PIPE_BYTES = 208 * 1024  # IN_PIPE's w_in and z's stages: compiled for sm_90a at C = H = 128, 197-215 KB for 192-208 here
 RESIDENT_BYTES = 176 * 1024  # IN_RESIDENT's budget for w_in: a block has 227 KB, z's tiles need the rest
 
 
@@ -31,7 +32,7 @@ def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
          join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False,
          in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0, fold=0, fold_loop=0, cm=0,
-         lnfast=False) -> dict:
+         lnfast=False, pipe=0) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
@@ -52,12 +53,15 @@ def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_war
     order a and b lie in (``_fused_cm``), where the grid kernel transposes its [pairs, channels] tiles: 1, four
     products a chunk (a's gates, values, b's, b's); 2, two, gates and values in alternate blocks of 8 rows;
     ``lnfast``: the grid first kernel's LayerNorm skips the overflow guard's scaling where no row of a tile needs it
-    (``_fused_rows._layernorm_rows``; in the last kernel, compiled for sm_90a, it took 168 registers against 122)."""
+    (``_fused_rows._layernorm_rows``; in the last kernel, compiled for sm_90a, it took 168 registers against 122);
+    ``pipe``: the first kernel persistent, one program an SM, w_in held in shared memory and z's tiles in a pipeline
+    of this many stages (``_fused_pipe``; 0: the grid kernel; with ``ab``, chunks of a quarter of the padded C)."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
                 FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t,
                 IN_MAXNREG=in_maxnreg, IN_SIG=sig, FIN_GTMA=fin_gtma, FIN_ZGATE=fin_zgate, IN_AB=ab, IN_GC=gc,
-                IN_FOLD=fold, IN_FOLD_LOOP=fold_loop, IN_CM=cm, IN_LNFAST=lnfast)
+                IN_FOLD=fold, IN_FOLD_LOOP=fold_loop, IN_CM=cm, IN_LNFAST=lnfast,
+                IN_PIPE=pipe)
 
 
 def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
@@ -130,7 +134,15 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         no("IN_CM is for bf16: at FP32 its tf32x3 products spill to local memory")
     if c["IN_CM"] and c["IN_H"] > 256:
         no(f"IN_CM loads w^T's rows by TMA, at most 256 a tile: IN_H must be at most 256, got {c['IN_H']}")
-    why = config_limits(c, dict(C=C, H=H), itemsize) if c["IN_CM"] else None
+    if c["IN_PIPE"] and (not c["IN_AB"] or c["IN_TSTORE"] or c["IN_GC"] or c["IN_LNFAST"] or c["IN_MAXNREG"]
+                         or c["IN_RESIDENT"] or c["IN_FOLD"] or c["IN_CM"]):
+        no("IN_PIPE holds IN_AB's weight tiles and the gate's as one, and stores by pointer: it needs IN_AB=True, and "
+           "IN_TSTORE, IN_GC, IN_LNFAST, IN_MAXNREG, IN_RESIDENT, IN_FOLD and IN_CM off")
+    if c["IN_PIPE"] not in (0, 1, 2, 3):
+        no(f"IN_PIPE must be 0 (the grid kernel) or 1 to 3 stages, got {c['IN_PIPE']!r}")
+    if c["IN_PIPE"] and itemsize == 4:  # tf32x3 at FP32: w_in alone would take 320 KB
+        no("IN_PIPE is for bf16: at FP32 w_in would not fit a block's shared memory")
+    why = config_limits(c, dict(C=C, H=H), itemsize) if c["IN_CM"] or c["IN_PIPE"] else None
     if why:
         no(why)
     if c["F_STAGES"] not in (1, 2, 3, 4):
@@ -160,6 +172,15 @@ def config_limits(c: dict, shape: dict, itemsize: int = 4):
         if need > CM_BYTES:
             return (f"IN_CM's tiles take up to {need // 1024} KB of shared memory at C = {shape['C']} (IN_H, IN_GC, "
                     f"IN_R), past its {CM_BYTES // 1024} KB")
+    if c.get("ROAD") == "fused" and c.get("IN_PIPE"):
+        cw = padded(shape["C"])
+        need = 2 * cw * (16 * c["IN_H"] + cw + c["IN_PIPE"] * c["IN_R"])  # w_in's five tiles, z's stages: bf16
+        if shape["H"] > 4 * c["IN_H"]:
+            return (f"IN_PIPE holds a's and b's weights as four tiles of IN_H channels: H = {shape['H']} is past them "
+                    f"at IN_H = {c['IN_H']}")
+        if need > PIPE_BYTES:
+            return (f"IN_PIPE keeps w_in and {c['IN_PIPE']} tiles of z in shared memory: {need // 1024} KB at C = "
+                    f"{shape['C']}, past its {PIPE_BYTES // 1024} KB")
     if c.get("ROAD") == "fused" and c.get("IN_RESIDENT"):
         if max(shape["C"], shape["H"]) > 128:  # compiled for sm_90a, wider hidden tiles spill (H = 150: 216-280 B)
             return f"IN_RESIDENT holds pairs' channels up to 128, not C = {shape['C']}, H = {shape['H']}"

@@ -70,6 +70,19 @@ def _layernorm_rows(ptrs, mask, GAMMA, BETA, cs, cmask, width, eps, AXIS: tl.con
             d, rstd = _scaled_deviations(_load_rows(ptrs, mask), mask, width, eps, AXIS, CENTER)
     else:
         d, rstd = _scaled_deviations(_load_rows(ptrs, mask), mask, width, eps, AXIS, CENTER)
+    return _affine(d, rstd, GAMMA, BETA, cs, cmask, AXIS)
+
+
+@triton.jit
+def _layernorm_tile(x, mask, GAMMA, BETA, cs, cmask, width, eps, CENTER: tl.constexpr = False):
+    # as _layernorm_rows on a [rows, width] tile already loaded (FP32, zeros past its edges): for a kernel that
+    # issued the tile's load ahead, while it worked on the one before
+    d, rstd = _scaled_deviations(x, mask, width, eps, 1, CENTER)
+    return _affine(d, rstd, GAMMA, BETA, cs, cmask, 1)
+
+
+@triton.jit
+def _affine(d, rstd, GAMMA, BETA, cs, cmask, AXIS: tl.constexpr):
     gamma = tl.load(GAMMA + cs, mask=cmask, other=0.0).to(tl.float32)
     beta = tl.load(BETA + cs, mask=cmask, other=0.0).to(tl.float32)
     return d * tl.expand_dims(rstd, AXIS) * tl.expand_dims(gamma, 1 - AXIS) + tl.expand_dims(beta, 1 - AXIS)

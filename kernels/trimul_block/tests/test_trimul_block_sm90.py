@@ -77,7 +77,24 @@ def _cm_job(c: dict) -> str:
                       aligned=("Z", "GAMMA", "BETA", "BIAS", "M", "AT", "BT", "G", "NN", "C", "H"))
 
 
+def _pipe_job(c: dict) -> str:
+    """The persistent first kernel with w_in in shared memory and z's tiles pipelined (``IN_PIPE``)."""
+    from kernels.trimul_block import _fused_pipe as pipe
+    h = c["IN_H"]
+    sig = dict({p: "*bf16" for p in ("Z", "GAMMA", "BETA", "BIAS", "M", "AT", "BT", "G")}, NN="i32", C="i32", H="i32",
+               eps="fp32", tiles_total="i32", WG="i32", WD4=f"tensordesc<bf16[128, {4 * h}]>",
+               WD1="tensordesc<bf16[128, 128]>")
+    consts = dict(NUM_PROGRAMS=132, STAGES=c["IN_PIPE"], BLOCK_R=c["IN_R"], WIDTH=128, CHUNK=h, BF16=True,
+                  EMULATE=False, PRECISION="ieee", OFFS_64=False, SIG=c["IN_SIG"])
+    sig.update({k: "constexpr" for k in consts})
+    sig = {a: sig[a] for a in pipe._in_pipe_kernel.arg_names}
+    return _job("kernels.trimul_block._fused_pipe:_in_pipe_kernel", sig, consts, c["IN_WARPS"], 1,
+                aligned=("Z", "GAMMA", "BETA", "BIAS", "M", "AT", "BT", "G", "NN", "C", "H", "WG"))
+
+
 def _compile_job(kernel: str, c: dict, dtype: str) -> str:
+    if kernel == "in" and c["IN_PIPE"]:
+        return _pipe_job(c)
     if kernel == "in" and c["IN_CM"]:
         return _cm_job(c)
     if kernel == "in" and c["IN_RESIDENT"]:

@@ -1,0 +1,122 @@
+"""The fused road's first kernel, persistent, w_in held in shared memory and z's tiles pipelined (config key
+``IN_PIPE``: the pipeline's stages; bf16, C and H at most 128).
+
+Two changes that took work out of the grid first kernel (``_fused._in_kernel``) left its time where it was
+(kernels/NOTES.md, the session of 2026-12-07 from 01:53): a program of IN_R pairs waits in series for its z tile
+from DRAM, for each of six weight tiles from L2 (160 KB for 16 KB of z at 128 channels: 2.6 GB a call at N = 1024)
+and for each product, and the four programs an SM cover only part of it. cuEquivariance's projection kernel, 1.3x
+faster per byte, is persistent with 230 KB of shared memory a block. Here one program an SM loads w_in once by
+TMA, IN_AB's four tiles of a's and b's columns and the gate's, which stay in shared memory where the tensor cores
+read them, and walks the tiles pid, pid + #programs, ...; the loop over tiles is software-pipelined (``tl.range``'s
+stages), so z's tile for a later step arrives (cp.async) while this step normalises, multiplies and stores.
+``IN_RESIDENT`` held w_in too but loaded z in series and formed each product whole (255 registers), and was slower
+than the grid kernel.
+
+The same formula as the grid kernel's IN_AB path: the LayerNorm, the products against the same padded weights and
+bias, the same gates and roundings; the gate's columns as one product instead of chunks.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from ._fused_rows import _layernorm_tile, _round, _sigmoid
+
+
+# <kernel>
+@triton.jit
+def _tile_rows(t, NN, H, nn, BLOCK_R: tl.constexpr, OFFS_64: tl.constexpr):
+    # tile t's pairs, all of one complex (as _fused_rows._pairs for a program's tile): rows of the [B NN, *]
+    # tensors, places in the channel-major [B, H, NN] ones, and which exist
+    tiles = tl.cdiv(NN, BLOCK_R)
+    b = t // tiles
+    pair = (t % tiles) * BLOCK_R + tl.arange(0, BLOCK_R)
+    if OFFS_64:
+        b = b.to(tl.int64)
+        pair = pair.to(tl.int64)
+    return b * nn + pair, b * H * nn + pair, pair < nn
+
+
+@triton.jit
+def _ab_chunk(zn, w, BIAS, WG, AT, BT, m, cm, rmask, nn, H, h0: tl.constexpr, BLOCK_R: tl.constexpr,
+              CHUNK: tl.constexpr, BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr,
+              SIG: tl.constexpr):
+    # channels h0 .. h0 + CHUNK of a and b: one product against w's tile (a's gates and values interleaved,
+    # then b's: IN_AB's order), gated, masked and stored channel-major
+    hs = h0 + tl.arange(0, CHUNK)
+    ps = 4 * h0 + tl.arange(0, 4 * CHUNK)
+    # volatile: loaded each tile, where the compiler hoisted the five tiles' bias out of the loop into 32 registers each
+    bias = tl.load(BIAS + ps, mask=ps < WG, other=0.0, volatile=True).to(tl.float32)  # WG: the gate's first column
+    p = tl.dot(zn, w, input_precision=PRECISION) + bias[None, :]
+    pa, pb = tl.split(tl.permute(tl.reshape(p, (BLOCK_R, 2, 2 * CHUNK)), (0, 2, 1)))
+    ga, va = tl.split(tl.reshape(pa, (BLOCK_R, CHUNK, 2)))
+    gb, vb = tl.split(tl.reshape(pb, (BLOCK_R, CHUNK, 2)))
+    dst = cm[:, None] + hs[None, :] * nn
+    smask = rmask[:, None] & (hs < H)[None, :]
+    tl.store(AT + dst, _round(_sigmoid(ga, SIG) * va * m[:, None], BF16, EMULATE), mask=smask)
+    tl.store(BT + dst, _round(_sigmoid(gb, SIG) * vb * m[:, None], BF16, EMULATE), mask=smask)
+
+
+@triton.jit
+def _in_pipe_kernel(
+    Z, GAMMA, BETA, BIAS, M, AT, BT, G,  # as _fused._in_kernel: z [B NN, C], the mask [B NN], a, b [B, H, NN], g [B NN, C]
+    WD4, WD1, WG,  # descriptors over IN_AB's padded w_in, tiles [WIDTH, 4 CHUNK] and [WIDTH, WIDTH]; g's first column
+    NN, C, H, eps, tiles_total,
+    NUM_PROGRAMS: tl.constexpr, STAGES: tl.constexpr,
+    BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
+    BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
+    SIG: tl.constexpr,
+):
+    # w_in whole, loaded once: loop invariants, which the compiler keeps in shared memory for the products
+    w0 = WD4.load([0, 0])
+    w1 = WD4.load([0, 4 * CHUNK])
+    w2 = WD4.load([0, 8 * CHUNK])
+    w3 = WD4.load([0, 12 * CHUNK])
+    wg = WD1.load([0, WG])
+    cs = tl.arange(0, WIDTH)
+    cmask = cs < C
+    nn = NN
+    if OFFS_64:
+        nn = nn.to(tl.int64)
+    # tiles pid, pid + #programs, ...: the loop is software-pipelined, so z's tile (and the mask's) for a later step
+    # is in flight (cp.async into shared memory) while this step normalises, multiplies and stores
+    for t in tl.range(tl.program_id(0), tiles_total, NUM_PROGRAMS, num_stages=STAGES):
+        rows, cm, rmask = _tile_rows(t, NN, H, nn, BLOCK_R, OFFS_64)
+        zmask = rmask[:, None] & cmask[None, :]
+        x = tl.load(Z + rows[:, None] * C + cs[None, :], mask=zmask, other=0.0).to(tl.float32)
+        zn = _layernorm_tile(x, zmask, GAMMA, BETA, cs, cmask, C, eps, CENTER=not BF16)
+        zn = _round(zn, BF16, EMULATE)
+        m = tl.load(M + rows, mask=rmask, other=0.0).to(tl.float32)
+        _ab_chunk(zn, w0, BIAS, WG, AT, BT, m, cm, rmask, nn, H, 0, BLOCK_R, CHUNK, BF16, EMULATE, PRECISION, SIG)
+        _ab_chunk(zn, w1, BIAS, WG, AT, BT, m, cm, rmask, nn, H, CHUNK, BLOCK_R, CHUNK, BF16, EMULATE, PRECISION, SIG)
+        _ab_chunk(zn, w2, BIAS, WG, AT, BT, m, cm, rmask, nn, H, 2 * CHUNK, BLOCK_R, CHUNK, BF16, EMULATE, PRECISION,
+                  SIG)
+        _ab_chunk(zn, w3, BIAS, WG, AT, BT, m, cm, rmask, nn, H, 3 * CHUNK, BLOCK_R, CHUNK, BF16, EMULATE, PRECISION,
+                  SIG)
+        bias = tl.load(BIAS + WG + cs, mask=cmask, other=0.0, volatile=True).to(tl.float32)
+        g = _sigmoid(tl.dot(zn, wg, input_precision=PRECISION) + bias[None, :], SIG)
+        tl.store(G + rows[:, None] * C + cs[None, :], _round(g, BF16, EMULATE), mask=rmask[:, None] & cmask[None, :])
+# </kernel>
+
+
+def first(zc, m, gamma, beta, bias, at, bt, g, wd4, wd1, wg: int, NN: int, C: int, H: int, eps: float, c: dict,
+          width: int, flags: dict, sig: str) -> None:
+    """The first kernel's work by this road: a, b [B, H, NN] and g [B NN, C] from z [B NN, C]; ``wd4``, ``wd1``, ``wg``: IN_AB's weights
+    (``_fused_weights.first_weights``), whose gate is taken here as one tile of the padded width."""
+    r, B = c["IN_R"], at.shape[0]
+    gd = TensorDescriptor(wd1.base, wd1.shape, wd1.strides, [width, width])
+    tiles = B * triton.cdiv(NN, r)
+    n = programs(tiles, zc.device)
+    _in_pipe_kernel[(n,)](zc, gamma, beta, bias, m, at, bt, g, wd4, gd, wg, NN, C, H, eps, tiles, NUM_PROGRAMS=n,
+                          STAGES=c["IN_PIPE"], BLOCK_R=r, WIDTH=width, CHUNK=c["IN_H"], SIG=sig,
+                          num_warps=c["IN_WARPS"], num_stages=1, **flags)
+
+
+def programs(tiles_total: int, device) -> int:
+    """One program an SM (w_in fills most of its shared memory), none idle at small sizes; under the interpreter a
+    few, so that the loop is walked."""
+    if device.type != "cuda":
+        return max(1, min(tiles_total, 3))
+    import torch
+    return max(1, min(tiles_total, torch.cuda.get_device_properties(device).multi_processor_count))
