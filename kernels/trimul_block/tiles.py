@@ -218,11 +218,12 @@ _BF16 = {
                             (2, 64, 8, True), (2, 128, 8, True))},
     # the first kernel persistent, one program an SM, w_in held in shared memory by TMA and z's tiles pipelined (its
     # stages after 's'; _fused_pipe), the rule's last kernel. Compiled for sm_90a at C = H = 128 (registers; shared
-    # memory): r64 w4 s2 255 and 197 KB, s3 255 and 213 KB; r64 w8 s2 239 and 215 KB; r128 w8 s1 255 and 197 KB
+    # memory): r64 w4 s2 255 and 197 KB, s3 255 and 213 KB; r64 w8 s2 233 and 215 KB; r128 w8 s1 255 and 197 KB,
+    # s2 252 and 226 KB (cuEquivariance's projection kernel: 128 pairs a tile, by its name, and 230 KB)
     **{f"fused_pipe_r{r}_w{w}_s{s}_r64_cublas":
        _config(_PERMUTE_BF16, fused=_fused.keys(pipe=s, ab=True, join=True, tma=True, in_r=r, in_h=32, in_warps=w,
                                                 fin_r=64, fin_c=64, fin_tma=True, sig="fast"))
-       for r, w, s in ((64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 8, 1))},
+       for r, w, s in ((64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 8, 1), (128, 8, 2))},
     # and a, b and g stored through descriptors: the first kernel 686 us against 668 (same probe)
     "fused_r64_h32_tma3_cublas": _config(_PERMUTE_BF16, fused=_fused.keys(in_h=32, join=True, tma=True, fin_r=128,
                                                                             fin_c=64, fin_tma=True, tstore=True)),
