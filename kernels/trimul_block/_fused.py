@@ -82,7 +82,7 @@ def _in_kernel(
     zn = _round(zn, BF16, EMULATE)  # the GEMM's operand, rounded once as the steps road stores it
     m = tl.load(M + rows, mask=rmask, other=0.0).to(tl.float32)
     ldw = 4 * H + C
-    cx, p0 = _tile_origin(NN, BLOCK_R)  # the descriptors' coordinates of this program's tiles (TSTORE)
+    cx, p0 = _tile_origin(tl.program_id(0), NN, BLOCK_R)  # the descriptors' coordinates of its tiles (TSTORE)
     for h0 in range(0, H, CHUNK):
         hs = h0 + tl.arange(0, CHUNK)
         hmask = hs < H
@@ -148,7 +148,7 @@ def _out_kernel(
     # pointer (1) or through WGD (2); C's tile width; the gate's sigmoid
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
-    cx, p0 = _tile_origin(NN, BLOCK_R)  # the descriptors' coordinates of this program's tiles (GTMA)
+    cx, p0 = _tile_origin(tl.program_id(0), NN, BLOCK_R)  # the descriptors' coordinates of its tiles (GTMA)
     if ZGATE:  # z's rows normalised again, the values the first kernel multiplied: 2 C bytes a pair in where g's
         # round trip is 2 C out and 2 C in, yet slower on an H100, the kernel holding two tiles (kernels/NOTES.md)
         zs = tl.arange(0, CW)

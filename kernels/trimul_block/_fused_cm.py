@@ -61,7 +61,7 @@ def _in_cm_kernel(
     SIG: tl.constexpr, TSTORE: tl.constexpr,
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
-    cx, p0 = _tile_origin(NN, BLOCK_R)  # the descriptors' coordinates of this program's tiles (TSTORE)
+    cx, p0 = _tile_origin(tl.program_id(0), NN, BLOCK_R)  # the descriptors' coordinates of its tiles (TSTORE)
     cs = tl.arange(0, WIDTH)
     cmask = cs < C
     zn = _layernorm_rows(Z + rows[:, None] * C + cs[None, :], rmask[:, None] & cmask[None, :], GAMMA, BETA,

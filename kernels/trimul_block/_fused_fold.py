@@ -35,7 +35,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.layernorm.triton_kernel import _down_scale, _rstd
 
-from ._fused_rows import _round, _sigmoid
+from ._fused_rows import _round, _sigmoid, _tile_origin, _tile_pairs
 from ._fused_weights import _cached, per_complex
 
 
@@ -57,14 +57,8 @@ def _in_fold_kernel(
     else:  # one column tile a program, the fastest index, so a tile of pairs' programs run side by side
         tile, j0 = pid // n_cols, pid % n_cols
         j1 = j0 + 1
-    tiles = tl.cdiv(NN, BLOCK_R)
-    cx = tile // tiles
-    p0 = (tile % tiles) * BLOCK_R
-    pair = p0 + tl.arange(0, BLOCK_R)
-    b, nn = cx, NN
-    if OFFS_64:
-        b, pair, nn = b.to(tl.int64), pair.to(tl.int64), nn.to(tl.int64)
-    rows, cm, rmask = b * nn + pair, b * H * nn + pair, pair < nn
+    rows, cm, rmask, nn = _tile_pairs(tile, NN, H, BLOCK_R, OFFS_64)
+    cx, p0 = _tile_origin(tile, NN, BLOCK_R)  # z's descriptor coordinates (ZTMA)
     cs = tl.arange(0, CW)
     cmask = cs < C
     if ZTMA:  # rows past the complex and channels past C arrive as zeros

@@ -21,23 +21,11 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ._fused_rows import _layernorm_tile, _round, _sigmoid
+from ._fused_resident import programs  # one program an SM: w_in fills most of its shared memory
+from ._fused_rows import _layernorm_tile, _round, _sigmoid, _tile_pairs
 
 
 # <kernel>
-@triton.jit
-def _tile_rows(t, NN, H, nn, BLOCK_R: tl.constexpr, OFFS_64: tl.constexpr):
-    # tile t's pairs, all of one complex (as _fused_rows._pairs for a program's tile): rows of the [B NN, *]
-    # tensors, places in the channel-major [B, H, NN] ones, and which exist
-    tiles = tl.cdiv(NN, BLOCK_R)
-    b = t // tiles
-    pair = (t % tiles) * BLOCK_R + tl.arange(0, BLOCK_R)
-    if OFFS_64:
-        b = b.to(tl.int64)
-        pair = pair.to(tl.int64)
-    return b * nn + pair, b * H * nn + pair, pair < nn
-
-
 @triton.jit
 def _ab_chunk(zn, w, BIAS, WG, AT, BT, m, cm, rmask, nn, H, h0: tl.constexpr, BLOCK_R: tl.constexpr,
               CHUNK: tl.constexpr, BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr,
@@ -60,7 +48,8 @@ def _ab_chunk(zn, w, BIAS, WG, AT, BT, m, cm, rmask, nn, H, h0: tl.constexpr, BL
 
 @triton.jit
 def _in_pipe_kernel(
-    Z, GAMMA, BETA, BIAS, M, AT, BT, G,  # as _fused._in_kernel: z [B NN, C], the mask [B NN], a, b [B, H, NN], g [B NN, C]
+    Z, GAMMA, BETA, BIAS, M, AT, BT, G,  # as _fused._in_kernel: z [B NN, C], the mask [B NN], a, b [B, H, NN],
+    # g [B NN, C]
     WD4, WD1, WG,  # descriptors over IN_AB's padded w_in, tiles [WIDTH, 4 CHUNK] and [WIDTH, WIDTH]; g's first column
     NN, C, H, eps, tiles_total,
     NUM_PROGRAMS: tl.constexpr, STAGES: tl.constexpr,
@@ -76,13 +65,10 @@ def _in_pipe_kernel(
     wg = WD1.load([0, WG])
     cs = tl.arange(0, WIDTH)
     cmask = cs < C
-    nn = NN
-    if OFFS_64:
-        nn = nn.to(tl.int64)
     # tiles pid, pid + #programs, ...: the loop is software-pipelined, so z's tile (and the mask's) for a later step
     # is in flight (cp.async into shared memory) while this step normalises, multiplies and stores
     for t in tl.range(tl.program_id(0), tiles_total, NUM_PROGRAMS, num_stages=STAGES):
-        rows, cm, rmask = _tile_rows(t, NN, H, nn, BLOCK_R, OFFS_64)
+        rows, cm, rmask, nn = _tile_pairs(t, NN, H, BLOCK_R, OFFS_64)
         zmask = rmask[:, None] & cmask[None, :]
         x = tl.load(Z + rows[:, None] * C + cs[None, :], mask=zmask, other=0.0).to(tl.float32)
         zn = _layernorm_tile(x, zmask, GAMMA, BETA, cs, cmask, C, eps, CENTER=not BF16)
@@ -102,8 +88,8 @@ def _in_pipe_kernel(
 
 def first(zc, m, gamma, beta, bias, at, bt, g, wd4, wd1, wg: int, NN: int, C: int, H: int, eps: float, c: dict,
           width: int, flags: dict, sig: str) -> None:
-    """The first kernel's work by this road: a, b [B, H, NN] and g [B NN, C] from z [B NN, C]; ``wd4``, ``wd1``, ``wg``: IN_AB's weights
-    (``_fused_weights.first_weights``), whose gate is taken here as one tile of the padded width."""
+    """The first kernel's work by this road: a, b [B, H, NN] and g [B NN, C] from z [B NN, C]; ``wd4``, ``wd1``,
+    ``wg``: IN_AB's weights (``_fused_weights.first_weights``), whose gate is taken here as one tile of the padded width."""
     r, B = c["IN_R"], at.shape[0]
     gd = TensorDescriptor(wd1.base, wd1.shape, wd1.strides, [width, width])
     tiles = B * triton.cdiv(NN, r)
@@ -112,11 +98,3 @@ def first(zc, m, gamma, beta, bias, at, bt, g, wd4, wd1, wg: int, NN: int, C: in
                           STAGES=c["IN_PIPE"], BLOCK_R=r, WIDTH=width, CHUNK=c["IN_H"], SIG=sig,
                           num_warps=c["IN_WARPS"], num_stages=1, **flags)
 
-
-def programs(tiles_total: int, device) -> int:
-    """One program an SM (w_in fills most of its shared memory), none idle at small sizes; under the interpreter a
-    few, so that the loop is walked."""
-    if device.type != "cuda":
-        return max(1, min(tiles_total, 3))
-    import torch
-    return max(1, min(tiles_total, torch.cuda.get_device_properties(device).multi_processor_count))

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from ._fused_config import RESIDENT_BYTES, resident_bytes  # noqa: F401 - the budget, where it applies
-from ._fused_rows import _layernorm_rows, _round
+from ._fused_rows import _layernorm_rows, _round, _tile_pairs
 
 
 # <kernel>
@@ -43,18 +43,8 @@ def _in_resident_kernel(
     bias_g = tl.load(BIAS + 4 * H + cs, mask=cmask, other=0.0).to(tl.float32)
     hs = tl.arange(0, HW)
     hmask = hs < H
-    tiles = tl.cdiv(NN, BLOCK_R)
-    nn = NN
-    if OFFS_64:
-        nn = nn.to(tl.int64)
     for t in range(tl.program_id(0), tiles_total, NUM_PROGRAMS):
-        # this tile's pairs, all of one complex (as _fused._pairs, for tile t rather than the program's)
-        b = t // tiles
-        pair = (t % tiles) * BLOCK_R + tl.arange(0, BLOCK_R)
-        if OFFS_64:
-            b = b.to(tl.int64)
-            pair = pair.to(tl.int64)
-        rows, cm, rmask = b * nn + pair, b * H * nn + pair, pair < nn
+        rows, cm, rmask, nn = _tile_pairs(t, NN, H, BLOCK_R, OFFS_64)
         zn = _layernorm_rows(Z + rows[:, None] * C + cs[None, :], rmask[:, None] & cmask[None, :], GAMMA, BETA,
                              cs, cmask, C, eps, CENTER=not BF16)
         zn = _round(zn, BF16, EMULATE).to(wa.dtype)  # the GEMM's operand, rounded once

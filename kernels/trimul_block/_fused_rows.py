@@ -1,6 +1,6 @@
-"""The fused road's row helpers, shared by its kernels (``_fused``, ``_fused_resident``, ``_fused_cm``): bf16
-rounding as the GPU stores it, LayerNorm over rows of a tile, the gates' sigmoid in the form a config names, and a
-program's pairs and their offsets."""
+"""The fused road's row helpers, shared by its kernels (``_fused``, ``_fused_resident``, ``_fused_cm``, ``_fused_fold``,
+``_fused_pipe``): bf16 rounding as the GPU stores it, LayerNorm over rows of a tile, the gates' sigmoid in the form a
+config names, and a tile's pairs and their offsets (a grid program's tile, or each tile a persistent one walks)."""
 from __future__ import annotations
 
 import triton
@@ -110,29 +110,32 @@ def _sigmoid(x, SIG: tl.constexpr):
 
 
 @triton.jit
-def _pairs(NN, H, BLOCK_R: tl.constexpr, OFFS_64: tl.constexpr):
-    # a program's pairs, all of one complex: their rows of the [B N^2, *] tensors, their place in the
+def _tile_pairs(t, NN, H, BLOCK_R: tl.constexpr, OFFS_64: tl.constexpr):
+    # tile t's pairs, all of one complex: their rows of the [B N^2, *] tensors, their place in the
     # channel-major [B, H, N^2] ones, which exist, and the channel stride N^2 (64-bit where offsets need
     # it: channel h of the last pair is h N^2 elements on, which passes 2^31 before N^2 does). Within one
     # complex both run contiguously, which the compiler sees (a division of the row by N^2 would hide
-    # it): whole-sector, vector loads and stores along the pairs of a channel. One grid axis, complex by
-    # complex (the second axis of a grid stops at 65535)
-    tiles = tl.cdiv(NN, BLOCK_R)
-    pid = tl.program_id(0)
-    b = pid // tiles
-    pair = (pid % tiles) * BLOCK_R + tl.arange(0, BLOCK_R)
+    # it): whole-sector, vector loads and stores along the pairs of a channel. Tiles go complex by complex
+    # on one axis (the second axis of a grid stops at 65535)
+    cx, p0 = _tile_origin(t, NN, BLOCK_R)
+    pair = p0 + tl.arange(0, BLOCK_R)
     nn = NN
     if OFFS_64:
-        b = b.to(tl.int64)
+        cx = cx.to(tl.int64)
         pair = pair.to(tl.int64)
         nn = nn.to(tl.int64)
-    return b * nn + pair, b * H * nn + pair, pair < nn, nn
+    return cx * nn + pair, cx * H * nn + pair, pair < nn, nn
 
 
 @triton.jit
-def _tile_origin(NN, BLOCK_R: tl.constexpr):
-    # a program's complex and its first pair (as _pairs walks them), a descriptor's coordinates
+def _pairs(NN, H, BLOCK_R: tl.constexpr, OFFS_64: tl.constexpr):
+    # a grid program's pairs: tile pid's
+    return _tile_pairs(tl.program_id(0), NN, H, BLOCK_R, OFFS_64)
+
+
+@triton.jit
+def _tile_origin(t, NN, BLOCK_R: tl.constexpr):
+    # tile t's complex and its first pair (as _tile_pairs walks them), a descriptor's coordinates
     tiles = tl.cdiv(NN, BLOCK_R)
-    pid = tl.program_id(0)
-    return pid // tiles, (pid % tiles) * BLOCK_R
+    return t // tiles, (t % tiles) * BLOCK_R
 # </kernel>
