@@ -56,7 +56,8 @@ def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_war
     ``lnfast``: the grid first kernel's LayerNorm skips the overflow guard's scaling where no row of a tile needs it
     (``_fused_rows._layernorm_rows``; in the last kernel, compiled for sm_90a, it took 168 registers against 122);
     ``pipe``: the first kernel persistent, one program an SM, w_in held in shared memory and z's tiles in a pipeline
-    of this many stages (``_fused_pipe``; 0: the grid kernel; with ``ab``, chunks of a quarter of the padded C)."""
+    of this many stages (``_fused_pipe``; 0: the grid kernel; with ``ab``, whose four tiles of ``in_h`` channels hold
+    a's and b's weights: H at most 4 ``in_h``)."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
                 FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t,
@@ -152,7 +153,7 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         if c[key] < 16 or c[key] & (c[key] - 1):  # tl.dot's tiles: powers of two from 16
             no(f"{key} must be a power of two of at least 16, got {c[key]}")
     # a TMA tile is at most 256 elements along each dimension
-    for on, key, most in (("IN_TMA", "IN_H", 128), ("FIN_TMA", "FIN_C", 256), ("IN_TSTORE", "IN_H", 256),
+    for on, key, most in (("IN_TMA", "IN_H", 128), ("IN_AB", "IN_H", 64), ("FIN_TMA", "FIN_C", 256), ("IN_TSTORE", "IN_H", 256),
                           ("IN_TSTORE", "IN_R", 256), ("FIN_GTMA", "FIN_R", 256),
                           ("FIN_GTMA", "FIN_C", 256)):
         if c[on] and c[key] > most:

@@ -158,7 +158,8 @@ def test_the_fused_road_refuses_what_it_cannot_hold():
                       (dict(FIN_ZGATE=True, FIN_GTMA=True), "FIN_ZGATE"),
                       (dict(IN_JOIN=True, IN_RESIDENT=True, FIN_ZGATE=True), "FIN_ZGATE"),
                       (dict(IN_AB=True), "IN_AB"), (dict(IN_JOIN=True, IN_TMA=True, IN_AB=True, FIN_ZGATE=True), "IN_AB"),
-                      (dict(IN_GC=48), "IN_GC"), (dict(IN_GC=256), "IN_GC")):
+                      (dict(IN_GC=48), "IN_GC"), (dict(IN_GC=256), "IN_GC"),
+                      (dict(IN_JOIN=True, IN_TMA=True, IN_AB=True, IN_H=128), "IN_H")):  # IN_AB's tile: 4 IN_H columns
         e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, **over))
         assert key in str(e)  # TMA's tiles stop at 256 a side; its weights come in IN_JOIN's order
     e = assert_refuses(tb.trimul_block, NAME, "config", z, mask, *w, **dict(cfg, BMM="cublas"))
