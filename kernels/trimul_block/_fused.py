@@ -239,11 +239,14 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     gdo, ydo = (None, None) if zgate else gate_descriptors(g, y, B, NN, C, c)
     # with ZGATE and both kernels' weights through descriptors (wd1: IN_TMA's), the gate's columns come through one
     wgd = gate_weights(wd1, _width(C), c) if zgate and c["FIN_TMA"] and wd1 is not None else None
-    _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](
-        o, go, bo, wo, bbo, y if zgate else g, y, wdo, gdo, ydo, zc, gi, bi, wi, bb, wgd, wg, NN, C, H, EPS,
-        BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"], TMA=c["FIN_TMA"], TRANS=c["FIN_T"],
-        GTMA=gdo is not None, ZGATE=0 if not zgate else 1 if wgd is None else 2, CW=_width(C), SIG=_sig(c),
-        num_warps=c["FIN_WARPS"], num_stages=c["F_STAGES"], **flags)
+    if c["FIN_PIPE"]:  # persistent, w_out held in shared memory, o's and g's tiles pipelined
+        pipe.last(o, go, bo, bbo, g, y, wdo, NN, C, H, EPS, c, _width(H), _width(C), flags)
+    else:
+        _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](
+            o, go, bo, wo, bbo, y if zgate else g, y, wdo, gdo, ydo, zc, gi, bi, wi, bb, wgd, wg, NN, C, H, EPS,
+            BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"], TMA=c["FIN_TMA"], TRANS=c["FIN_T"],
+            GTMA=gdo is not None, ZGATE=0 if not zgate else 1 if wgd is None else 2, CW=_width(C), SIG=_sig(c),
+            num_warps=c["FIN_WARPS"], num_stages=c["F_STAGES"], **flags)
     if not direct:
         out.view(R, C).copy_(y)  # bf16 values already: an exact copy
     return out

@@ -14,7 +14,7 @@ SIGMOIDS = ("exact", "fast", "tanh")
 STAGES = 1
 FOLD_BYTES = 192 * 1024  # IN_FOLD's z and w' tiles: a block has 227 KB, its stores and layout changes need the rest
 CM_BYTES = 200 * 1024  # IN_CM's tiles: a block has 227 KB, its stores' staging needs the rest
-PIPE_BYTES = 224 * 1024  # IN_PIPE's w_in and z's stages; compiled for sm_90a at C = H = 128 the listed configs take
+PIPE_BYTES = 224 * 1024  # IN_PIPE's w_in and z's stages (and FIN_PIPE's w_out, o's and g's); compiled for sm_90a at C = H = 128 the listed configs take
 # 1-23 KB more (197-226 KB for 192-224 here), under a block's 227
 RESIDENT_BYTES = 176 * 1024  # IN_RESIDENT's budget for w_in: a block has 227 KB, z's tiles need the rest
 
@@ -33,7 +33,7 @@ def resident_bytes(C: int, H: int, itemsize: int = 2) -> int:
 def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_warps=4, road_name="fused",
          join=False, stages=STAGES, tma=False, fin_tma=False, tstore=False, resident=False, fin_t=False,
          in_maxnreg=0, sig="exact", fin_gtma=False, fin_zgate=False, ab=False, gc=0, fold=0, fold_loop=0, cm=0,
-         lnfast=False, pipe=0) -> dict:
+         lnfast=False, pipe=0, fin_pipe=0) -> dict:
     """A config's keys for this road (the steps road's configs carry them, unread, with ROAD='steps').
     ``join``: the first kernel's gate and value columns interleaved, one dot for both; ``tma``: and its
     weights loaded through tensor descriptors; ``fin_tma``: the last kernel's too; ``tstore``: the first
@@ -57,13 +57,14 @@ def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_war
     (``_fused_rows._layernorm_rows``; in the last kernel, compiled for sm_90a, it took 168 registers against 122);
     ``pipe``: the first kernel persistent, one program an SM, w_in held in shared memory and z's tiles in a pipeline
     of this many stages (``_fused_pipe``; 0: the grid kernel; with ``ab``, whose four tiles of ``in_h`` channels hold
-    a's and b's weights: H at most 4 ``in_h``)."""
+    a's and b's weights: H at most 4 ``in_h``); ``fin_pipe``: the last kernel in the same shape, w_out held and o's and
+    g's tiles in a pipeline of this many stages (0: the grid kernel; with ``fin_tma``, whose descriptor it reads)."""
     return dict(ROAD=road_name, BMM=bmm, IN_R=in_r, IN_H=in_h, IN_WARPS=in_warps, FIN_R=fin_r, FIN_C=fin_c,
                 FIN_WARPS=fin_warps, IN_JOIN=join, F_STAGES=stages, IN_TMA=tma,
                 FIN_TMA=fin_tma, IN_TSTORE=tstore, IN_RESIDENT=resident, FIN_T=fin_t,
                 IN_MAXNREG=in_maxnreg, IN_SIG=sig, FIN_GTMA=fin_gtma, FIN_ZGATE=fin_zgate, IN_AB=ab, IN_GC=gc,
                 IN_FOLD=fold, IN_FOLD_LOOP=fold_loop, IN_CM=cm, IN_LNFAST=lnfast,
-                IN_PIPE=pipe)
+                IN_PIPE=pipe, FIN_PIPE=fin_pipe)
 
 
 def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
@@ -144,7 +145,14 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         no(f"IN_PIPE must be 0 (the grid kernel) or 1 to 3 stages, got {c['IN_PIPE']!r}")
     if c["IN_PIPE"] and itemsize == 4:  # tf32x3 at FP32: w_in alone would take 320 KB
         no("IN_PIPE is for bf16: at FP32 w_in would not fit a block's shared memory")
-    why = config_limits(c, dict(C=C, H=H), itemsize) if c["IN_CM"] or c["IN_PIPE"] else None
+    if c["FIN_PIPE"] and (not c["FIN_TMA"] or c["FIN_T"] or c["FIN_GTMA"] or c["FIN_ZGATE"]):
+        no("FIN_PIPE holds w_out through FIN_TMA's descriptor and reads g, by pointer: it needs FIN_TMA=True, and FIN_T, "
+           "FIN_GTMA and FIN_ZGATE off")
+    if c["FIN_PIPE"] not in (0, 1, 2, 3):
+        no(f"FIN_PIPE must be 0 (the grid kernel) or 1 to 3 stages, got {c['FIN_PIPE']!r}")
+    if c["FIN_PIPE"] and itemsize == 4:  # tf32x3's operand splits of a whole [64, 128] tile, as IN_PIPE's
+        no("FIN_PIPE is for bf16, as IN_PIPE")
+    why = (config_limits(c, dict(C=C, H=H), itemsize) if c["IN_CM"] or c["IN_PIPE"] or c["FIN_PIPE"] else None)
     if why:
         no(why)
     if c["F_STAGES"] not in (1, 2, 3, 4):
@@ -183,6 +191,14 @@ def config_limits(c: dict, shape: dict, itemsize: int = 4):
         if need > PIPE_BYTES:
             return (f"IN_PIPE keeps w_in and {c['IN_PIPE']} tiles of z in shared memory: {need // 1024} KB at C = "
                     f"{shape['C']}, past its {PIPE_BYTES // 1024} KB")
+    if c.get("ROAD") == "fused" and c.get("FIN_PIPE"):
+        cw, hw = padded(shape["C"]), padded(shape["H"])
+        need = 2 * (hw * cw + c["FIN_PIPE"] * c["FIN_R"] * (hw + cw))  # w_out, o's and g's stages: bf16
+        if max(cw, hw) > 256:  # w_out is one TMA tile, at most 256 a side
+            return f"FIN_PIPE holds w_out as one tile, at most 256 channels a side: not C = {shape['C']}, H = {shape['H']}"
+        if need > PIPE_BYTES:
+            return (f"FIN_PIPE keeps w_out and {c['FIN_PIPE']} tiles of o and g in shared memory: {need // 1024} KB at "
+                    f"C = {shape['C']}, H = {shape['H']}, past its {PIPE_BYTES // 1024} KB")
     if c.get("ROAD") == "fused" and c.get("IN_RESIDENT"):
         if max(shape["C"], shape["H"]) > 128:  # compiled for sm_90a, wider hidden tiles spill (H = 150: 216-280 B)
             return f"IN_RESIDENT holds pairs' channels up to 128, not C = {shape['C']}, H = {shape['H']}"

@@ -1,5 +1,6 @@
 """The fused road's first kernel, persistent, w_in held in shared memory and z's tiles pipelined (config key
-``IN_PIPE``: the pipeline's stages; bf16, C and H at most 128).
+``IN_PIPE``: the pipeline's stages; bf16, C and H at most 128); and its last kernel in the same shape (``FIN_PIPE``:
+w_out held, o's and g's tiles pipelined).
 
 Two changes that took work out of the grid first kernel (``_fused._in_kernel``) left its time where it was
 (kernels/NOTES.md, the session of 2026-12-07 from 01:53): a program of IN_R pairs waits in series for its z tile
@@ -83,6 +84,34 @@ def _in_pipe_kernel(
         bias = tl.load(BIAS + WG + cs, mask=cmask, other=0.0, volatile=True).to(tl.float32)
         g = _sigmoid(tl.dot(zn, wg, input_precision=PRECISION) + bias[None, :], SIG)
         tl.store(G + rows[:, None] * C + cs[None, :], _round(g, BF16, EMULATE), mask=rmask[:, None] & cmask[None, :])
+
+
+@triton.jit
+def _out_pipe_kernel(
+    O, GAMMA, BETA, WD, BIAS, G, Y,  # as _fused._out_kernel: o [B, H, NN] channel-major; WD over w_out [H, C], one
+    # [WIDTH, CW] tile; g, y [B NN, C]
+    NN, C, H, eps, tiles_total,
+    NUM_PROGRAMS: tl.constexpr, STAGES: tl.constexpr, BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CW: tl.constexpr,
+    BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
+):
+    # the last kernel in the same shape: w_out whole, loaded once and kept in shared memory; o's and g's tiles for a
+    # later step in flight while this step normalises, multiplies and stores. The grid kernel reads w_out from L2 for
+    # every 64 pairs, as many bytes as it reads of o and g together
+    w = WD.load([0, 0])
+    hs = tl.arange(0, WIDTH)
+    hmask = hs < H
+    cs = tl.arange(0, CW)
+    cmask = cs < C
+    for t in tl.range(tl.program_id(0), tiles_total, NUM_PROGRAMS, num_stages=STAGES):
+        rows, cm, rmask, nn = _tile_pairs(t, NN, H, BLOCK_R, OFFS_64)
+        omask = rmask[:, None] & hmask[None, :]
+        x = tl.load(O + cm[:, None] + hs[None, :] * nn, mask=omask, other=0.0).to(tl.float32)  # runs along pairs
+        ymask = rmask[:, None] & cmask[None, :]
+        g = tl.load(G + rows[:, None] * C + cs[None, :], mask=ymask, other=0.0).to(tl.float32)
+        on = _round(_layernorm_tile(x, omask, GAMMA, BETA, hs, hmask, H, eps, CENTER=not BF16), BF16, EMULATE)
+        bias = tl.load(BIAS + cs, mask=cmask, other=0.0, volatile=True).to(tl.float32)  # volatile: as _ab_chunk's
+        y = tl.dot(on, w, input_precision=PRECISION) + bias[None, :]
+        tl.store(Y + rows[:, None] * C + cs[None, :], _round(y * g, BF16, EMULATE), mask=ymask)
 # </kernel>
 
 
@@ -98,3 +127,15 @@ def first(zc, m, gamma, beta, bias, at, bt, g, wd4, wd1, wg: int, NN: int, C: in
                           STAGES=c["IN_PIPE"], BLOCK_R=r, WIDTH=width, CHUNK=c["IN_H"], SIG=sig,
                           num_warps=c["IN_WARPS"], num_stages=1, **flags)
 
+
+def last(o, gamma, beta, bias, g, y, wdo, NN: int, C: int, H: int, eps: float, c: dict, hw: int, cw: int,
+         flags: dict) -> None:
+    """The last kernel's work by this road: y [B NN, C] from o [B, H, NN] and g; ``wdo``: FIN_TMA's descriptor over
+    w_out (``_fused_weights.out_weights``), whose tensor is taken here as one tile of the padded widths."""
+    r, B = c["FIN_R"], o.shape[0]
+    wd = TensorDescriptor(wdo.base, wdo.shape, wdo.strides, [hw, cw])
+    tiles = B * triton.cdiv(NN, r)
+    n = programs(tiles, o.device)
+    _out_pipe_kernel[(n,)](o, gamma, beta, wd, bias, g, y, NN, C, H, eps, tiles, NUM_PROGRAMS=n,
+                           STAGES=c["FIN_PIPE"], BLOCK_R=r, WIDTH=hw, CW=cw, num_warps=c["FIN_WARPS"], num_stages=1,
+                           **flags)

@@ -1,6 +1,7 @@
 """The triangle update's persistent first kernel with w_in in shared memory and z's tiles pipelined (``_fused_pipe``,
-config key ``IN_PIPE``): its refusals and limits, a batch of complexes walked by a few programs against float64, and
-the grid rule's answer at the same inputs. Every IN_PIPE config of the table is also in ``test_trimul_block_fused.py``'s
+config key ``IN_PIPE``), and its last kernel in that shape (``FIN_PIPE``): their refusals and limits, a batch of
+complexes walked by a few programs against float64, and the grid rule's answer at the same inputs. Every such config
+of the table is also in ``test_trimul_block_fused.py``'s
 awkward-shape and GPU tests, and compiled for sm_90a in ``..._sm90.py``."""
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ from tests.support.kernel_checks import assert_refuses, cpu_only, rel_err
 NAME = "trimul_block"
 SPEC = ops.OPS[NAME]
 PIPE = [n for n in tb.TILES["bf16"].configs if tb.TILES["bf16"][n]["IN_PIPE"]]
+OPIPE = [n for n in tb.TILES["bf16"].configs if tb.TILES["bf16"][n]["FIN_PIPE"]]
 RULE = "fused_r64_h32_tma2_r64_fsig_ab_g64_cublas"
 
 
 def test_the_table_lists_pipelined_configs():
     assert PIPE and all(tb.TILES["bf16"][n]["IN_AB"] for n in PIPE)
+    assert OPIPE and all(tb.TILES["bf16"][n]["FIN_TMA"] for n in OPIPE)
 
 
 @cpu_only
@@ -78,6 +81,56 @@ def test_the_rules_answer_at_the_same_inputs(shape):
     args = SPEC.inputs(shape, seed=7, dtype="bf16", dist="heavy")
     rule = tb.trimul_block(*args, **dict(tb.TILES["bf16"][RULE], IN_R=16))
     assert torch.equal(tb.trimul_block(*args, **dict(tb.TILES["bf16"][PIPE[0]], IN_R=16)), rule)
+
+
+@cpu_only
+def test_the_pipelined_last_kernel_refuses_fp32_and_keys_it_does_not_read():
+    cfg = tb.TILES["bf16"][OPIPE[0]]
+    e = assert_refuses(tb.trimul_block, NAME, "config", *SPEC.inputs(dict(N=2, C=8, H=8), seed=1), **cfg)
+    assert "FIN_PIPE" in str(e) and "bf16" in str(e)
+    bf = SPEC.inputs(dict(N=2, C=8, H=8), seed=1, dtype="bf16")
+    for key, val in (("FIN_TMA", False), ("FIN_T", True), ("FIN_GTMA", True), ("FIN_PIPE", 4)):
+        e = assert_refuses(tb.trimul_block, NAME, "config", *bf, **dict(cfg, **{key: val}))
+        assert "FIN_PIPE" in str(e), (key, str(e))
+
+
+@cpu_only
+def test_the_pipelined_last_kernels_limit_is_its_shared_memory():
+    v = registry.get(NAME, "triton", "bf16").variant(**tb.TILES["bf16"][OPIPE[0]])
+    assert not v.outside_limits(dict(N=2, C=128, H=128))
+    assert "FIN_PIPE" in v.outside_limits(dict(N=2, C=256, H=256))  # w_out alone is 128 KB, two stages as much again
+    wide = SPEC.inputs(dict(N=2, C=256, H=256), seed=1, dtype="bf16")
+    e = assert_refuses(tb.trimul_block, NAME, "config", *wide, **tb.TILES["bf16"][OPIPE[0]])
+    assert "FIN_PIPE" in str(e) and "shared memory" in str(e)
+
+
+@cpu_only
+@pytest.mark.parametrize("name", OPIPE)
+def test_the_last_kernel_walks_a_batch_of_complexes_on_a_few_programs(name, poisoned, monkeypatch):
+    # as the first kernel's test above: 6 tiles of 16 pairs over three complexes, on the interpreter's 3 programs;
+    # H = 70 and C = 24, both padded
+    calls = []
+    monkeypatch.setattr(_fused_pipe, "_out_pipe_kernel", _Spy(_fused_pipe._out_pipe_kernel, calls))
+    reqs = [SPEC.inputs(dict(N=5, C=24, H=70), seed=50 + c, dtype="bf16", dist="heavy" if c else "normal")
+            for c in range(3)]
+    z, mask = torch.stack([r[0] for r in reqs]), torch.stack([r[1] for r in reqs])
+    z[1, 0, 2] *= 1e30
+    out = torch.full_like(z, math.nan)
+    tb.trimul_block(z, mask, *reqs[0][2:], out=out, **dict(tb.TILES["bf16"][name], IN_R=16, FIN_R=16))
+    assert calls == [3]
+    for c in range(3):
+        want = SPEC.reference(z[c], mask[c], *reqs[0][2:])
+        assert rel_err(out[c], want) <= SPEC.tol("bf16"), (c, rel_err(out[c], want))
+        assert not outside(out[c], want, "bf16").any(), (c, describe_mismatch(out[c], want, "bf16"))
+
+
+@cpu_only
+@pytest.mark.parametrize("shape", (dict(N=5, C=24, H=70), dict(N=3, C=128, H=128)))
+def test_the_pipelined_last_kernel_gives_the_rules_bits(shape):
+    args = SPEC.inputs(shape, seed=8, dtype="bf16", dist="heavy")
+    rule = tb.trimul_block(*args, **dict(tb.TILES["bf16"][RULE], IN_R=16, FIN_R=16))
+    for name in OPIPE:
+        assert torch.equal(tb.trimul_block(*args, **dict(tb.TILES["bf16"][name], IN_R=16, FIN_R=16)), rule), name
 
 
 class _Spy:

@@ -92,7 +92,22 @@ def _pipe_job(c: dict) -> str:
                 aligned=("Z", "GAMMA", "BETA", "BIAS", "M", "AT", "BT", "G", "NN", "C", "H", "WG"))
 
 
+def _out_pipe_job(c: dict) -> str:
+    """The persistent last kernel with w_out in shared memory and o's and g's tiles pipelined (``FIN_PIPE``)."""
+    from kernels.trimul_block import _fused_pipe as pipe
+    sig = dict({p: "*bf16" for p in ("O", "GAMMA", "BETA", "BIAS", "G", "Y")}, NN="i32", C="i32", H="i32",
+               eps="fp32", tiles_total="i32", WD="tensordesc<bf16[128, 128]>")
+    consts = dict(NUM_PROGRAMS=132, STAGES=c["FIN_PIPE"], BLOCK_R=c["FIN_R"], WIDTH=128, CW=128, BF16=True,
+                  EMULATE=False, PRECISION="ieee", OFFS_64=False)
+    sig.update({k: "constexpr" for k in consts})
+    sig = {a: sig[a] for a in pipe._out_pipe_kernel.arg_names}
+    return _job("kernels.trimul_block._fused_pipe:_out_pipe_kernel", sig, consts, c["FIN_WARPS"], 1,
+                aligned=("O", "GAMMA", "BETA", "BIAS", "G", "Y", "NN", "C", "H"))
+
+
 def _compile_job(kernel: str, c: dict, dtype: str) -> str:
+    if kernel == "out" and c["FIN_PIPE"]:
+        return _out_pipe_job(c)
     if kernel == "in" and c["IN_PIPE"]:
         return _pipe_job(c)
     if kernel == "in" and c["IN_CM"]:
