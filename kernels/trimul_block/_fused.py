@@ -240,7 +240,8 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     # with ZGATE and both kernels' weights through descriptors (wd1: IN_TMA's), the gate's columns come through one
     wgd = gate_weights(wd1, _width(C), c) if zgate and c["FIN_TMA"] and wd1 is not None else None
     if c["FIN_PIPE"]:  # persistent, w_out held in shared memory, o's and g's tiles pipelined
-        pipe.last(o, go, bo, bbo, g, y, wdo, NN, C, H, EPS, c, _width(H), _width(C), flags)
+        pipe.last(o, go, bo, bbo, g, y, wdo, (zc, gi, bi, bb, wd1, wg) if zgate else None, NN, C, H, EPS, c,
+                  _width(H), _width(C), flags, _sig(c))
     else:
         _out_kernel[(B * common.cdiv(NN, c["FIN_R"]),)](
             o, go, bo, wo, bbo, y if zgate else g, y, wdo, gdo, ydo, zc, gi, bi, wi, bb, wgd, wg, NN, C, H, EPS,

@@ -97,9 +97,9 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         no("IN_SIG chooses the grid's first kernel's sigmoid; IN_RESIDENT's persistent kernel keeps the exact one")
     if c["FIN_ZGATE"] and (c["IN_RESIDENT"] or c["FIN_GTMA"]):
         no("FIN_ZGATE computes the gate in the last kernel: IN_RESIDENT's kernel stores one, and FIN_GTMA reads one")
-    if c["IN_AB"] and (not c["IN_TMA"] or c["FIN_ZGATE"]):
-        no("IN_AB lays a's and b's columns out for IN_TMA's descriptors, and the bias with them, which FIN_ZGATE's "
-           "last kernel does not read: it needs IN_TMA=True and FIN_ZGATE=False")
+    if c["IN_AB"] and (not c["IN_TMA"] or (c["FIN_ZGATE"] and not c["FIN_PIPE"])):
+        no("IN_AB lays a's and b's columns out for IN_TMA's descriptors, and the bias with them, which the grid last "
+           "kernel's FIN_ZGATE does not read: it needs IN_TMA=True, and FIN_ZGATE=False unless FIN_PIPE")
     if c["IN_GC"] and (c["IN_GC"] < 16 or c["IN_GC"] & (c["IN_GC"] - 1) or c["IN_GC"] > 128):
         no(f"IN_GC must be 0 (IN_H's chunk) or a power of two from 16 to 128, got {c['IN_GC']!r}")
     if c["IN_FOLD_LOOP"] and (not c["IN_FOLD"] or c["IN_FOLD_LOOP"] not in (1, 2, 3)):
@@ -145,9 +145,11 @@ def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
         no(f"IN_PIPE must be 0 (the grid kernel) or 1 to 3 stages, got {c['IN_PIPE']!r}")
     if c["IN_PIPE"] and itemsize == 4:  # tf32x3 at FP32: w_in alone would take 320 KB
         no("IN_PIPE is for bf16: at FP32 w_in would not fit a block's shared memory")
-    if c["FIN_PIPE"] and (not c["FIN_TMA"] or c["FIN_T"] or c["FIN_GTMA"] or c["FIN_ZGATE"]):
-        no("FIN_PIPE holds w_out through FIN_TMA's descriptor and reads g, by pointer: it needs FIN_TMA=True, and FIN_T, "
-           "FIN_GTMA and FIN_ZGATE off")
+    if c["FIN_PIPE"] and (not c["FIN_TMA"] or c["FIN_T"] or c["FIN_GTMA"]):
+        no("FIN_PIPE holds w_out through FIN_TMA's descriptor and reads g by pointer: it needs FIN_TMA=True, and FIN_T "
+           "and FIN_GTMA off")
+    if c["FIN_PIPE"] and c["FIN_ZGATE"] and not c["IN_AB"]:
+        no("FIN_PIPE's FIN_ZGATE reads the gate's weights and bias as IN_AB lays them out: it needs IN_AB=True")
     if c["FIN_PIPE"] not in (0, 1, 2, 3):
         no(f"FIN_PIPE must be 0 (the grid kernel) or 1 to 3 stages, got {c['FIN_PIPE']!r}")
     if c["FIN_PIPE"] and itemsize == 4:  # tf32x3's operand splits of a whole [64, 128] tile, as IN_PIPE's
@@ -193,7 +195,8 @@ def config_limits(c: dict, shape: dict, itemsize: int = 4):
                     f"{shape['C']}, past its {PIPE_BYTES // 1024} KB")
     if c.get("ROAD") == "fused" and c.get("FIN_PIPE"):
         cw, hw = padded(shape["C"]), padded(shape["H"])
-        need = 2 * (hw * cw + c["FIN_PIPE"] * c["FIN_R"] * (hw + cw))  # w_out, o's and g's stages: bf16
+        zg = bool(c.get("FIN_ZGATE"))  # and the gate's weights (z's tiles in place of g's)
+        need = 2 * ((hw + zg * cw) * cw + c["FIN_PIPE"] * c["FIN_R"] * (hw + cw))  # w_out, o's and g's stages: bf16
         if max(cw, hw) > 256:  # w_out is one TMA tile, at most 256 a side
             return f"FIN_PIPE holds w_out as one tile, at most 256 channels a side: not C = {shape['C']}, H = {shape['H']}"
         if need > PIPE_BYTES:

@@ -48,6 +48,13 @@ def _ab_chunk(zn, w, BIAS, WG, AT, BT, m, cm, rmask, nn, H, h0: tl.constexpr, BL
 
 
 @triton.jit
+def _gate(zn, wg, BIAS, WG, cs, cmask, PRECISION: tl.constexpr, SIG: tl.constexpr):
+    # the output gate from the normalised z tile against the gate's weight tile (IN_AB's bias: its columns from WG)
+    bias = tl.load(BIAS + WG + cs, mask=cmask, other=0.0, volatile=True).to(tl.float32)
+    return _sigmoid(tl.dot(zn, wg, input_precision=PRECISION) + bias[None, :], SIG)
+
+
+@triton.jit
 def _in_pipe_kernel(
     Z, GAMMA, BETA, BIAS, M, AT, BT, G,  # as _fused._in_kernel: z [B NN, C], the mask [B NN], a, b [B, H, NN],
     # g [B NN, C]
@@ -56,14 +63,15 @@ def _in_pipe_kernel(
     NUM_PROGRAMS: tl.constexpr, STAGES: tl.constexpr,
     BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CHUNK: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
-    SIG: tl.constexpr,
+    SIG: tl.constexpr, GATE: tl.constexpr,  # the output gate here (else the last kernel forms it from z: FIN_ZGATE)
 ):
     # w_in whole, loaded once: loop invariants, which the compiler keeps in shared memory for the products
     w0 = WD4.load([0, 0])
     w1 = WD4.load([0, 4 * CHUNK])
     w2 = WD4.load([0, 8 * CHUNK])
     w3 = WD4.load([0, 12 * CHUNK])
-    wg = WD1.load([0, WG])
+    if GATE:
+        wg = WD1.load([0, WG])
     cs = tl.arange(0, WIDTH)
     cmask = cs < C
     # tiles pid, pid + #programs, ...: the loop is software-pipelined, so z's tile (and the mask's) for a later step
@@ -81,23 +89,28 @@ def _in_pipe_kernel(
                   SIG)
         _ab_chunk(zn, w3, BIAS, WG, AT, BT, m, cm, rmask, nn, H, 3 * CHUNK, BLOCK_R, CHUNK, BF16, EMULATE, PRECISION,
                   SIG)
-        bias = tl.load(BIAS + WG + cs, mask=cmask, other=0.0, volatile=True).to(tl.float32)
-        g = _sigmoid(tl.dot(zn, wg, input_precision=PRECISION) + bias[None, :], SIG)
-        tl.store(G + rows[:, None] * C + cs[None, :], _round(g, BF16, EMULATE), mask=rmask[:, None] & cmask[None, :])
+        if GATE:
+            g = _gate(zn, wg, BIAS, WG, cs, cmask, PRECISION, SIG)
+            tl.store(G + rows[:, None] * C + cs[None, :], _round(g, BF16, EMULATE), mask=rmask[:, None] & cmask[None, :])
 
 
 @triton.jit
 def _out_pipe_kernel(
     O, GAMMA, BETA, WD, BIAS, G, Y,  # as _fused._out_kernel: o [B, H, NN] channel-major; WD over w_out [H, C], one
     # [WIDTH, CW] tile; g, y [B NN, C]
+    Z, GAMMA_IN, BETA_IN, BI, WGD, WG,  # with ZGATE: z [B NN, C], the first LayerNorm, IN_AB's padded bias, a
+    # descriptor over its padded w_in, one [CW, CW] tile, and the gate's first column there
     NN, C, H, eps, tiles_total,
     NUM_PROGRAMS: tl.constexpr, STAGES: tl.constexpr, BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, CW: tl.constexpr,
     BF16: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr, OFFS_64: tl.constexpr,
+    ZGATE: tl.constexpr, SIG: tl.constexpr,  # the gate formed here from z (FIN_ZGATE), not read as g; its sigmoid
 ):
     # the last kernel in the same shape: w_out whole, loaded once and kept in shared memory; o's and g's tiles for a
     # later step in flight while this step normalises, multiplies and stores. The grid kernel reads w_out from L2 for
     # every 64 pairs, as many bytes as it reads of o and g together
     w = WD.load([0, 0])
+    if ZGATE:  # g's round trip (C bytes out and in a pair at bf16) traded for z read again (C in)
+        wg = WGD.load([0, WG])
     hs = tl.arange(0, WIDTH)
     hmask = hs < H
     cs = tl.arange(0, CW)
@@ -107,7 +120,13 @@ def _out_pipe_kernel(
         omask = rmask[:, None] & hmask[None, :]
         x = tl.load(O + cm[:, None] + hs[None, :] * nn, mask=omask, other=0.0).to(tl.float32)  # runs along pairs
         ymask = rmask[:, None] & cmask[None, :]
-        g = tl.load(G + rows[:, None] * C + cs[None, :], mask=ymask, other=0.0).to(tl.float32)
+        if ZGATE:
+            xz = tl.load(Z + rows[:, None] * C + cs[None, :], mask=ymask, other=0.0).to(tl.float32)
+            zn = _round(_layernorm_tile(xz, ymask, GAMMA_IN, BETA_IN, cs, cmask, C, eps, CENTER=not BF16), BF16,
+                        EMULATE)
+            g = _gate(zn, wg, BI, WG, cs, cmask, PRECISION, SIG)
+        else:
+            g = tl.load(G + rows[:, None] * C + cs[None, :], mask=ymask, other=0.0).to(tl.float32)
         on = _round(_layernorm_tile(x, omask, GAMMA, BETA, hs, hmask, H, eps, CENTER=not BF16), BF16, EMULATE)
         bias = tl.load(BIAS + cs, mask=cmask, other=0.0, volatile=True).to(tl.float32)  # volatile: as _ab_chunk's
         y = tl.dot(on, w, input_precision=PRECISION) + bias[None, :]
@@ -124,18 +143,22 @@ def first(zc, m, gamma, beta, bias, at, bt, g, wd4, wd1, wg: int, NN: int, C: in
     tiles = B * triton.cdiv(NN, r)
     n = programs(tiles, zc.device)
     _in_pipe_kernel[(n,)](zc, gamma, beta, bias, m, at, bt, g, wd4, gd, wg, NN, C, H, eps, tiles, NUM_PROGRAMS=n,
-                          STAGES=c["IN_PIPE"], BLOCK_R=r, WIDTH=width, CHUNK=c["IN_H"], SIG=sig,
+                          STAGES=c["IN_PIPE"], BLOCK_R=r, WIDTH=width, CHUNK=c["IN_H"], SIG=sig, GATE=g is not None,
                           num_warps=c["IN_WARPS"], num_stages=1, **flags)
 
 
-def last(o, gamma, beta, bias, g, y, wdo, NN: int, C: int, H: int, eps: float, c: dict, hw: int, cw: int,
-         flags: dict) -> None:
+def last(o, gamma, beta, bias, g, y, wdo, zgate, NN: int, C: int, H: int, eps: float, c: dict, hw: int, cw: int,
+         flags: dict, sig: str) -> None:
     """The last kernel's work by this road: y [B NN, C] from o [B, H, NN] and g; ``wdo``: FIN_TMA's descriptor over
-    w_out (``_fused_weights.out_weights``), whose tensor is taken here as one tile of the padded widths."""
+    w_out (``_fused_weights.out_weights``), whose tensor is taken here as one tile of the padded widths. With
+    FIN_ZGATE, ``zgate`` is (z, gamma_in, beta_in, IN_AB's padded bias, its descriptor over w_in, g's column there)
+    and g is None."""
     r, B = c["FIN_R"], o.shape[0]
     wd = TensorDescriptor(wdo.base, wdo.shape, wdo.strides, [hw, cw])
+    z, gi, bi, bb, wd1, wg = zgate or (None,) * 6
+    wgd = TensorDescriptor(wd1.base, wd1.shape, wd1.strides, [cw, cw]) if zgate else None
     tiles = B * triton.cdiv(NN, r)
     n = programs(tiles, o.device)
-    _out_pipe_kernel[(n,)](o, gamma, beta, wd, bias, g, y, NN, C, H, eps, tiles, NUM_PROGRAMS=n,
-                           STAGES=c["FIN_PIPE"], BLOCK_R=r, WIDTH=hw, CW=cw, num_warps=c["FIN_WARPS"], num_stages=1,
-                           **flags)
+    _out_pipe_kernel[(n,)](o, gamma, beta, wd, bias, g, y, z, gi, bi, bb, wgd, wg or 0, NN, C, H, eps, tiles,
+                           NUM_PROGRAMS=n, STAGES=c["FIN_PIPE"], BLOCK_R=r, WIDTH=hw, CW=cw, ZGATE=zgate is not None,
+                           SIG=sig, num_warps=c["FIN_WARPS"], num_stages=1, **flags)

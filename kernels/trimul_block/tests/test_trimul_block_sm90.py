@@ -85,7 +85,7 @@ def _pipe_job(c: dict) -> str:
                eps="fp32", tiles_total="i32", WG="i32", WD4=f"tensordesc<bf16[128, {4 * h}]>",
                WD1="tensordesc<bf16[128, 128]>")
     consts = dict(NUM_PROGRAMS=132, STAGES=c["IN_PIPE"], BLOCK_R=c["IN_R"], WIDTH=128, CHUNK=h, BF16=True,
-                  EMULATE=False, PRECISION="ieee", OFFS_64=False, SIG=c["IN_SIG"])
+                  EMULATE=False, PRECISION="ieee", OFFS_64=False, SIG=c["IN_SIG"], GATE=not c["FIN_ZGATE"])
     sig.update({k: "constexpr" for k in consts})
     sig = {a: sig[a] for a in pipe._in_pipe_kernel.arg_names}
     return _job("kernels.trimul_block._fused_pipe:_in_pipe_kernel", sig, consts, c["IN_WARPS"], 1,
@@ -95,14 +95,16 @@ def _pipe_job(c: dict) -> str:
 def _out_pipe_job(c: dict) -> str:
     """The persistent last kernel with w_out in shared memory and o's and g's tiles pipelined (``FIN_PIPE``)."""
     from kernels.trimul_block import _fused_pipe as pipe
-    sig = dict({p: "*bf16" for p in ("O", "GAMMA", "BETA", "BIAS", "G", "Y")}, NN="i32", C="i32", H="i32",
-               eps="fp32", tiles_total="i32", WD="tensordesc<bf16[128, 128]>")
+    zg = c["FIN_ZGATE"]
+    sig = dict({p: "*bf16" for p in ("O", "GAMMA", "BETA", "BIAS", "G", "Y", "Z", "GAMMA_IN", "BETA_IN", "BI")},
+               NN="i32", C="i32", H="i32", eps="fp32", tiles_total="i32", WG="i32", WD="tensordesc<bf16[128, 128]>",
+               WGD="tensordesc<bf16[128, 128]>" if zg else "constexpr")
     consts = dict(NUM_PROGRAMS=132, STAGES=c["FIN_PIPE"], BLOCK_R=c["FIN_R"], WIDTH=128, CW=128, BF16=True,
-                  EMULATE=False, PRECISION="ieee", OFFS_64=False)
+                  EMULATE=False, PRECISION="ieee", OFFS_64=False, ZGATE=zg, SIG=c["IN_SIG"], **({} if zg else {"WGD": None}))
     sig.update({k: "constexpr" for k in consts})
     sig = {a: sig[a] for a in pipe._out_pipe_kernel.arg_names}
     return _job("kernels.trimul_block._fused_pipe:_out_pipe_kernel", sig, consts, c["FIN_WARPS"], 1,
-                aligned=("O", "GAMMA", "BETA", "BIAS", "G", "Y", "NN", "C", "H"))
+                aligned=("O", "GAMMA", "BETA", "BIAS", "G", "Y", "Z", "GAMMA_IN", "BETA_IN", "BI", "NN", "C", "H", "WG"))
 
 
 def _compile_job(kernel: str, c: dict, dtype: str) -> str:
