@@ -7,6 +7,7 @@ profile of 10 calls, each config checked against float64 at N = 96 (heavy-tailed
                                                  # NAME+IN_H=64,IN_WARPS=8: the config with those keys changed
     ncu ... python3 tools/probe_trimul_fused.py --bare NAME  # NAME's calls alone, for a profiler: no check,
                                                              # no torch profiler, 4 calls (the first compiles)
+    python3 tools/probe_trimul_fused.py fp32:NAME ...       # an FP32 config (the FP32 table's), checked at FP32
 
 Not the record (that is ``mage measure``); data/h200/fused/probe2.txt is its output of 2026-12-05."""
 import sys
@@ -16,29 +17,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 import kernels.trimul_block.triton_block as tb  # noqa: E402
 
 
-def _config(arg: str) -> dict:
-    """A table config by name, with 'KEY=VALUE' overrides after a '+' (integers, True/False, or words)."""
+def _config(arg: str) -> tuple:
+    """(dtype, a table config by name, with 'KEY=VALUE' overrides after a '+' (integers, True/False, or words));
+    a name after 'fp32:' is the FP32 table's."""
+    dtype, _, arg = arg.rpartition(":")
+    dtype = dtype or "bf16"
     name, _, over = arg.partition("+")
     vals = {"True": True, "False": False}
     kv = [o.split("=") for o in over.split(",") if o]
-    return dict(tb.TILES["bf16"][name], **{k: vals.get(v, int(v) if v.lstrip("-").isdigit() else v) for k, v in kv})
+    return dtype, dict(tb.TILES[dtype][name], **{k: vals.get(v, int(v) if v.lstrip("-").isdigit() else v)
+                                                 for k, v in kv})
 
 
 def main(argv):
     from mage import ops, registry
     from mage.check import check
     from mage.profile import profile
-    impl = registry.get("trimul_block", "triton", "bf16")
-    args = ops.OPS["trimul_block"].inputs(dict(N=1024, C=128, H=128), seed=1, dtype="bf16", device="cuda")
+
+    def inputs(dtype):
+        return ops.OPS["trimul_block"].inputs(dict(N=1024, C=128, H=128), seed=1, dtype=dtype, device="cuda")
     if argv[:1] == ["--bare"]:
-        v = impl.variant(**_config(argv[1]))
+        dtype, cfg = _config(argv[1])
+        v, args = registry.get("trimul_block", "triton", dtype).variant(**cfg), inputs(dtype)
         for _ in range(4):
             v.fn(*args)
         return
     names = argv or ["fused_r64_h32_tma_cublas", "fused_r64_h32_tma2_cublas", "fused_r64_h32_tma3_cublas"]
     for n in names:
+        dtype, cfg = _config(n)
+        args = inputs(dtype)
         for over in ({}, dict(FIN_R=64), dict(FIN_C=32), dict(FIN_WARPS=8))[:1 if argv else 4]:
-            v = impl.variant(**dict(_config(n), **over))
+            v = registry.get("trimul_block", "triton", dtype).variant(**dict(cfg, **over))
             r = check(v, dict(N=96, C=128, H=128), trials=1, device="cuda", dist="heavy")
             p = profile(lambda: v.fn(*args), iters=10)
             print(n, over, r.passed, f"{p.kernel_us:.1f}", p.launches,

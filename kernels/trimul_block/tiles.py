@@ -19,14 +19,15 @@ TRIANGLE_KEYS = ("STORE", "K_INNER", "BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C",
 
 
 def _config(contraction: dict, gate=(64, 32, 4), ln=(8, 4, 0), out_gate=(32, 64, 4), gemm=None,
-            contract="ieee", fused=None) -> dict:
+            contract="ieee", fused=None, tma=0) -> dict:
     """A block config; ``contract='tf32x3'`` runs the FP32 contraction as three TF32 tensor-core products
-    (FP32 accuracy; without the key it runs IEEE FP32 on the FMA units, or bf16 products at bf16);
+    (FP32 accuracy; without the key it runs IEEE FP32 on the FMA units, or bf16 products at bf16); ``tma``: the
+    steps road's contraction by the persistent TMA kernel (``kernels/triangle/_hopper``) where the card and N allow;
     ``fused``: the fused road's keys (``_fused.keys``) where the config takes that road."""
     tri = {k: contraction[k] for k in TRIANGLE_KEYS}
     return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
                 LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2],
-                **proj.gemm_keys(*(gemm or ("cublas",))), CONTRACT=contract,
+                **proj.gemm_keys(*(gemm or ("cublas",))), CONTRACT=contract, CONTRACT_TMA=tma,
                 **(fused or _fused.keys(road_name="steps")))
 
 
@@ -57,6 +58,15 @@ _FP32 = {
                                            gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3"),
     "fused_m64_n128_k32_w4_s4_x3_128": _config(TRIANGLE_TILES["fp32x3"]["permute_128x128x32_c1_w8_s3"],
                                                ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3"),
+    # the contraction by TMA, persistent (kernels/triangle/_hopper), with matmul's Hopper fp32x3 tiles (its best at
+    # 4096^3, 128x128x64 with 8 warps and 3 stages) and the x3 config's own. Compiled for sm_90a (registers; shared
+    # memory): 250 and 192 KB, 128x128x32 w8 s4 243 and 128 KB, 128x64x32 w4 s4 237 and 88 KB; 128x256x32 spilled
+    # (360 bytes) and is left out
+    **{f"fused_m64_n128_k32_w4_s4_x3_tma_{bi}x{bj}x{bk}_w{w}_s{s}":
+       _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], BLOCK_I=bi, BLOCK_J=bj, BLOCK_K=bk,
+                    num_warps=w, num_stages=s), ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3",
+               tma=1)
+       for bi, bj, bk, w, s in ((128, 128, 64, 8, 3), (128, 128, 32, 8, 4), (128, 64, 32, 4, 4))},
     # both projections on matmul's Hopper GEMM (TMA, warpgroup MMA, persistent; its own tiles)
     "hopper_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1), gemm=("hopper",),
                          contract="tf32x3"),

@@ -32,6 +32,7 @@ from kernels._pytorch import set_precision
 from kernels._triton import common, register_kernel
 from kernels.layernorm.triton_kernel import layernorm
 from kernels.triangle import _channel_major as road
+from kernels.triangle import _hopper as tma_road
 from kernels.triangle.triton_kernel import STORES
 from mage import ops
 from mage.errors import MageInputError
@@ -91,6 +92,9 @@ def _refuse_bad_config(c: dict) -> None:
         no(f"STORE must be one of {STORES}, got {c['STORE']!r}")
     if c["GEMM"] not in proj.ROADS:
         no(f"GEMM must be one of {proj.ROADS}, got {c['GEMM']!r}")
+    if c["CONTRACT_TMA"] not in (0, 1) or (c["CONTRACT_TMA"] and c["ROAD"] != "steps"):
+        no(f"CONTRACT_TMA (0 or 1) is the steps road's contraction by TMA; got {c['CONTRACT_TMA']!r} on ROAD="
+           f"{c['ROAD']!r}")
     for key in ("BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C", "GATE_V", "GATE_H", "LN_BLOCK_R", "OUT_R", "OUT_C",
                 "GEMM_M", "GEMM_N", "GEMM_K"):
         if c[key] < 1 or c[key] & (c[key] - 1):
@@ -206,6 +210,12 @@ def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
         # of two bf16 values is exact, so FP32 copies give the sums the tensor cores form (the block
         # passes FP32 tensors of bf16 values there already; this keeps _contract right on its own)
         at, bt = at.float(), bt.float()
+    if consts["CONTRACT_TMA"] and tma_road.ready(at, bt):  # else (no TMA on the card, N not a multiple of 4 at
+        # FP32) the pointer kernel below, with the same tiles
+        tma_road.contract(at, bt, view, consts, launch, offs_64)
+        if scratch is not None:
+            road.transpose([(view, o)], N, H, offs_64)
+        return
     bc = consts["BLOCK_C"]
     grid = (common.cdiv(N, consts["BLOCK_I"]) * common.cdiv(N, consts["BLOCK_J"]) * common.cdiv(H, bc),)
     road._batched_gemm_kernel[grid](at, bt, view, N, H, *view.stride(),

@@ -41,13 +41,15 @@ PREPARED = ("x", "mask", "norm_w", "norm_b", "w_in", "b_in", "out_norm_w", "out_
 
 
 def _config(contraction: dict, gemm=(64, 128, 32, 4, 4), gate=(64, 32, 4), ln=(8, 4, 1), out_gate=(32, 64, 4),
-            contract="ieee") -> dict:
-    """A config; ``contract='tf32x3'``: the FP32 contraction on the tensor cores (as the AlphaFold column's)."""
+            contract="ieee", tma=0) -> dict:
+    """A config; ``contract='tf32x3'``: the FP32 contraction on the tensor cores (as the AlphaFold column's);
+    ``tma``: that contraction by the persistent TMA kernel where the card and N allow (``CONTRACT_TMA``, as there)."""
     tri = {k: contraction[k] for k in af3_tiles.TRIANGLE_KEYS}
     bm, bn, bk, warps, stages = gemm
     return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
                 LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2],
-                GEMM_M=bm, GEMM_N=bn, GEMM_K=bk, GEMM_WARPS=warps, GEMM_STAGES=stages, CONTRACT=contract)
+                GEMM_M=bm, GEMM_N=bn, GEMM_K=bk, GEMM_WARPS=warps, GEMM_STAGES=stages, CONTRACT=contract,
+                CONTRACT_TMA=tma)
 
 
 # Predictions until a GPU sweep. The contest's shapes (H = 128; D 128, 384 or 768; N 256-1024) are the
