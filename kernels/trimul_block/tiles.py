@@ -67,6 +67,10 @@ _FP32 = {
                     num_warps=w, num_stages=s), ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3",
                tma=1)
        for bi, bj, bk, w, s in ((128, 128, 64, 8, 3), (128, 128, 32, 8, 4), (128, 64, 32, 4, 4))},
+    # and the projections on matmul's Hopper GEMM too (as 'hopper_x3' below)
+    "hopper_x3_tma_128x128x64_w8_s3": _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], BLOCK_I=128,
+                                                   BLOCK_J=128, BLOCK_K=64, num_warps=8, num_stages=3), ln=(8, 4, 1),
+                                              gemm=("hopper",), contract="tf32x3", tma=1),
     # both projections on matmul's Hopper GEMM (TMA, warpgroup MMA, persistent; its own tiles)
     "hopper_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1), gemm=("hopper",),
                          contract="tf32x3"),
