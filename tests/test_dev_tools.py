@@ -21,9 +21,11 @@ def _tool(name):
 def test_the_probe_reads_a_config_and_its_overrides():
     probe = _tool("probe_trimul_fused")
     name = tb.TILES["bf16"].name_at(dict(N=1024, C=128, H=128))
-    c = probe._config(f"{name}+IN_H=64,IN_WARPS=8,IN_SIG=tanh,FIN_T=True")
-    assert (c["IN_H"], c["IN_WARPS"], c["IN_SIG"], c["FIN_T"]) == (64, 8, "tanh", True)
-    assert probe._config(name) == tb.TILES["bf16"][name]
+    dtype, c = probe._config(f"{name}+IN_H=64,IN_WARPS=8,IN_SIG=tanh,FIN_T=True")
+    assert dtype == "bf16" and (c["IN_H"], c["IN_WARPS"], c["IN_SIG"], c["FIN_T"]) == (64, 8, "tanh", True)
+    assert probe._config(name) == ("bf16", tb.TILES["bf16"][name])
+    fp32 = tb.TILES["fp32"].name_at(dict(N=1024, C=128, H=128))
+    assert probe._config(f"fp32:{fp32}+BLOCK_K=64") == ("fp32", dict(tb.TILES["fp32"][fp32], BLOCK_K=64))
     with pytest.raises(KeyError):
         probe._config("no_such_config")
 
