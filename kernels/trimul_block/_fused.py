@@ -31,6 +31,7 @@ import triton.language as tl
 from kernels._triton import common
 from kernels.layernorm.spec import EPS
 from kernels.triangle import _channel_major as road
+from kernels.triangle import _hopper as tma_road
 
 from ._fused_config import (BMMS, MAX_WIDTH, STAGES, config_limits, keys, launches,  # noqa: F401 - the road's API
                             refuse_bad_config)
@@ -278,6 +279,9 @@ def _contract(at, bt, o, c: dict, launch: dict, offs_64: bool) -> None:
     grid = (common.cdiv(N, c["BLOCK_I"]) * common.cdiv(N, c["BLOCK_J"]) * common.cdiv(H, bc),)
     for b in range(B):
         view = o[b].permute(1, 2, 0)  # (i, j, h) strides of the channel-major output
+        if c["CONTRACT_TMA"] and tma_road.ready(at[b], bt[b]):  # persistent, operands by TMA (as the steps road)
+            tma_road.contract(at[b], bt[b], view, c, launch, offs_64)
+            continue
         road._batched_gemm_kernel[grid](at[b], bt[b], view, N, H, *view.stride(), BLOCK_I=c["BLOCK_I"],
                                         BLOCK_J=c["BLOCK_J"], BLOCK_K=c["BLOCK_K"], BLOCK_C=bc,
                                         GROUP_I=c["GROUP_I"], K_INNER=True, PRECISION=c["CONTRACT"],

@@ -79,6 +79,11 @@ _FP32 = {
     # at FP32 a program takes chunks of 16-32 columns with 8 warps (4 warps and 32 columns spill)
     "fused_r64_h32_w8_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
                                    fused=_fused.keys(bmm="triton", in_h=32, in_warps=8, fin_c=32, fin_warps=8)),
+    # and its contraction by TMA (kernels/triangle/_hopper), with matmul's Hopper fp32x3 tiles
+    "fused_r64_h32_w8_x3_tma": _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], BLOCK_I=128,
+                                            BLOCK_J=128, BLOCK_K=64, num_warps=8, num_stages=3), contract="tf32x3",
+                                       fused=_fused.keys(bmm="triton", in_h=32, in_warps=8, fin_c=32, fin_warps=8),
+                                       tma=1),
     # (another, 128 pairs a program with 16-column chunks, failed its check at random shapes on two GPUs
     # while passing under the interpreter; no rule picked it, and it was withdrawn until a GPU run finds why)
     "fused_r64_h16_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",

@@ -92,9 +92,9 @@ def _refuse_bad_config(c: dict) -> None:
         no(f"STORE must be one of {STORES}, got {c['STORE']!r}")
     if c["GEMM"] not in proj.ROADS:
         no(f"GEMM must be one of {proj.ROADS}, got {c['GEMM']!r}")
-    if c["CONTRACT_TMA"] not in (0, 1) or (c["CONTRACT_TMA"] and c["ROAD"] != "steps"):
-        no(f"CONTRACT_TMA (0 or 1) is the steps road's contraction by TMA; got {c['CONTRACT_TMA']!r} on ROAD="
-           f"{c['ROAD']!r}")
+    if c["CONTRACT_TMA"] not in (0, 1) or (c["CONTRACT_TMA"] and c["ROAD"] == "fused" and c["BMM"] != "triton"):
+        no(f"CONTRACT_TMA (0 or 1) is the Triton contraction by TMA: the steps road's, or the fused road's with "
+           f"BMM='triton'; got {c['CONTRACT_TMA']!r} with ROAD={c['ROAD']!r}, BMM={c['BMM']!r}")
     for key in ("BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C", "GATE_V", "GATE_H", "LN_BLOCK_R", "OUT_R", "OUT_C",
                 "GEMM_M", "GEMM_N", "GEMM_K"):
         if c[key] < 1 or c[key] & (c[key] - 1):

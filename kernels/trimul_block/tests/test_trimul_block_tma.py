@@ -45,8 +45,8 @@ def _run(monkeypatch, name, shape, batch=0, dist="normal", seed=1):
     return calls
 
 
-def test_the_table_lists_tma_configs_on_the_steps_road():
-    assert TMA and all(tb.TILES["fp32"][n]["ROAD"] == "steps" for n in TMA)
+def test_the_table_lists_tma_configs_on_both_roads():
+    assert {tb.TILES["fp32"][n]["ROAD"] for n in TMA} == {"steps", "fused"}
 
 
 @cpu_only
@@ -75,8 +75,8 @@ def test_bad_values_are_refused():
     e = assert_refuses(tb.trimul_block, NAME, "config", *args, **dict(tb.TILES["fp32"][TMA[0]], CONTRACT_TMA=2))
     assert "CONTRACT_TMA" in str(e)
     fused = tb.TILES["fp32"]["fused_r64_h32_w8_x3"]
-    e = assert_refuses(tb.trimul_block, NAME, "config", *args, **dict(fused, CONTRACT_TMA=1))
-    assert "CONTRACT_TMA" in str(e) and "steps" in str(e)
+    e = assert_refuses(tb.trimul_block, NAME, "config", *args, **dict(fused, CONTRACT_TMA=1, BMM="cublas"))
+    assert "CONTRACT_TMA" in str(e) and "BMM='triton'" in str(e)
 
 
 @pytest.mark.slow
