@@ -55,23 +55,7 @@ def test_its_limits_are_the_weights_it_holds():
 @cpu_only
 @pytest.mark.parametrize("name", PIPE)
 def test_a_batch_of_complexes_walked_by_a_few_programs(name, poisoned, monkeypatch):
-    # three complexes of 25 pairs, 16 a tile: 6 tiles, two of them clipped at their complex's end, walked by the
-    # interpreter's 3 programs (two tiles each); H = 70, two chunks of 32 and a third part-filled, the fourth all
-    # padding; rows near 1e30 and a constant row
-    calls = []
-    monkeypatch.setattr(_fused_pipe, "_in_pipe_kernel", _Spy(_fused_pipe._in_pipe_kernel, calls))
-    reqs = [SPEC.inputs(dict(N=5, C=24, H=70), seed=40 + c, dtype="bf16", dist="heavy" if c else "normal")
-            for c in range(3)]
-    z, mask = torch.stack([r[0] for r in reqs]), torch.stack([r[1] for r in reqs])
-    z[1, 0, 2] *= 1e30
-    z[2, 3, 1] = 1000.0
-    out = torch.full_like(z, math.nan)
-    tb.trimul_block(z, mask, *reqs[0][2:], out=out, **dict(tb.TILES["bf16"][name], IN_R=16))
-    assert calls == [3]  # the pipelined kernel ran, on three programs
-    for c in range(3):
-        want = SPEC.reference(z[c], mask[c], *reqs[0][2:])
-        assert rel_err(out[c], want) <= SPEC.tol("bf16"), (c, rel_err(out[c], want))
-        assert not outside(out[c], want, "bf16").any(), (c, describe_mismatch(out[c], want, "bf16"))
+    _walk_a_batch(monkeypatch, "_in_pipe_kernel", dict(tb.TILES["bf16"][name], IN_R=16), seed=40)
 
 
 @cpu_only
@@ -112,17 +96,23 @@ def test_the_pipelined_last_kernels_limit_is_its_shared_memory():
 @cpu_only
 @pytest.mark.parametrize("name", OPIPE)
 def test_the_last_kernel_walks_a_batch_of_complexes_on_a_few_programs(name, poisoned, monkeypatch):
-    # as the first kernel's test above: 6 tiles of 16 pairs over three complexes, on the interpreter's 3 programs;
-    # H = 70 and C = 24, both padded
+    _walk_a_batch(monkeypatch, "_out_pipe_kernel", dict(tb.TILES["bf16"][name], IN_R=16, FIN_R=16), seed=50)
+
+
+def _walk_a_batch(monkeypatch, kernel: str, cfg: dict, seed: int):
+    # three complexes of 25 pairs, 16 a tile: 6 tiles, two of them clipped at their complex's end, walked by the
+    # interpreter's 3 programs (two tiles each) of the pipelined ``kernel``; H = 70, two chunks of 32 and a third
+    # part-filled, the fourth all padding; C = 24, padded; rows near 1e30 and a constant row
     calls = []
-    monkeypatch.setattr(_fused_pipe, "_out_pipe_kernel", _Spy(_fused_pipe._out_pipe_kernel, calls))
-    reqs = [SPEC.inputs(dict(N=5, C=24, H=70), seed=50 + c, dtype="bf16", dist="heavy" if c else "normal")
+    monkeypatch.setattr(_fused_pipe, kernel, _Spy(getattr(_fused_pipe, kernel), calls))
+    reqs = [SPEC.inputs(dict(N=5, C=24, H=70), seed=seed + c, dtype="bf16", dist="heavy" if c else "normal")
             for c in range(3)]
     z, mask = torch.stack([r[0] for r in reqs]), torch.stack([r[1] for r in reqs])
     z[1, 0, 2] *= 1e30
+    z[2, 3, 1] = 1000.0
     out = torch.full_like(z, math.nan)
-    tb.trimul_block(z, mask, *reqs[0][2:], out=out, **dict(tb.TILES["bf16"][name], IN_R=16, FIN_R=16))
-    assert calls == [3]
+    tb.trimul_block(z, mask, *reqs[0][2:], out=out, **cfg)
+    assert calls == [3]  # the pipelined kernel ran, on three programs
     for c in range(3):
         want = SPEC.reference(z[c], mask[c], *reqs[0][2:])
         assert rel_err(out[c], want) <= SPEC.tol("bf16"), (c, rel_err(out[c], want))
