@@ -8,6 +8,7 @@ profile of 10 calls, each config checked against float64 at N = 96 (heavy-tailed
     ncu ... python3 tools/probe_trimul_fused.py --bare NAME  # NAME's calls alone, for a profiler: no check,
                                                              # no torch profiler, 4 calls (the first compiles)
     python3 tools/probe_trimul_fused.py fp32:NAME ...       # an FP32 config (the FP32 table's), checked at FP32
+    python3 tools/probe_trimul_fused.py --n=256 NAME ...    # timed at N = 256 instead
 
 Not the record (that is ``mage measure``); data/h200/fused/probe2.txt is its output of 2026-12-05."""
 import sys
@@ -34,8 +35,12 @@ def main(argv):
     from mage.check import check
     from mage.profile import profile
 
+    n = 1024
+    if argv[:1] and argv[0].startswith("--n="):
+        n, argv = int(argv[0][4:]), argv[1:]
+
     def inputs(dtype):
-        return ops.OPS["trimul_block"].inputs(dict(N=1024, C=128, H=128), seed=1, dtype=dtype, device="cuda")
+        return ops.OPS["trimul_block"].inputs(dict(N=n, C=128, H=128), seed=1, dtype=dtype, device="cuda")
     if argv[:1] == ["--bare"]:
         dtype, cfg = _config(argv[1])
         v, args = registry.get("trimul_block", "triton", dtype).variant(**cfg), inputs(dtype)
