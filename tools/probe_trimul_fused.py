@@ -35,12 +35,12 @@ def main(argv):
     from mage.check import check
     from mage.profile import profile
 
-    n = 1024
+    size = 1024
     if argv[:1] and argv[0].startswith("--n="):
-        n, argv = int(argv[0][4:]), argv[1:]
+        size, argv = int(argv[0][4:]), argv[1:]
 
     def inputs(dtype):
-        return ops.OPS["trimul_block"].inputs(dict(N=n, C=128, H=128), seed=1, dtype=dtype, device="cuda")
+        return ops.OPS["trimul_block"].inputs(dict(N=size, C=128, H=128), seed=1, dtype=dtype, device="cuda")
     if argv[:1] == ["--bare"]:
         dtype, cfg = _config(argv[1])
         v, args = registry.get("trimul_block", "triton", dtype).variant(**cfg), inputs(dtype)

@@ -61,7 +61,9 @@ _FP32 = {
     # the contraction by TMA, persistent (kernels/triangle/_hopper), with matmul's Hopper fp32x3 tiles (its best at
     # 4096^3, 128x128x64 with 8 warps and 3 stages) and the x3 config's own. Compiled for sm_90a (registers; shared
     # memory): 250 and 192 KB, 128x128x32 w8 s4 243 and 128 KB, 128x64x32 w4 s4 237 and 88 KB; 128x256x32 spilled
-    # (360 bytes) and is left out
+    # (360 bytes) and is left out. On an H100 (same probe) 128x128x64: the contraction 2.86 ms against the rule's 3.30
+    # at N = 1024, the block 8.88 against 9.30; a tie at N = 256. Not the rule: its pointer fallback on a card without
+    # TMA would need 192 KB of shared memory (kernels/NOTES.md)
     **{f"fused_m64_n128_k32_w4_s4_x3_tma_{bi}x{bj}x{bk}_w{w}_s{s}":
        _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], BLOCK_I=bi, BLOCK_J=bj, BLOCK_K=bk,
                     num_warps=w, num_stages=s), ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3",
@@ -238,14 +240,17 @@ _BF16 = {
     # the first kernel persistent, one program an SM, w_in held in shared memory by TMA and z's tiles pipelined (its
     # stages after 's'; _fused_pipe), the rule's last kernel. Compiled for sm_90a at C = H = 128 (registers; shared
     # memory): r64 w4 s2 255 and 197 KB, s3 255 and 213 KB; r64 w8 s2 233 and 215 KB; r128 w8 s1 255 and 197 KB,
-    # s2 252 and 226 KB (cuEquivariance's projection kernel: 128 pairs a tile, by its name, and 230 KB)
+    # s2 252 and 226 KB (cuEquivariance's projection kernel: 128 pairs a tile, by its name, and 230 KB). On an H100 at
+    # N = 1024, r64 w8 s2 took 1,165 us against the rule's first kernel's 570 (data/h100/fused/probe_pipe_tma_55be008.txt)
     **{f"fused_pipe_r{r}_w{w}_s{s}_r64_cublas":
        _config(_PERMUTE_BF16, fused=_fused.keys(pipe=s, ab=True, join=True, tma=True, in_r=r, in_h=32, in_warps=w,
                                                 fin_r=64, fin_c=64, fin_tma=True, sig="fast"))
        for r, w, s in ((64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 8, 1), (128, 8, 2))},
     # the last kernel in the same shape (FIN_PIPE, _fused_pipe): persistent, w_out held in shared memory, o's and g's
     # tiles pipelined (its stages after 's'), behind the rule's first kernel ('ab_g64') or the pipelined one above
-    # ('opipez': the output gate formed there from z, FIN_ZGATE, so g never crosses memory: 256 MB fewer at N = 1024)
+    # ('opipez': the output gate formed there from z, FIN_ZGATE, so g never crosses memory: 256 MB fewer at N = 1024).
+    # On an H100 at N = 1024 (same probe): the last kernel 692 us (opipe r64 w8 s2) and 935 (opipez) against the rule's
+    # 343; no rule picks them
     **{f"fused_{'pipe_r64_w8_s2' if first else 'ab_g64'}_opipe{'z' if zg else ''}_r{r}_w{w}_s{s}_cublas":
        _config(_PERMUTE_BF16, fused=_fused.keys(pipe=2 if first else 0, ab=True, join=True, tma=True, in_h=32,
                                                 in_warps=8 if first else 4, gc=0 if first else 64, fin_r=r, fin_c=64,
