@@ -14,7 +14,8 @@ SIGMOIDS = ("exact", "fast", "tanh")
 STAGES = 1
 FOLD_BYTES = 192 * 1024  # IN_FOLD's z and w' tiles: a block has 227 KB, its stores and layout changes need the rest
 CM_BYTES = 200 * 1024  # IN_CM's tiles: a block has 227 KB, its stores' staging needs the rest
-PIPE_BYTES = 224 * 1024  # IN_PIPE's w_in and z's stages (and FIN_PIPE's w_out, o's and g's); compiled for sm_90a at C = H = 128 the listed configs take
+PIPE_BYTES = 224 * 1024  # IN_PIPE's w_in and z's stages (FIN_PIPE's w_out, o's and g's); compiled for sm_90a at
+# C = H = 128 the listed IN_PIPE configs take
 # 1-23 KB more (197-226 KB for 192-224 here), under a block's 227
 RESIDENT_BYTES = 176 * 1024  # IN_RESIDENT's budget for w_in: a block has 227 KB, z's tiles need the rest
 
@@ -198,7 +199,8 @@ def config_limits(c: dict, shape: dict, itemsize: int = 4):
         zg = bool(c.get("FIN_ZGATE"))  # and the gate's weights (z's tiles in place of g's)
         need = 2 * ((hw + zg * cw) * cw + c["FIN_PIPE"] * c["FIN_R"] * (hw + cw))  # w_out, o's and g's stages: bf16
         if max(cw, hw) > 256:  # w_out is one TMA tile, at most 256 a side
-            return f"FIN_PIPE holds w_out as one tile, at most 256 channels a side: not C = {shape['C']}, H = {shape['H']}"
+            return (f"FIN_PIPE holds w_out as one tile, at most 256 channels a side: not C = {shape['C']}, "
+                    f"H = {shape['H']}")
         if need > PIPE_BYTES:
             return (f"FIN_PIPE keeps w_out and {c['FIN_PIPE']} tiles of o and g in shared memory: {need // 1024} KB at "
                     f"C = {shape['C']}, H = {shape['H']}, past its {PIPE_BYTES // 1024} KB")

@@ -91,7 +91,8 @@ def _in_pipe_kernel(
                   SIG)
         if GATE:
             g = _gate(zn, wg, BIAS, WG, cs, cmask, PRECISION, SIG)
-            tl.store(G + rows[:, None] * C + cs[None, :], _round(g, BF16, EMULATE), mask=rmask[:, None] & cmask[None, :])
+            tl.store(G + rows[:, None] * C + cs[None, :], _round(g, BF16, EMULATE),
+                     mask=rmask[:, None] & cmask[None, :])
 
 
 @triton.jit

@@ -241,7 +241,8 @@ _BF16 = {
     # stages after 's'; _fused_pipe), the rule's last kernel. Compiled for sm_90a at C = H = 128 (registers; shared
     # memory): r64 w4 s2 255 and 197 KB, s3 255 and 213 KB; r64 w8 s2 233 and 215 KB; r128 w8 s1 255 and 197 KB,
     # s2 252 and 226 KB (cuEquivariance's projection kernel: 128 pairs a tile, by its name, and 230 KB). On an H100 at
-    # N = 1024, r64 w8 s2 took 1,165 us against the rule's first kernel's 570 (data/h100/fused/probe_pipe_tma_55be008.txt)
+    # N = 1024, r64 w8 s2 took 1,165 us against the rule's first kernel's 570
+    # (data/h100/fused/probe_pipe_tma_55be008.txt)
     **{f"fused_pipe_r{r}_w{w}_s{s}_r64_cublas":
        _config(_PERMUTE_BF16, fused=_fused.keys(pipe=s, ab=True, join=True, tma=True, in_r=r, in_h=32, in_warps=w,
                                                 fin_r=64, fin_c=64, fin_tma=True, sig="fast"))

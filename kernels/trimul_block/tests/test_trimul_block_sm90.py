@@ -100,11 +100,13 @@ def _out_pipe_job(c: dict) -> str:
                NN="i32", C="i32", H="i32", eps="fp32", tiles_total="i32", WG="i32", WD="tensordesc<bf16[128, 128]>",
                WGD="tensordesc<bf16[128, 128]>" if zg else "constexpr")
     consts = dict(NUM_PROGRAMS=132, STAGES=c["FIN_PIPE"], BLOCK_R=c["FIN_R"], WIDTH=128, CW=128, BF16=True,
-                  EMULATE=False, PRECISION="ieee", OFFS_64=False, ZGATE=zg, SIG=c["IN_SIG"], **({} if zg else {"WGD": None}))
+                  EMULATE=False, PRECISION="ieee", OFFS_64=False, ZGATE=zg, SIG=c["IN_SIG"],
+                  **({} if zg else {"WGD": None}))
     sig.update({k: "constexpr" for k in consts})
     sig = {a: sig[a] for a in pipe._out_pipe_kernel.arg_names}
     return _job("kernels.trimul_block._fused_pipe:_out_pipe_kernel", sig, consts, c["FIN_WARPS"], 1,
-                aligned=("O", "GAMMA", "BETA", "BIAS", "G", "Y", "Z", "GAMMA_IN", "BETA_IN", "BI", "NN", "C", "H", "WG"))
+                aligned=("O", "GAMMA", "BETA", "BIAS", "G", "Y", "Z", "GAMMA_IN", "BETA_IN", "BI", "NN", "C", "H",
+                         "WG"))
 
 
 def _compile_job(kernel: str, c: dict, dtype: str) -> str:
