@@ -19,8 +19,9 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernels._triton import common
 from kernels._triton.tiles import grouped_tile
+from kernels.matmul.triton_hopper import available, programs  # the Hopper road's: sm_90 (or the interpreter), a
+# program an SM
 
 
 # <kernel>
@@ -58,26 +59,12 @@ def _batched_tma_kernel(
 # </kernel>
 
 
-def available(device) -> bool:
-    """An sm_90 card (TMA and wgmma), or the interpreter."""
-    if common.interpreting():
-        return True
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
-
-
 def ready(at: torch.Tensor, bt: torch.Tensor) -> bool:
     """Whether the copies [C, N, N] can be read by TMA here: contiguous, 16-byte rows and bases, on a card
     that has it."""
     N = at.shape[-1]
     return (available(at.device) and at.is_contiguous() and bt.is_contiguous()
             and (N * at.element_size()) % 16 == 0 and at.data_ptr() % 16 == 0 and bt.data_ptr() % 16 == 0)
-
-
-def programs(device, tiles: int) -> int:
-    """One program an SM (a few under the interpreter, so each walks several tiles)."""
-    if device.type != "cuda":
-        return max(1, min(tiles, 4))
-    return max(1, min(tiles, torch.cuda.get_device_properties(device).multi_processor_count))
 
 
 def contract(at, bt, view, consts: dict, launch: dict, offs_64: bool) -> None:
