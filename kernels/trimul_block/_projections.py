@@ -22,7 +22,9 @@ from kernels._triton import common
 from kernels.matmul.triton_epilogue import gemm_epilogue, hopper_epilogue
 from kernels.trimul_block._fused_weights import _cached
 
-ROADS = ("cublas", "fused", "hopper")  # 'hopper': the fused road on matmul's Hopper GEMM, its own tiles
+# 'hopper': the fused road on matmul's Hopper GEMM, its own tiles; 'hopper_gated': the same with the gates and
+# the mask in the first GEMM's epilogue (``_gated_in``), where H allows, else as 'hopper'
+ROADS = ("cublas", "fused", "hopper", "hopper_gated")
 
 
 def gemm_keys(road, bm=128, bn=64, bk=32, warps=4, stages=4, kmajor=1) -> dict:
@@ -59,26 +61,26 @@ def project_in(zn, w_in, b_in, c: dict, sdt) -> torch.Tensor:
     """p = zn w_in + b_in, [R, 4H + C], stored in ``sdt``."""
     if c["GEMM"] == "cublas":
         return torch.addmm(b_in, zn, w_in)
-    if c["GEMM"] == "hopper":
+    if c["GEMM"] in ("hopper", "hopper_gated"):
         return hopper_epilogue(zn, _w(w_in, c), b_in, torch.empty((zn.shape[0], w_in.shape[1]), dtype=sdt,
                                                                   device=zn.device))
     return gemm_epilogue(zn, _w(w_in, c), b_in, torch.empty((zn.shape[0], w_in.shape[1]), dtype=sdt,
                                                             device=zn.device), **_tiles(c))
 
 
-def project_out(on, w_out, b_out, p, H: int, y, c: dict, offs_64: bool) -> torch.Tensor:
-    """y = (on w_out + b_out) * sigmoid(p[:, 4H:]), written into ``y`` [R, C]."""
+def project_out(on, w_out, b_out, g, y, c: dict, offs_64: bool) -> torch.Tensor:
+    """y = (on w_out + b_out) * sigmoid(g), written into ``y`` [R, C]; g [R, C] (p's last C columns)."""
     R, C = y.shape
     if c["GEMM"] == "fused":
-        return gemm_epilogue(on, _w(w_out, c), b_out, y, gate=p[:, 4 * H:], **_tiles(c))
-    if c["GEMM"] == "hopper":
-        return hopper_epilogue(on, _w(w_out, c), b_out, y, gate=p[:, 4 * H:])
+        return gemm_epilogue(on, _w(w_out, c), b_out, y, gate=g, **_tiles(c))
+    if c["GEMM"] in ("hopper", "hopper_gated"):
+        return hopper_epilogue(on, _w(w_out, c), b_out, y, gate=g)
     if y.dtype != on.dtype:  # (under the interpreter: y an FP32 buffer for bf16 values)
         y.copy_(torch.addmm(b_out, on, w_out))
     else:
         torch.addmm(b_out, on, w_out, out=y)
     grid = (common.cdiv(R, c["OUT_R"]), common.cdiv(C, c["OUT_C"]))
-    _out_gate_kernel[grid](p, y, R, C, p.stride(0), 4 * H, BLOCK_R=c["OUT_R"], BLOCK_C=c["OUT_C"],
+    _out_gate_kernel[grid](g, y, R, C, g.stride(0), 0, BLOCK_R=c["OUT_R"], BLOCK_C=c["OUT_C"],
                            OFFS_64=offs_64, num_warps=c["OUT_WARPS"])
     return y
 

@@ -76,6 +76,14 @@ _FP32 = {
     # both projections on matmul's Hopper GEMM (TMA, warpgroup MMA, persistent; its own tiles)
     "hopper_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1), gemm=("hopper",),
                          contract="tf32x3"),
+    # the gates and the mask in the first projection's epilogue (``_gated_in``): no p, no gate kernel; with the
+    # contraction as in the rule, and by TMA as above
+    "hopper_gated_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1),
+                               gemm=("hopper_gated",), contract="tf32x3"),
+    "hopper_gated_x3_tma_128x128x64_w8_s3": _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"],
+                                                         BLOCK_I=128, BLOCK_J=128, BLOCK_K=64, num_warps=8,
+                                                         num_stages=3), ln=(8, 4, 1), gemm=("hopper_gated",),
+                                                    contract="tf32x3", tma=1),
     # three launches (_fused), the projections tf32x3, the contraction tf32x3 on the triangle's kernel (its
     # tiles as above). Compiled for sm_90a: Triton's tf32x3 splits the [pairs, C] operand in registers, so
     # at FP32 a program takes chunks of 16-32 columns with 8 warps (4 warps and 32 columns spill)
@@ -115,6 +123,7 @@ _BF16 = {
     "fused_m128_n128_k64_w8_s3_bn": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 0)),
     "fused_m128_n128_k64_w8_s3": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("fused", 128, 128, 64, 8, 3, 1)),
     "hopper": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("hopper",)),  # the projections on the Hopper GEMM
+    "hopper_gated": _config(_PERMUTE_BF16, ln=(8, 4, 1), gemm=("hopper_gated",)),  # and the gates in its epilogue
     # three launches (_fused): LayerNorm, projections, gates and mask in one; the contraction; LayerNorm,
     # output projection and gate in one. Pairs a program, column chunks and warps, then the contraction's
     # road. Compiled for sm_90a without a GPU (tests/test_trimul_block_sm90.py): chunks of 32 columns keep

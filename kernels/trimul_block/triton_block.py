@@ -37,7 +37,7 @@ from kernels.triangle.triton_kernel import STORES
 from mage import ops
 from mage.errors import MageInputError
 
-from . import _fused
+from . import _fused, _gated_in
 from . import _projections as proj
 from .spec import ARGS, NAME, SPEC
 from .tiles import FIRST, FIRST_BF16, TILES  # noqa: F401 - the tables live in tiles; tests read them here
@@ -116,7 +116,7 @@ def launches(config: dict) -> int:
     gates, the GEMM and the copy B times)."""
     if config["ROAD"] == "fused":
         return _fused.launches(config)
-    return 4 + (config["STORE"] == "permute") + proj.launches(config)
+    return 4 + (config["STORE"] == "permute") + proj.launches(config) - (config["GEMM"] == "hopper_gated")
 
 
 def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out, out=None, **config):
@@ -152,12 +152,20 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     mask = mask.reshape(B, N, N)
     ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
     zn = _nearest(layernorm(z.reshape(R, C).to(sdt), gamma_in.to(sdt), beta_in.to(sdt), **ln_cfg), z.dtype)
-    p = _nearest(proj.project_in(zn, w_in, b_in, consts, sdt), z.dtype, keep=True)  # [R, 4H + C]: five in one
-    o, offs_64 = gated_contraction(p, mask, N, H, consts, launch, z.dtype, sdt)
+    bn = _gated_in.block_n(H, 128) if consts["GEMM"] == "hopper_gated" else 0
+    if bn:  # a and b channel-major and g from one launch a complex (no p, no gate kernel)
+        at, bt, g = _gated_in.project(zn, w_in, b_in, mask, N, H, consts, sdt, bn)
+        o, offs_64 = contraction(_nearest(at, z.dtype, keep=True), _nearest(bt, z.dtype, keep=True), consts, launch,
+                                 sdt, common.offsets_64(at, g, mask))
+        g = _nearest(g, z.dtype, keep=True)
+    else:
+        p = _nearest(proj.project_in(zn, w_in, b_in, consts, sdt), z.dtype, keep=True)  # [R, 4H + C]: five in one
+        o, offs_64 = gated_contraction(p, mask, N, H, consts, launch, z.dtype, sdt)
+        g = p[:, 4 * H:]
     on = layernorm(_nearest(o, z.dtype, keep=True).view(R, H), gamma_out.to(sdt), beta_out.to(sdt), **ln_cfg)
     # (under the interpreter y is an FP32 buffer: the bf16 projection is gated in FP32, then rounded once)
     y = out.view(R, C) if sdt == z.dtype else torch.empty((R, C), dtype=sdt, device=z.device)
-    proj.project_out(_nearest(on, z.dtype), w_out, b_out, p, H, y, consts, offs_64)
+    proj.project_out(_nearest(on, z.dtype), w_out, b_out, g, y, consts, offs_64)
     if y.dtype != out.dtype:
         out.view(R, C).copy_(y)  # rounded to nearest even, once
     return out
@@ -171,9 +179,7 @@ def gated_contraction(p, mask, N: int, H: int, consts: dict, launch: dict, dtype
     B = mask.shape[0]
     at = torch.empty((B, H, N, N), dtype=sdt, device=p.device)
     bt = torch.empty((B, H, N, N), dtype=sdt, device=p.device)
-    o = torch.empty((B, N, N, H), dtype=sdt, device=p.device)
-    scratch = None if consts["STORE"] == "direct" else torch.empty((H, N, N), dtype=sdt, device=p.device)
-    offs_64 = common.offsets_64(p, at, o, mask) or p.numel() >= common.INT32_LIMIT
+    offs_64 = common.offsets_64(p, at, mask) or p.numel() >= common.INT32_LIMIT
     # K_INNER: the copies hold [c, i, k] (k innermost, as the tensor cores read), else [c, k, i]
     if consts["K_INNER"]:
         sp, sm = (N, 1), (mask.stride(1), mask.stride(2))  # u = i, v = k
@@ -184,10 +190,20 @@ def gated_contraction(p, mask, N: int, H: int, consts: dict, launch: dict, dtype
         _gate_kernel[grid](p[c * N * N:], mask[c], at[c], bt[c], N, H, p.stride(0), *sp, *sm,
                            BLOCK_V=consts["GATE_V"], BLOCK_H=consts["GATE_H"], OFFS_64=offs_64,
                            num_warps=consts["GATE_WARPS"])
-        # (under the interpreter a and b stay FP32 tensors holding bf16 values: the contraction multiplies
-        # FP32 tiles there, see _contract)
-        _contract(_nearest(at[c], dtype, keep=True), _nearest(bt[c], dtype, keep=True), o[c], scratch, consts,
-                  launch, offs_64)
+    # (under the interpreter a and b stay FP32 tensors holding bf16 values: the contraction multiplies
+    # FP32 tiles there, see _contract)
+    return contraction(_nearest(at, dtype, keep=True), _nearest(bt, dtype, keep=True), consts, launch, sdt, offs_64)
+
+
+def contraction(at, bt, consts: dict, launch: dict, sdt, offs_64: bool):
+    """(o [B, N, N, H], whether offsets need 64 bits): the contraction of each complex's channel-major a
+    and b ([B, H, N, N] each, any strides between complexes)."""
+    B, H, N, _ = at.shape
+    o = torch.empty((B, N, N, H), dtype=sdt, device=at.device)
+    scratch = None if consts["STORE"] == "direct" else torch.empty((H, N, N), dtype=sdt, device=at.device)
+    offs_64 = offs_64 or common.offsets_64(o)
+    for c in range(B):
+        _contract(at[c], bt[c], o[c], scratch, consts, launch, offs_64)
     return o, offs_64
 
 

@@ -1,0 +1,107 @@
+"""The steps road with the gates and the mask in the first projection's epilogue (GEMM road 'hopper_gated',
+``kernels/trimul_block/_gated_in``): it agrees with float64 (normal and heavy-tailed, a batch, either layout of the
+contraction's copies, allocations poisoned), runs one launch a complex where H allows and takes the gate kernel
+where it does not, and its kernel compiles for sm_90a without spills."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels._triton import sm90
+from kernels.trimul_block import _gated_in
+from kernels.trimul_block import triton_block as tb
+from mage import ops, registry
+from mage.check import describe_mismatch, outside
+from tests.support.kernel_checks import cpu_only, gpu, gpu_failures, rel_err
+
+NAME = "trimul_block"
+SPEC = ops.OPS[NAME]
+GATED = [(d, n) for d in ("fp32", "bf16") for n in tb.TILES[d].configs if tb.TILES[d][n]["GEMM"] == "hopper_gated"]
+
+
+class _Count:
+    def __init__(self, kernel, calls):
+        self.kernel, self.calls = kernel, calls
+
+    def __getitem__(self, grid):
+        self.calls.append(grid)
+        return self.kernel[grid]
+
+
+def _run(monkeypatch, dtype, name, shape, batch=0, dist="normal", seed=1, **over):
+    calls = []
+    monkeypatch.setattr(_gated_in, "_gated_in_kernel", _Count(_gated_in._gated_in_kernel, calls))
+    reqs = [SPEC.inputs(shape, seed=seed + c, dist=dist, dtype=dtype) for c in range(max(batch, 1))]
+    z = torch.stack([r[0] for r in reqs]) if batch else reqs[0][0]
+    mask = torch.stack([r[1] for r in reqs]) if batch else reqs[0][1]
+    out = tb.trimul_block(z, mask, *reqs[0][2:], **dict(tb.TILES[dtype][name], **over))
+    for c in range(max(batch, 1)):
+        got = out[c] if batch else out
+        want = SPEC.reference(z[c] if batch else z, mask[c] if batch else mask, *reqs[0][2:])
+        assert rel_err(got, want) <= SPEC.tol(dtype), (name, shape, c, rel_err(got, want))
+        assert not outside(got, want, dtype).any(), describe_mismatch(got, want, dtype)
+    return calls
+
+
+def test_the_tables_list_gated_configs_at_both_precisions():
+    assert {d for d, _ in GATED} == {"fp32", "bf16"}
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype,name", GATED)
+@pytest.mark.parametrize("dist", ("normal", "heavy"))
+def test_the_gated_projection_agrees_with_float64(dtype, name, dist, poisoned, monkeypatch):
+    # N = 13: the pairs' last row tile part-filled; H = 12 (4H = 48: tiles of 16 columns, 8 channels each); C = 20:
+    # g's columns end inside a tile, and K = 20 rows of 80 bytes (TMA reads them in place)
+    assert len(_run(monkeypatch, dtype, name, dict(N=13, C=20, H=12), dist=dist)) == 1
+
+
+@cpu_only
+@pytest.mark.parametrize("k_inner", (True, False))
+def test_a_batch_of_complexes_in_either_layout(k_inner, poisoned, monkeypatch):
+    calls = _run(monkeypatch, "fp32", GATED[0][1], dict(N=9, C=8, H=8), batch=3, dist="heavy", seed=7,
+                 K_INNER=k_inner)
+    assert len(calls) == 3  # one launch a complex
+
+
+@cpu_only
+def test_h_too_small_for_a_gated_tile_takes_the_gate_kernel(poisoned, monkeypatch):
+    assert _gated_in.block_n(3, 128) == 0 and _gated_in.block_n(12, 128) == 16 and _gated_in.block_n(128, 128) == 128
+    assert _run(monkeypatch, "fp32", GATED[0][1], dict(N=6, C=8, H=3)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sm90.available(), reason="Triton's wheel has no cuobjdump")
+@pytest.mark.parametrize("dtype", ("fp32", "bf16"))
+def test_the_gated_kernel_compiles_for_sm90_without_spills(dtype):
+    from kernels.matmul import triton_hopper as hop
+    precision = "fp32x3" if dtype == "fp32" else "bf16"
+    t = hop.TILES[precision].choose(dict(M=1 << 20, K=128, N=640), {})
+    bm, bk, ty = t["BLOCK_M"], t["BLOCK_K"], dtype
+    sig = dict(a_desc=f"tensordesc<{ty}[{bm}, {bk}]>", w_desc=f"tensordesc<{ty}[128, {bk}]>", Bias=f"*{ty}",
+               AB=f"*{ty}", G=f"*{ty}", Mask=f"*{ty}", R="i32", N="i32", H="i32", C_out="i32", K="i32",
+               stride_g="i32")
+    consts = dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=bk, GROUP_M=t["GROUP_M"], NUM_SMS=132,
+                  PRECISION=hop.PRECISION[precision], K_INNER=True, OFFS_64=False, FLATTEN=bool(t["FLATTEN"]))
+    sig.update({k: "constexpr" for k in consts})
+    u = sm90.resources("kernels.trimul_block._gated_in:_gated_in_kernel", sig, consts, t["num_warps"],
+                       t["num_stages"], aligned=("Bias", "AB", "G", "Mask", "R", "N", "C_out", "K", "stride_g"))
+    assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (dtype, u)
+
+
+@gpu
+@pytest.mark.parametrize("dtype,name", GATED)
+def test_gpu_gated_configs_at_random_shapes(dtype, name):
+    impl = registry.get(NAME, "triton", dtype).variant(**tb.TILES[dtype][name])
+    shapes = SPEC.random_shapes(20) + SPEC.awkward + SPEC.shapes["field"] + [dict(N=256, C=128, H=128)]
+    assert not gpu_failures(impl, shapes)
+
+
+@gpu
+def test_gpu_the_gated_kernel_is_the_one_that_runs(monkeypatch):
+    calls = []
+    monkeypatch.setattr(_gated_in, "_gated_in_kernel", _Count(_gated_in._gated_in_kernel, calls))
+    args = SPEC.inputs(dict(N=64, C=128, H=128), seed=2, device="cuda")
+    out = tb.trimul_block(*args, **tb.TILES["fp32"][GATED[0][1]])
+    assert len(calls) == 1 and torch.cuda.get_device_capability() == (9, 0)
+    assert rel_err(out.cpu(), SPEC.reference(*(a.cpu() for a in args))) <= SPEC.tol("fp32")
