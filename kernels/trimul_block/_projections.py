@@ -22,9 +22,18 @@ from kernels._triton import common
 from kernels.matmul.triton_epilogue import gemm_epilogue, hopper_epilogue
 from kernels.trimul_block._fused_weights import _cached
 
-# 'hopper': the fused road on matmul's Hopper GEMM, its own tiles; 'hopper_gated': the same with the gates and
-# the mask in the first GEMM's epilogue (``_gated_in``), where H allows, else as 'hopper'
+# 'hopper': the fused road on matmul's Hopper GEMM, its own tiles (refused elsewhere); 'hopper_gated': the same
+# with the gates and the mask in the first GEMM's epilogue (``_gated_in``) where H allows (else as 'hopper'), and
+# on a card without TMA and warpgroup MMA the 'fused' road with the config's GEMM tiles, so a rule may name it
 ROADS = ("cublas", "fused", "hopper", "hopper_gated")
+
+
+def road(c: dict, t=None) -> str:
+    """The road the projections take for config ``c`` with tensors on ``t``'s device (None: the current one)."""
+    if c["GEMM"] != "hopper_gated":
+        return c["GEMM"]
+    from kernels.matmul import triton_hopper as hop  # (a light import: its kernels compile on first use)
+    return "hopper_gated" if hop.available(None if t is None else t.device) else "fused"
 
 
 def gemm_keys(road, bm=128, bn=64, bk=32, warps=4, stages=4, kmajor=1) -> dict:
@@ -61,7 +70,7 @@ def project_in(zn, w_in, b_in, c: dict, sdt) -> torch.Tensor:
     """p = zn w_in + b_in, [R, 4H + C], stored in ``sdt``."""
     if c["GEMM"] == "cublas":
         return torch.addmm(b_in, zn, w_in)
-    if c["GEMM"] in ("hopper", "hopper_gated"):
+    if road(c, zn) in ("hopper", "hopper_gated"):
         return hopper_epilogue(zn, _w(w_in, c), b_in, torch.empty((zn.shape[0], w_in.shape[1]), dtype=sdt,
                                                                   device=zn.device))
     return gemm_epilogue(zn, _w(w_in, c), b_in, torch.empty((zn.shape[0], w_in.shape[1]), dtype=sdt,
@@ -71,7 +80,7 @@ def project_in(zn, w_in, b_in, c: dict, sdt) -> torch.Tensor:
 def project_out(on, w_out, b_out, g, y, c: dict, offs_64: bool) -> torch.Tensor:
     """y = (on w_out + b_out) * sigmoid(g), written into ``y`` [R, C]; g [R, C] (p's last C columns)."""
     R, C = y.shape
-    if c["GEMM"] == "fused":
+    if road(c, on) == "fused":
         return gemm_epilogue(on, _w(w_out, c), b_out, y, gate=g, **_tiles(c))
     if c["GEMM"] in ("hopper", "hopper_gated"):
         return hopper_epilogue(on, _w(w_out, c), b_out, y, gate=g)

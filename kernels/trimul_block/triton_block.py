@@ -111,12 +111,13 @@ def refuse_bad_contract(op: str, c: dict, dtype) -> None:
 
 
 def launches(config: dict) -> int:
-    """Kernel launches per call of one complex: two LayerNorms, the gates, the batched GEMM, the
-    transposing copy with the 'permute' epilogue, and the projections' (a batch of B complexes makes the
+    """Kernel launches per call of one complex on the current device: two LayerNorms, the gates (in the first
+    projection on the 'hopper_gated' road), the batched GEMM, the transposing copy with the 'permute' epilogue,
+    and the projections' (a batch of B complexes makes the
     gates, the GEMM and the copy B times)."""
     if config["ROAD"] == "fused":
         return _fused.launches(config)
-    return 4 + (config["STORE"] == "permute") + proj.launches(config) - (config["GEMM"] == "hopper_gated")
+    return 4 + (config["STORE"] == "permute") + proj.launches(config) - (proj.road(config) == "hopper_gated")
 
 
 def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out, out=None, **config):
@@ -152,7 +153,7 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     mask = mask.reshape(B, N, N)
     ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
     zn = _nearest(layernorm(z.reshape(R, C).to(sdt), gamma_in.to(sdt), beta_in.to(sdt), **ln_cfg), z.dtype)
-    bn = _gated_in.block_n(H, 128) if consts["GEMM"] == "hopper_gated" else 0
+    bn = _gated_in.block_n(H, 128) if proj.road(consts, z) == "hopper_gated" else 0
     if bn:  # a and b channel-major and g from one launch a complex (no p, no gate kernel)
         at, bt, g = _gated_in.project(zn, w_in, b_in, mask, N, H, consts, sdt, bn)
         o, offs_64 = contraction(_nearest(at, z.dtype, keep=True), _nearest(bt, z.dtype, keep=True), consts, launch,

@@ -105,3 +105,17 @@ def test_gpu_the_gated_kernel_is_the_one_that_runs(monkeypatch):
     out = tb.trimul_block(*args, **tb.TILES["fp32"][GATED[0][1]])
     assert len(calls) == 1 and torch.cuda.get_device_capability() == (9, 0)
     assert rel_err(out.cpu(), SPEC.reference(*(a.cpu() for a in args))) <= SPEC.tol("fp32")
+
+
+@cpu_only
+def test_without_hopper_the_rule_takes_the_fused_road_and_the_gate_kernel(poisoned, monkeypatch):
+    # the FP32 rule names 'hopper_gated' from N = 256; on a card without TMA and warpgroup MMA it must run (as the
+    # x3 config it replaced), not be refused as the plain 'hopper' road is
+    from kernels.matmul import triton_hopper as hop
+    rule = tb.TILES["fp32"].choose(dict(N=256, C=128, H=128), {})
+    assert rule["GEMM"] == "hopper_gated"
+    monkeypatch.setattr(hop, "available", lambda device=None: False)
+    gates = []
+    monkeypatch.setattr(tb, "_gate_kernel", _Count(tb._gate_kernel, gates))
+    assert _run(monkeypatch, "fp32", "hopper_gated_x3", dict(N=10, C=12, H=8)) == [] and len(gates) == 1
+    assert tb.launches(rule) == tb.launches(tb.TILES["fp32"]["fused_m64_n128_k32_w4_s4_x3"])
