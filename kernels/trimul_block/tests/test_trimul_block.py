@@ -161,6 +161,9 @@ def _launches(monkeypatch, shape, inputs=None, **config):
     monkeypatch.setattr(tb.proj, "_k_major", lambda w: calls.append(("K-major copy", None, {})) or kmajor(w))
     monkeypatch.setattr(tb.proj, "gemm_epilogue", lambda A, W, bias, out, **kw: calls.append(("epilogue GEMM", None, kw))
                         or out)
+    monkeypatch.setattr(tb.proj, "hopper_epilogue", lambda A, W, bias, out, **kw: calls.append(("Hopper GEMM", None, kw))
+                        or out)
+    monkeypatch.setattr(tb._gated_in, "_gated_in_kernel", _Recorder(calls, "gated projection"))
     monkeypatch.setattr(tb.road, "_batched_gemm_kernel", _Recorder(calls, "contraction"))
     monkeypatch.setattr(tb.road, "_transpose_kernel", _Recorder(calls, "transpose"))
     monkeypatch.setattr(ln, "_layernorm_kernel", _Recorder(calls, "layernorm"))
@@ -218,6 +221,13 @@ def test_launches_per_call_of_three_on_the_fused_road(monkeypatch):
     calls = _launches(monkeypatch, dict(N=40, C=6, H=5), **tb.TILES["bf16"]["fused_r64_h32_cublas"])
     assert [c[0] for c in calls] == ["fused in", "contraction", "fused out"] and tb.launches(tb.TILES["bf16"]["fused_r64_h32_cublas"]) == 3
     assert calls[0][1] == (common.cdiv(40 * 40, 64),)  # 64 pairs a program, complex by complex
+
+
+def test_launches_per_call_on_the_gated_road(monkeypatch):
+    calls = _launches(monkeypatch, dict(N=40, C=8, H=8), **tb.TILES["fp32"]["hopper_gated_x3"])  # (C = 8: rows TMA reads in place)
+    assert [c[0] for c in calls] == ["layernorm", "gated projection", "contraction", "transpose", "layernorm",
+                                     "K-major copy", "Hopper GEMM"]  # (w_out's copy: once while it lives)
+    assert len(calls) == tb.launches(tb.TILES["fp32"]["hopper_gated_x3"]) + 1
 
 
 def test_offsets_stay_32_bit_at_the_measured_shapes(monkeypatch):
