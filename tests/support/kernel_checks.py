@@ -242,3 +242,15 @@ def check_mixed_precisions_refused(op: str, args: tuple, stray: int) -> None:
         e = assert_refuses(fn, op, names[stray], *bad)
         assert f"has dtype float32, but {names[0]} has bfloat16" in str(e)
         assert_refuses(fn, op, names[1], *first)
+
+
+class Counted:
+    """A Triton kernel whose launches are recorded (each grid appended to ``calls``) and then run: patched in
+    where a test asks which kernel ran and how often."""
+
+    def __init__(self, kernel, calls: list):
+        self.kernel, self.calls = kernel, calls
+
+    def __getitem__(self, grid):
+        self.calls.append(grid)
+        return self.kernel[grid]

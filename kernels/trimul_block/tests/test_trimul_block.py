@@ -223,13 +223,6 @@ def test_launches_per_call_of_three_on_the_fused_road(monkeypatch):
     assert calls[0][1] == (common.cdiv(40 * 40, 64),)  # 64 pairs a program, complex by complex
 
 
-def test_launches_per_call_on_the_gated_road(monkeypatch):
-    calls = _launches(monkeypatch, dict(N=40, C=8, H=8), **tb.TILES["fp32"]["hopper_gated_x3"])  # (C = 8: rows TMA reads in place)
-    assert [c[0] for c in calls] == ["layernorm", "gated projection", "contraction", "transpose", "layernorm",
-                                     "K-major copy", "Hopper GEMM"]  # (w_out's copy: once while it lives)
-    assert len(calls) == tb.launches(tb.TILES["fp32"]["hopper_gated_x3"]) + 1
-
-
 def test_offsets_stay_32_bit_at_the_measured_shapes(monkeypatch):
     for shape_set in ("field", "large", "sweep", "af3"):
         for s in SPEC.shapes[shape_set]:

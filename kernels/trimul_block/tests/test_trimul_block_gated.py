@@ -12,25 +12,18 @@ from kernels.trimul_block import _gated_in
 from kernels.trimul_block import triton_block as tb
 from mage import ops, registry
 from mage.check import describe_mismatch, outside
-from tests.support.kernel_checks import cpu_only, gpu, gpu_failures, rel_err
+from tests.support.kernel_checks import Counted, cpu_only, gpu, gpu_failures, rel_err
+
+from . import test_trimul_block as tbt  # (its launch recorder, over meta tensors)
 
 NAME = "trimul_block"
 SPEC = ops.OPS[NAME]
 GATED = [(d, n) for d in ("fp32", "bf16") for n in tb.TILES[d].configs if tb.TILES[d][n]["GEMM"] == "hopper_gated"]
 
 
-class _Count:
-    def __init__(self, kernel, calls):
-        self.kernel, self.calls = kernel, calls
-
-    def __getitem__(self, grid):
-        self.calls.append(grid)
-        return self.kernel[grid]
-
-
 def _run(monkeypatch, dtype, name, shape, batch=0, dist="normal", seed=1, **over):
     calls = []
-    monkeypatch.setattr(_gated_in, "_gated_in_kernel", _Count(_gated_in._gated_in_kernel, calls))
+    monkeypatch.setattr(_gated_in, "_gated_in_kernel", Counted(_gated_in._gated_in_kernel, calls))
     reqs = [SPEC.inputs(shape, seed=seed + c, dist=dist, dtype=dtype) for c in range(max(batch, 1))]
     z = torch.stack([r[0] for r in reqs]) if batch else reqs[0][0]
     mask = torch.stack([r[1] for r in reqs]) if batch else reqs[0][1]
@@ -41,6 +34,13 @@ def _run(monkeypatch, dtype, name, shape, batch=0, dist="normal", seed=1, **over
         assert rel_err(got, want) <= SPEC.tol(dtype), (name, shape, c, rel_err(got, want))
         assert not outside(got, want, dtype).any(), describe_mismatch(got, want, dtype)
     return calls
+
+
+def test_launches_per_call_on_the_gated_road(monkeypatch):
+    calls = tbt._launches(monkeypatch, dict(N=40, C=8, H=8), **tb.TILES["fp32"]["hopper_gated_x3"])  # (C = 8: rows TMA reads in place)
+    assert [c[0] for c in calls] == ["layernorm", "gated projection", "contraction", "transpose", "layernorm",
+                                     "K-major copy", "Hopper GEMM"]  # (w_out's copy: once while it lives)
+    assert len(calls) == tb.launches(tb.TILES["fp32"]["hopper_gated_x3"]) + 1
 
 
 def test_the_tables_list_gated_configs_at_both_precisions():
@@ -100,7 +100,7 @@ def test_gpu_gated_configs_at_random_shapes(dtype, name):
 @gpu
 def test_gpu_the_gated_kernel_is_the_one_that_runs(monkeypatch):
     calls = []
-    monkeypatch.setattr(_gated_in, "_gated_in_kernel", _Count(_gated_in._gated_in_kernel, calls))
+    monkeypatch.setattr(_gated_in, "_gated_in_kernel", Counted(_gated_in._gated_in_kernel, calls))
     args = SPEC.inputs(dict(N=64, C=128, H=128), seed=2, device="cuda")
     out = tb.trimul_block(*args, **tb.TILES["fp32"][GATED[0][1]])
     assert len(calls) == 1 and torch.cuda.get_device_capability() == (9, 0)
@@ -116,6 +116,6 @@ def test_without_hopper_the_rule_takes_the_fused_road_and_the_gate_kernel(poison
     assert rule["GEMM"] == "hopper_gated"
     monkeypatch.setattr(hop, "available", lambda device=None: False)
     gates = []
-    monkeypatch.setattr(tb, "_gate_kernel", _Count(tb._gate_kernel, gates))
+    monkeypatch.setattr(tb, "_gate_kernel", Counted(tb._gate_kernel, gates))
     assert _run(monkeypatch, "fp32", "hopper_gated_x3", dict(N=10, C=12, H=8)) == [] and len(gates) == 1
     assert tb.launches(rule) == tb.launches(tb.TILES["fp32"]["fused_m64_n128_k32_w4_s4_x3"])

@@ -12,27 +12,16 @@ from kernels.trimul_block import triton_block as tb
 from mage import ops
 from mage.check import describe_mismatch, outside
 from mage import registry
-from tests.support.kernel_checks import assert_refuses, cpu_only, gpu, gpu_failures, rel_err
+from tests.support.kernel_checks import Counted, assert_refuses, cpu_only, gpu, gpu_failures, rel_err
 
 NAME = "trimul_block"
 SPEC = ops.OPS[NAME]
 TMA = [n for n in tb.TILES["fp32"].configs if tb.TILES["fp32"][n]["CONTRACT_TMA"]]
 
 
-class _Count:
-    """A kernel whose launches are counted."""
-
-    def __init__(self, kernel, calls):
-        self.kernel, self.calls = kernel, calls
-
-    def __getitem__(self, grid):
-        self.calls.append(grid)
-        return self.kernel[grid]
-
-
 def _run(monkeypatch, name, shape, batch=0, dist="normal", seed=1):
     calls = []
-    monkeypatch.setattr(_hopper, "_batched_tma_kernel", _Count(_hopper._batched_tma_kernel, calls))
+    monkeypatch.setattr(_hopper, "_batched_tma_kernel", Counted(_hopper._batched_tma_kernel, calls))
     reqs = [SPEC.inputs(shape, seed=seed + c, dist=dist) for c in range(max(batch, 1))]
     z = torch.stack([r[0] for r in reqs]) if batch else reqs[0][0]
     mask = torch.stack([r[1] for r in reqs]) if batch else reqs[0][1]
@@ -109,7 +98,7 @@ def test_gpu_tma_configs_at_random_shapes(name):
 def test_gpu_the_tma_kernel_is_the_one_that_runs(monkeypatch):
     # on a Hopper card; elsewhere the pointer kernel would run under the same config (``_hopper.available``)
     calls = []
-    monkeypatch.setattr(_hopper, "_batched_tma_kernel", _Count(_hopper._batched_tma_kernel, calls))
+    monkeypatch.setattr(_hopper, "_batched_tma_kernel", Counted(_hopper._batched_tma_kernel, calls))
     args = SPEC.inputs(dict(N=64, C=128, H=128), seed=2, device="cuda")
     out = tb.trimul_block(*args, **tb.TILES["fp32"][TMA[0]])
     assert len(calls) == 1 and torch.cuda.get_device_capability() == (9, 0)
