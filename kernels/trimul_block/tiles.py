@@ -77,16 +77,16 @@ _FP32 = {
     "hopper_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1), gemm=("hopper",),
                          contract="tf32x3"),
     # the gates and the mask in the first projection's epilogue (``_gated_in``): no p, no gate kernel; with the
-    # contraction as in the x3 config above, and by TMA as above. On a card without TMA the first is that config
-    # (its GEMM tiles are the ones the 'fused' road then takes). On an H100 (kernel time, N = 256 / 512 / 1024): 392
-    # / 1,692 / 8,117 us against that config's 459 / 1,975 / 9,277, with TMA 388 / 1,634 / 7,692
-    # (data/h100/fused/probe_fp32*_c9a0de8.txt)
+    # contraction as in the x3 config above, and by TMA as above. On a card without TMA both are that config (the
+    # 'fused' road then takes their GEMM tiles, the contraction the pointer kernel's fallback tiles: triton_block).
+    # On an H100 (kernel time, N = 256 / 512 / 1024): 392 / 1,692 / 8,117 us against that config's 459 / 1,975 /
+    # 9,277, with TMA 388 / 1,634 / 7,692 (data/h100/fused/probe_fp32*_c9a0de8.txt)
     "hopper_gated_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1),
                                gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3"),
     "hopper_gated_x3_tma_128x128x64_w8_s3": _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"],
                                                          BLOCK_I=128, BLOCK_J=128, BLOCK_K=64, num_warps=8,
-                                                         num_stages=3), ln=(8, 4, 1), gemm=("hopper_gated",),
-                                                    contract="tf32x3", tma=1),
+                                                         num_stages=3), ln=(8, 4, 1),
+                                                    gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3", tma=1),
     # three launches (_fused), the projections tf32x3, the contraction tf32x3 on the triangle's kernel (its
     # tiles as above). Compiled for sm_90a: Triton's tf32x3 splits the [pairs, C] operand in registers, so
     # at FP32 a program takes chunks of 16-32 columns with 8 warps (4 warps and 32 columns spill)
@@ -287,11 +287,11 @@ _BF16 = {
 # At bf16 the fused road's three launches (_fused) replace the steps' eight: on an H100 at N = 1024,
 # 1.46 ms against 2.91 (data/h100/fused/). Not at FP32: its tf32x3 projections in one kernel
 # took 5.6-9.1 ms against the steps' 5.7 for the same work, and the block 10.6-14.8 ms against 9.4.
-# Since the H100 probe of c9a0de8 the FP32 rule writes a and b from the first projection's epilogue on Hopper cards
-# ('hopper_gated_x3'; elsewhere it is the x3 config it replaced): 15-17% faster at N = 256-1024.
+# Since the H100 probe of c9a0de8 the FP32 rule writes a and b from the first projection's epilogue and contracts
+# by TMA on Hopper cards (elsewhere it is the x3 config it replaced): 15-17% faster at N = 256-1024.
 AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
 FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
-TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4", rule=(("hopper_gated_x3", AF3_CLASS),)),
+TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4", rule=(("hopper_gated_x3_tma_128x128x64_w8_s3", AF3_CLASS),)),
          "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h32_tma2_r64_fsig_ab_g64_cublas", FUSABLE),))}
 FIRST = TILES["fp32"]["cublas_permute"]
 FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]

@@ -34,6 +34,7 @@ from kernels.layernorm.triton_kernel import layernorm
 from kernels.triangle import _channel_major as road
 from kernels.triangle import _hopper as tma_road
 from kernels.triangle.triton_kernel import STORES
+from kernels.triangle.triton_kernel import TILES as TRIANGLE_TILES
 from mage import ops
 from mage.errors import MageInputError
 
@@ -216,6 +217,12 @@ def _nearest(t: torch.Tensor, dtype: torch.dtype, keep: bool = False) -> torch.T
     return t.copy_(t.to(dtype)) if keep else t.to(dtype)
 
 
+# The pointer kernel's tiles where a TMA config cannot take the TMA kernel: the triangle's fp32x3 base (the FP32
+# rule's contraction before the TMA kernel), 128x64x32 at four stages
+_POINTER_TILES = common.split({k: TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"][k]
+                               for k in ("BLOCK_I", "BLOCK_J", "BLOCK_K", "GROUP_I", "num_warps", "num_stages")})
+
+
 def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
     """o = the triangle contraction of the channel-major copies: the triangle's batched GEMM and, with
     the 'permute' epilogue, its transposing copy (the second half of road.channel_major, whose first
@@ -227,12 +234,15 @@ def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
         # of two bf16 values is exact, so FP32 copies give the sums the tensor cores form (the block
         # passes FP32 tensors of bf16 values there already; this keeps _contract right on its own)
         at, bt = at.float(), bt.float()
-    if consts["CONTRACT_TMA"] and tma_road.ready(at, bt):  # else (no TMA on the card, N not a multiple of 4 at
-        # FP32) the pointer kernel below, with the same tiles
-        tma_road.contract(at, bt, view, consts, launch, offs_64)
-        if scratch is not None:
-            road.transpose([(view, o)], N, H, offs_64)
-        return
+    if consts["CONTRACT_TMA"]:
+        if tma_road.ready(at, bt):
+            tma_road.contract(at, bt, view, consts, launch, offs_64)
+            if scratch is not None:
+                road.transpose([(view, o)], N, H, offs_64)
+            return
+        # no TMA on the card, or N not a multiple of 4 at FP32: the pointer kernel, with tiles that fit the shared
+        # memory of cards without TMA (the TMA configs' 128x128x64 at three stages would take 192 KB there)
+        consts, launch = dict(consts, **_POINTER_TILES[0]), dict(launch, **_POINTER_TILES[1])
     bc = consts["BLOCK_C"]
     grid = (common.cdiv(N, consts["BLOCK_I"]) * common.cdiv(N, consts["BLOCK_J"]) * common.cdiv(H, bc),)
     road._batched_gemm_kernel[grid](at, bt, view, N, H, *view.stride(),

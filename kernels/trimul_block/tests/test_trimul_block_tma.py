@@ -59,6 +59,22 @@ def test_n_that_tma_cannot_read_takes_the_pointer_kernel(poisoned, monkeypatch):
 
 
 @cpu_only
+def test_the_pointer_fallback_takes_tiles_that_fit_cards_without_tma(poisoned, monkeypatch):
+    # a TMA config's own tiles (128x128x64, three stages: 192 KB) would not fit there; the fallback takes the
+    # triangle's fp32x3 base, as the FP32 rule did before the TMA kernel
+    seen, kernel = [], tb.road._batched_gemm_kernel
+
+    class _Kwargs:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append(kw) or kernel[grid](*a, **kw)
+
+    monkeypatch.setattr(tb.road, "_batched_gemm_kernel", _Kwargs())
+    assert _run(monkeypatch, "fused_m64_n128_k32_w4_s4_x3_tma_128x128x64_w8_s3", dict(N=7, C=8, H=5)) == []
+    assert [(k["BLOCK_I"], k["BLOCK_J"], k["BLOCK_K"], k["num_warps"], k["num_stages"]) for k in seen] == \
+        [(128, 64, 32, 4, 4)]
+
+
+@cpu_only
 def test_bad_values_are_refused():
     args = SPEC.inputs(dict(N=4, C=8, H=8), seed=1)
     e = assert_refuses(tb.trimul_block, NAME, "config", *args, **dict(tb.TILES["fp32"][TMA[0]], CONTRACT_TMA=2))
