@@ -154,7 +154,7 @@ def _tma_ready(t) -> bool:
     return t.stride(-1) == 1 and (t.stride(0) * es) % 16 == 0 and t.data_ptr() % 16 == 0
 
 
-def _k_major(t, rows: int, cols: int, transpose: bool):
+def k_major(t, rows: int, cols: int, transpose: bool):
     """``t`` (or ``t.t()``) as a [rows, cols] view with cols contiguous and 16-byte-aligned rows:
     the tensor itself where it already is, else a copy into row-padded storage."""
     v = t.t() if transpose else t
@@ -205,8 +205,8 @@ def gemm(A, B, *, precision, b_nk=False, out=None, bias=None, gelu=False, residu
         a_lo_desc = TensorDescriptor(a_lo, [M, K], [a_lo.stride(0), 1], [bm, bk])
         b_lo_desc = TensorDescriptor(b_lo, [N, K], [b_lo.stride(0), 1], [bn, bk])
     else:
-        a = _k_major(A, M, K, transpose=False)
-        b = _k_major(B, N, K, transpose=not b_nk) if nk else B
+        a = k_major(A, M, K, transpose=False)
+        b = k_major(B, N, K, transpose=not b_nk) if nk else B
     if nk:
         b_desc = TensorDescriptor(b, [N, K], [b.stride(0), 1], [bn, bk])
     else:

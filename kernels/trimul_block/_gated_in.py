@@ -108,7 +108,7 @@ def project(zn, w_in, b_in, mask, N: int, H: int, consts: dict, sdt, bn: int):
     bm, bk = t["BLOCK_M"], t["BLOCK_K"]
     if zn.dtype == torch.bfloat16 and common.interpreting():
         zn, w = zn.float(), w.float()  # the interpreter's bf16 dot (see triton_hopper.gemm): exact in FP32
-    zn, w = hop._k_major(zn, R, K, transpose=False), hop._k_major(w, w.shape[0], K, transpose=False)
+    zn, w = hop.k_major(zn, R, K, transpose=False), hop.k_major(w, w.shape[0], K, transpose=False)
     w_desc = TensorDescriptor(w, [w.shape[0], K], [w.stride(0), 1], [bn, bk])
     ab = torch.empty((B, 2 * H, N, N), dtype=sdt, device=zn.device)
     g = torch.empty((R, C_out), dtype=sdt, device=zn.device)

@@ -114,8 +114,7 @@ def refuse_bad_contract(op: str, c: dict, dtype) -> None:
 def launches(config: dict) -> int:
     """Kernel launches per call of one complex on the current device: two LayerNorms, the gates (in the first
     projection on the 'hopper_gated' road), the batched GEMM, the transposing copy with the 'permute' epilogue,
-    and the projections' (a batch of B complexes makes the
-    gates, the GEMM and the copy B times)."""
+    and the projections' (a batch of B complexes makes the gates, the GEMM and the copy B times)."""
     if config["ROAD"] == "fused":
         return _fused.launches(config)
     return 4 + (config["STORE"] == "permute") + proj.launches(config) - (proj.road(config) == "hopper_gated")
