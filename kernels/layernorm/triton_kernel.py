@@ -62,6 +62,7 @@ def _layernorm_kernel(
     EVICT: tl.constexpr,  # stream x and y past L2 (evict first), keep gamma and beta (evict last)
     Mean=None, Rstd=None,  # with STATS: each row's mean and 1 / sqrt(var + eps) [R], in x's units
     STATS: tl.constexpr = False,  # save the statistics for the backward (training); off: inference
+    stride_xc=1, COL_STRIDE: tl.constexpr = False,  # x's column stride, read where COL_STRIDE (a transposed x)
 ):
     # Reduction scheme. One chunk: two passes over the registers (mean, then the mean of squared
     # deviations), exact and still one read of x from memory. Several chunks: each chunk's mean and
@@ -84,6 +85,13 @@ def _layernorm_kernel(
     x_row = X + row.to(tl.int64)[:, None] * stride_x
     y_row = Y + row.to(tl.int64)[:, None] * stride_y
     cols = tl.arange(0, BLOCK_C)
+    # x's columns: contiguous, or (COL_STRIDE) stride_xc apart, as in a channel-major buffer read as [pairs,
+    # channels], where the rows are the contiguous dimension (the loads are then coalesced along the rows); the
+    # contiguous case compiles as it did before the option
+    if COL_STRIDE:
+        x_cols = cols.to(tl.int64) * stride_xc
+    else:
+        x_cols = cols
     # Every x is read once and y written once, while every row reads gamma and beta: the hints say
     # so to the cache (a one-block row is read from memory once; the chunked road reads it twice and
     # keeps the default policy, so its second read finds the row in L2).
@@ -92,9 +100,9 @@ def _layernorm_kernel(
     if ONE_BLOCK:
         mask = rmask[:, None] & (cols < C)[None, :]
         if EVEN:  # plain vector loads, no mask
-            x = tl.load(x_row + cols[None, :], eviction_policy=stream)
+            x = tl.load(x_row + x_cols[None, :], eviction_policy=stream)
         else:
-            x = tl.load(x_row + cols[None, :], mask=mask, other=0.0, eviction_policy=stream)
+            x = tl.load(x_row + x_cols[None, :], mask=mask, other=0.0, eviction_policy=stream)
         # bf16 storage (the bf16 column, the model blocks' bf16 rows): statistics and output in FP32,
         # rounded once at the store; for FP32 tensors every such conversion is a no-op and the kernel is
         # unchanged
@@ -134,7 +142,7 @@ def _layernorm_kernel(
         m2 = tl.zeros((BLOCK_R,), dtype=tl.float32)
         for c0 in range(0, C, BLOCK_C):
             mask = rmask[:, None] & (c0 + cols < C)[None, :]
-            x = tl.load(x_row + c0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_row + c0 * stride_xc + x_cols[None, :], mask=mask, other=0.0).to(tl.float32)
             amax, sum0 = tl.reduce((tl.abs(x), x * 2.3283064365386963e-10), 1, _max_and_sum)  # as above
             s_new = tl.minimum(s, _down_scale(amax))
             r = s_new / s  # a power of two <= 1: the running pair in the new units
@@ -159,7 +167,7 @@ def _layernorm_kernel(
         for c0 in range(0, C, BLOCK_C):  # second read of x: from L2 while the rows are recent
             cmask = c0 + cols < C
             mask = rmask[:, None] & cmask[None, :]
-            x = tl.load(x_row + c0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_row + c0 * stride_xc + x_cols[None, :], mask=mask, other=0.0).to(tl.float32)
             gamma = tl.load(Gamma + c0 + cols, mask=cmask, other=0.0, eviction_policy=keep).to(tl.float32)
             beta = tl.load(Beta + c0 + cols, mask=cmask, other=0.0, eviction_policy=keep).to(tl.float32)
             y = (x * s[:, None] - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
@@ -259,8 +267,6 @@ def layernorm(x, gamma, beta, out=None, stats=None, eps=EPS, **config):
         ops.check_out("layernorm", out, (R, C), x.dtype, x.device)
     if R == 0:
         return out
-    if x.stride(1) != 1:
-        x = x.contiguous()  # costs one extra read and write of x
     if gamma.stride(0) != 1:
         gamma = gamma.contiguous()  # the kernel reads gamma and beta as runs of C values
     if beta.stride(0) != 1:
@@ -272,6 +278,8 @@ def layernorm(x, gamma, beta, out=None, stats=None, eps=EPS, **config):
     # touched without STATS): the H100 run whose call left them to their defaults (None) failed in
     # Inductor's launch; this form passed there (f51adc8)
     traced = None if stats is not None else dict(Mean=out, Rstd=out, STATS=False)
+    if x.stride(1) != 1:  # read in place (a transposed or channel-major x), not copied first
+        kw = dict(kw, stride_xc=x.stride(1), COL_STRIDE=True)
     op_launch(_layernorm_kernel, grid, x, gamma, beta, out, R, C, x.stride(0), out.stride(0), eps, traced=traced, **kw)
     return out
 

@@ -86,11 +86,17 @@ def _gate_kernel(
 # </kernel>
 
 
+# The contraction's epilogues: the triangle's two, and 'layernorm': o stays channel-major ([H, N, N] a complex, as
+# 'permute' writes it before its transposing copy) and the second LayerNorm reads it there, so the copy (a read
+# and a write of o) is not made
+BLOCK_STORES = STORES + ("layernorm",)
+
+
 def _refuse_bad_config(c: dict) -> None:
     def no(why):
         raise MageInputError(NAME, "config", why)
-    if c["STORE"] not in STORES:
-        no(f"STORE must be one of {STORES}, got {c['STORE']!r}")
+    if c["STORE"] not in BLOCK_STORES or (c["STORE"] == "layernorm" and c["ROAD"] == "fused"):
+        no(f"STORE must be one of {BLOCK_STORES} ('layernorm' on the steps road), got {c['STORE']!r}")
     if c["GEMM"] not in proj.ROADS:
         no(f"GEMM must be one of {proj.ROADS}, got {c['GEMM']!r}")
     if c["CONTRACT_TMA"] not in (0, 1) or (c["CONTRACT_TMA"] and c["ROAD"] == "fused" and c["BMM"] != "triton"):
@@ -163,7 +169,13 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
         p = _nearest(proj.project_in(zn, w_in, b_in, consts, sdt), z.dtype, keep=True)  # [R, 4H + C]: five in one
         o, offs_64 = gated_contraction(p, mask, N, H, consts, launch, z.dtype, sdt)
         g = p[:, 4 * H:]
-    on = layernorm(_nearest(o, z.dtype, keep=True).view(R, H), gamma_out.to(sdt), beta_out.to(sdt), **ln_cfg)
+    if consts["STORE"] == "layernorm":  # o [B, H, N, N]: each complex's pairs read as [N^2, H] in place
+        on = torch.empty((R, H), dtype=sdt, device=z.device)
+        for c in range(B):
+            layernorm(_nearest(o[c], z.dtype, keep=True).view(H, N * N).t(), gamma_out.to(sdt), beta_out.to(sdt),
+                      out=on[c * N * N:(c + 1) * N * N], **ln_cfg)
+    else:
+        on = layernorm(_nearest(o, z.dtype, keep=True).view(R, H), gamma_out.to(sdt), beta_out.to(sdt), **ln_cfg)
     # (under the interpreter y is an FP32 buffer: the bf16 projection is gated in FP32, then rounded once)
     y = out.view(R, C) if sdt == z.dtype else torch.empty((R, C), dtype=sdt, device=z.device)
     proj.project_out(_nearest(on, z.dtype), w_out, b_out, g, y, consts, offs_64)
@@ -197,9 +209,15 @@ def gated_contraction(p, mask, N: int, H: int, consts: dict, launch: dict, dtype
 
 
 def contraction(at, bt, consts: dict, launch: dict, sdt, offs_64: bool):
-    """(o [B, N, N, H], whether offsets need 64 bits): the contraction of each complex's channel-major a
-    and b ([B, H, N, N] each, any strides between complexes)."""
+    """(o [B, N, N, H], or channel-major [B, H, N, N] with STORE='layernorm'; whether offsets need 64 bits): the
+    contraction of each complex's channel-major a and b ([B, H, N, N] each, any strides between complexes)."""
     B, H, N, _ = at.shape
+    if consts["STORE"] == "layernorm":
+        o = torch.empty((B, H, N, N), dtype=sdt, device=at.device)
+        offs_64 = offs_64 or common.offsets_64(o)
+        for c in range(B):
+            _contract(at[c], bt[c], None, o[c], consts, launch, offs_64)
+        return o, offs_64
     o = torch.empty((B, N, N, H), dtype=sdt, device=at.device)
     scratch = None if consts["STORE"] == "direct" else torch.empty((H, N, N), dtype=sdt, device=at.device)
     offs_64 = offs_64 or common.offsets_64(o)
@@ -225,7 +243,8 @@ _POINTER_TILES = common.split({k: TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1
 def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
     """o = the triangle contraction of the channel-major copies: the triangle's batched GEMM and, with
     the 'permute' epilogue, its transposing copy (the second half of road.channel_major, whose first
-    half, the copy of A and B, the gate kernel has already done)."""
+    half, the copy of A and B, the gate kernel has already done); o None: the result stays in ``scratch``
+    (the 'layernorm' epilogue)."""
     H, N, _ = at.shape
     view = o if scratch is None else scratch.permute(1, 2, 0)  # (i, j, c) strides either way
     if at.dtype == torch.bfloat16 and common.interpreting():
@@ -236,7 +255,7 @@ def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
     if consts["CONTRACT_TMA"]:
         if tma_road.ready(at, bt):
             tma_road.contract(at, bt, view, consts, launch, offs_64)
-            if scratch is not None:
+            if scratch is not None and o is not None:
                 road.transpose([(view, o)], N, H, offs_64)
             return
         # no TMA on the card, or N not a multiple of 4 at FP32: the pointer kernel, with tiles that fit the shared
@@ -248,7 +267,7 @@ def _contract(at, bt, o, scratch, consts, launch, offs_64) -> None:
                                     BLOCK_I=consts["BLOCK_I"], BLOCK_J=consts["BLOCK_J"], BLOCK_K=consts["BLOCK_K"],
                                     BLOCK_C=bc, GROUP_I=consts["GROUP_I"], K_INNER=consts["K_INNER"],
                                     PRECISION=consts["CONTRACT"], OFFS_64=offs_64, **launch)
-    if scratch is not None:
+    if scratch is not None and o is not None:
         road.transpose([(view, o)], N, H, offs_64)
 
 

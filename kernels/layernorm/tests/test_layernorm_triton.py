@@ -138,3 +138,17 @@ def test_even_rows_take_the_unmasked_road():
                        (dict(BLOCK_R=1, MAX_BLOCK_C=64, num_warps=4, EVICT=0), dict(R=3, C=64)),
                        (dict(BLOCK_R=2, MAX_BLOCK_C=16, num_warps=4, EVICT=1), dict(R=5, C=72))):
         check_forced(OP, cfg, shape)
+
+
+@cpu_only
+@pytest.mark.parametrize("config", (ONE_BLOCK, dict(MAX_BLOCK_C=16, BLOCK_R=2)))
+def test_a_transposed_x_is_read_in_place_with_the_contiguous_answer(config, poisoned, monkeypatch):
+    # x [R, C] as a view of a [C, R] buffer (a channel-major one: the triangle update's o): its columns are read
+    # R apart rather than copied first, and each row's sums run in the same order, so the output is the same bits
+    layernorm = module(OP).layernorm
+    buf = torch.randn(37, 21, generator=torch.Generator().manual_seed(4)) * 3 + 1  # C = 37 channels, R = 21 rows
+    gamma, beta = torch.randn(37), torch.randn(37)
+    want = layernorm(buf.t().contiguous(), gamma, beta, **config)
+    monkeypatch.setattr(torch.Tensor, "contiguous", lambda *a, **k: pytest.fail("x was copied"))
+    got = layernorm(buf.t(), gamma, beta, **config)
+    assert torch.equal(got, want) and got.is_contiguous()

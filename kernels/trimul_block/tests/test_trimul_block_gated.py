@@ -12,7 +12,7 @@ from kernels.trimul_block import _gated_in
 from kernels.trimul_block import triton_block as tb
 from mage import ops, registry
 from mage.check import describe_mismatch, outside
-from tests.support.kernel_checks import Counted, cpu_only, gpu, gpu_failures, rel_err
+from tests.support.kernel_checks import Counted, assert_refuses, cpu_only, gpu, gpu_failures, rel_err
 
 from . import test_trimul_block as tbt  # (its launch recorder, over meta tensors)
 
@@ -62,6 +62,25 @@ def test_a_batch_of_complexes_in_either_layout(k_inner, poisoned, monkeypatch):
     calls = _run(monkeypatch, "fp32", GATED[0][1], dict(N=9, C=8, H=8), batch=3, dist="heavy", seed=7,
                  K_INNER=k_inner)
     assert len(calls) == 3  # one launch a complex
+
+
+@cpu_only
+def test_o_left_channel_major_for_the_layernorm_in_a_batch(poisoned, monkeypatch):
+    # STORE 'layernorm': the contraction's output stays [B, H, N, N] and the second LayerNorm reads each complex in
+    # place: no transposing copy
+    moved = []
+    monkeypatch.setattr(tb.road, "transpose", lambda *a, **k: moved.append(a))
+    calls = _run(monkeypatch, "fp32", "hopper_gated_x3_tma_128x128x64_w8_s3_lncm", dict(N=11, C=8, H=16), batch=2,
+                 dist="heavy", seed=5)
+    assert len(calls) == 2 and moved == []
+
+
+@cpu_only
+def test_the_layernorm_epilogue_is_refused_on_the_fused_road():
+    args = SPEC.inputs(dict(N=4, C=8, H=8), seed=1)
+    e = assert_refuses(tb.trimul_block, NAME, "config", *args,
+                       **dict(tb.TILES["bf16"]["fused_r64_h32_cublas"], STORE="layernorm"))
+    assert "STORE" in str(e)
 
 
 @cpu_only
