@@ -88,12 +88,14 @@ _FP32 = {
                                                          num_stages=3), ln=(8, 4, 1),
                                                     gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3", tma=1),
     # the rule with o left channel-major and read there by the second LayerNorm (STORE 'layernorm'): no transposing
-    # copy (366 us of the rule's 7.7 ms at N = 1024 on an H100, probe c9a0de8); unmeasured
-    "hopper_gated_x3_tma_128x128x64_w8_s3_lncm": _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"],
-                                                              STORE="layernorm", BLOCK_I=128, BLOCK_J=128, BLOCK_K=64,
-                                                              num_warps=8, num_stages=3), ln=(8, 4, 1),
-                                                         gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3",
-                                                         tma=1),
+    # copy (366 us of the rule's 7.7 ms at N = 1024 on an H100, probe c9a0de8); unmeasured. A program's rows are
+    # contiguous there, so 8 rows read 32-byte runs a channel; '_r32' takes 32 rows a program (128-byte runs), in
+    # both LayerNorms
+    **{f"hopper_gated_x3_tma_128x128x64_w8_s3_lncm{'_r32' if rows == 32 else ''}":
+       _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], STORE="layernorm", BLOCK_I=128,
+                    BLOCK_J=128, BLOCK_K=64, num_warps=8, num_stages=3), ln=(rows, 4, 1),
+               gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3", tma=1)
+       for rows in (8, 32)},
     # three launches (_fused), the projections tf32x3, the contraction tf32x3 on the triangle's kernel (its
     # tiles as above). Compiled for sm_90a: Triton's tf32x3 splits the [pairs, C] operand in registers, so
     # at FP32 a program takes chunks of 16-32 columns with 8 warps (4 warps and 32 columns spill)
