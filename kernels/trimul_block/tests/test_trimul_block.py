@@ -165,6 +165,7 @@ def _launches(monkeypatch, shape, inputs=None, **config):
                         or out)
     monkeypatch.setattr(tb._gated_in, "_gated_in_kernel", _Recorder(calls, "gated projection"))
     monkeypatch.setattr(tb.road, "_batched_gemm_kernel", _Recorder(calls, "contraction"))
+    monkeypatch.setattr(tb.tma_road, "_batched_tma_kernel", _Recorder(calls, "contraction"))
     monkeypatch.setattr(tb.road, "_transpose_kernel", _Recorder(calls, "transpose"))
     monkeypatch.setattr(ln, "_layernorm_kernel", _Recorder(calls, "layernorm"))
     monkeypatch.setattr(tb._fused, "_in_kernel", _Recorder(calls, "fused in"))
