@@ -76,21 +76,17 @@ _FP32 = {
     # both projections on matmul's Hopper GEMM (TMA, warpgroup MMA, persistent; its own tiles)
     "hopper_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1), gemm=("hopper",),
                          contract="tf32x3"),
-    # the gates and the mask in the first projection's epilogue (``_gated_in``): no p, no gate kernel; with the
-    # contraction as in the x3 config above, and by TMA as above. On a card without TMA both are that config (the
-    # 'fused' road then takes their GEMM tiles, the contraction the pointer kernel's fallback tiles: triton_block).
-    # On an H100 (kernel time, N = 256 / 512 / 1024): 392 / 1,692 / 8,117 us against that config's 459 / 1,975 /
-    # 9,277, with TMA 388 / 1,634 / 7,692 (data/h100/fused/probe_fp32*_c9a0de8.txt)
+    # the gates and the mask in the first projection's epilogue (``_gated_in``), the contraction as in the x3 config
+    # above or by TMA; without TMA both are that config. On an H100 (N = 256 / 512 / 1024): 392 / 1,692 / 8,117 us,
+    # by TMA 388 / 1,634 / 7,692, against 459 / 1,975 / 9,277 (data/h100/fused/probe_fp32*_c9a0de8.txt)
     "hopper_gated_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1),
                                gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3"),
     "hopper_gated_x3_tma_128x128x64_w8_s3": _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"],
                                                          BLOCK_I=128, BLOCK_J=128, BLOCK_K=64, num_warps=8,
                                                          num_stages=3), ln=(8, 4, 1),
                                                     gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3", tma=1),
-    # the rule with o left channel-major and read there by the second LayerNorm (STORE 'layernorm'): no transposing
-    # copy (366 us of the rule's 7.7 ms at N = 1024 on an H100, probe c9a0de8); unmeasured. A program's rows are
-    # contiguous there, so 8 rows read 32-byte runs a channel; '_r32' takes 32 rows a program (128-byte runs), in
-    # both LayerNorms
+    # the rule with o left channel-major for the second LayerNorm (STORE 'layernorm'): no transposing copy (366 us
+    # of 7.7 ms at N = 1024, same probe); unmeasured. '_r32': 32 rows a LayerNorm program (128-byte runs a channel)
     **{f"hopper_gated_x3_tma_128x128x64_w8_s3_lncm{'_r32' if rows == 32 else ''}":
        _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], STORE="layernorm", BLOCK_I=128,
                     BLOCK_J=128, BLOCK_K=64, num_warps=8, num_stages=3), ln=(rows, 4, 1),
@@ -296,8 +292,7 @@ _BF16 = {
 # At bf16 the fused road's three launches (_fused) replace the steps' eight: on an H100 at N = 1024,
 # 1.46 ms against 2.91 (data/h100/fused/). Not at FP32: its tf32x3 projections in one kernel
 # took 5.6-9.1 ms against the steps' 5.7 for the same work, and the block 10.6-14.8 ms against 9.4.
-# Since the H100 probe of c9a0de8 the FP32 rule writes a and b from the first projection's epilogue and contracts
-# by TMA on Hopper cards (elsewhere it is the x3 config it replaced): 15-17% faster at N = 256-1024.
+# Since c9a0de8's H100 probe the FP32 rule is the gated one by TMA (elsewhere the x3 config): 15-17% faster.
 AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
 FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
 TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4", rule=(("hopper_gated_x3_tma_128x128x64_w8_s3", AF3_CLASS),)),

@@ -9,9 +9,12 @@
    also its transposing copy), giving o [N, N, H];
 5. LayerNorm of o (the project's Triton LayerNorm, rows of H channels);
 6. the output projection, written into ``out`` and gated, out *= sigmoid(p[:, 4H:]).
-The projections (steps 2 and 6) take one of two roads, the config key ``GEMM`` (``_projections``):
+The projections (steps 2 and 6) take one of four roads, the config key ``GEMM`` (``_projections``):
 cuBLAS GEMMs and a Triton launch for the output gate, or the project's GEMM with the biases and the
-gate in its epilogue (tf32x3 at fp32).
+gate in its epilogue (tf32x3 at fp32), or that on matmul's Hopper road ('hopper'), or on Hopper cards
+steps 2 and 3 as one GEMM whose epilogue writes a and b ('hopper_gated', ``_gated_in``: no p, no gate
+launch). With the contraction's epilogue 'layernorm' (``STORE``) steps 4 and 5 meet without the copy: o
+stays channel-major and the LayerNorm reads it there.
 
 Precisions: fp32 and bf16, one launcher (the inputs' dtype picks its table in ``TILES``). At fp32 the
 GEMMs stay on cuBLAS in IEEE FP32 (TF32 off, set on every call) and the contraction on the FMA units
