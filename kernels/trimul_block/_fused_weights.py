@@ -67,12 +67,18 @@ def gate_weights(wd1, width: int, c: dict):
     return TensorDescriptor(wd1.base, wd1.shape, wd1.strides, [width, c["FIN_C"]])
 
 
-def _prepare(wi, bb, C: int, H: int, c: dict, width: int):
-    # columns gate 0, value 0, gate 1, ...: a [rows, 2 CHUNK] product splits in pairs
+def joined(wi, bb, H: int):
+    """w_in [K, 4H + C] and its bias with the columns joined: a's gate and value interleaved (gate 0, value 0, gate
+    1, ...), then b's likewise, then g's, so that a product over 2 CHUNK columns splits in gate-value pairs (views
+    of new tensors, not yet contiguous)."""
     hs = torch.arange(H, device=wi.device)
     ab = torch.stack((hs, H + hs), 1).flatten()
-    order = torch.cat((ab, 2 * H + ab, torch.arange(4 * H, 4 * H + C, device=wi.device)))
-    wi, bb = wi[:, order].contiguous(), bb[order].contiguous()
+    order = torch.cat((ab, 2 * H + ab, torch.arange(4 * H, wi.shape[1], device=wi.device)))
+    return wi[:, order], bb[order]
+
+
+def _prepare(wi, bb, C: int, H: int, c: dict, width: int):
+    wi, bb = (t.contiguous() for t in joined(wi, bb, H))
     if not c["IN_TMA"]:
         return wi, bb, None, None, 2 * H, 4 * H
     if c["IN_AB"]:

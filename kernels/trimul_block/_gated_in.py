@@ -24,7 +24,7 @@ from kernels._triton import common
 from kernels._triton.tiles import grouped_tile
 from mage.errors import MageInputError
 
-from ._fused_weights import _cached
+from ._fused_weights import _cached, joined
 
 
 # <kernel>
@@ -85,12 +85,10 @@ def block_n(H: int, want: int) -> int:
 
 
 def _reordered(w_in, b_in, H: int):
-    """(w [4H + C, K] K-major, bias [4H + C]): p's columns (a's gate, a's value, b's gate, b's value, g)
-    reordered to a's gate and value interleaved, b's likewise, then g's."""
-    h = torch.arange(H, device=w_in.device)
-    order = torch.cat([torch.stack([h, H + h], 1).flatten(), torch.stack([2 * H + h, 3 * H + h], 1).flatten(),
-                       torch.arange(4 * H, w_in.shape[1], device=w_in.device)])
-    return w_in[:, order].t().contiguous(), b_in[order].contiguous()
+    """(w [4H + C, K] K-major, bias [4H + C]): p's columns in the fused road's joined order (a's gate and value
+    interleaved, b's likewise, then g's)."""
+    w, b = joined(w_in, b_in, H)
+    return w.t().contiguous(), b.contiguous()
 
 
 def project(zn, w_in, b_in, mask, N: int, H: int, consts: dict, sdt, bn: int):
