@@ -9,6 +9,7 @@ profile of 10 calls, each config checked against float64 at N = 96 (heavy-tailed
                                                              # no torch profiler, 4 calls (the first compiles)
     python3 tools/probe_trimul_fused.py fp32:NAME ...       # an FP32 config (the FP32 table's), checked at FP32
     python3 tools/probe_trimul_fused.py --n=256 NAME ...    # timed at N = 256 instead
+    python3 tools/probe_trimul_fused.py --task fp32:NAME ... # the task's form (kernels/trimul_gpumode), D = H = 128
 
 Not the record (that is ``mage measure``); data/h200/fused/probe2.txt is its output of 2026-12-05."""
 import sys
@@ -16,6 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: kernels, mage
 import kernels.trimul_block.triton_block as tb  # noqa: E402
+import kernels.trimul_gpumode.triton_block as tg  # noqa: E402
+
+OP, SHAPE = "trimul_block", dict(C=128, H=128)
 
 
 def _config(arg: str) -> tuple:
@@ -26,8 +30,9 @@ def _config(arg: str) -> tuple:
     name, _, over = arg.partition("+")
     vals = {"True": True, "False": False}
     kv = [o.split("=") for o in over.split(",") if o]
-    return dtype, dict(tb.TILES[dtype][name], **{k: vals.get(v, int(v) if v.lstrip("-").isdigit() else v)
-                                                 for k, v in kv})
+    tiles = (tb if OP == "trimul_block" else tg).TILES[dtype]
+    return dtype, dict(tiles[name], **{k: vals.get(v, int(v) if v.lstrip("-").isdigit() else v)
+                                       for k, v in kv})
 
 
 def main(argv):
@@ -35,15 +40,20 @@ def main(argv):
     from mage.check import check
     from mage.profile import profile
 
+    global OP, SHAPE
     size = 1024
+    if argv[:1] == ["--task"]:
+        OP, SHAPE, argv = "trimul_gpumode", dict(B=1, D=128, H=128, nomask=0), argv[1:]
     if argv[:1] and argv[0].startswith("--n="):
         size, argv = int(argv[0][4:]), argv[1:]
 
     def inputs(dtype):
-        return ops.OPS["trimul_block"].inputs(dict(N=size, C=128, H=128), seed=1, dtype=dtype, device="cuda")
+        impl = registry.get(OP, "triton", dtype)
+        got = ops.OPS[OP].inputs(dict(SHAPE, N=size), seed=1, dtype=dtype, device="cuda")
+        return impl.prepare(*got) if impl.prepare else got
     if argv[:1] == ["--bare"]:
         dtype, cfg = _config(argv[1])
-        v, args = registry.get("trimul_block", "triton", dtype).variant(**cfg), inputs(dtype)
+        v, args = registry.get(OP, "triton", dtype).variant(**cfg), inputs(dtype)
         for _ in range(4):
             v.fn(*args)
         return
@@ -52,8 +62,8 @@ def main(argv):
         dtype, cfg = _config(n)
         args = inputs(dtype)
         for over in ({}, dict(FIN_R=64), dict(FIN_C=32), dict(FIN_WARPS=8))[:1 if argv else 4]:
-            v = registry.get("trimul_block", "triton", dtype).variant(**dict(cfg, **over))
-            r = check(v, dict(N=96, C=128, H=128), trials=1, device="cuda", dist="heavy")
+            v = registry.get(OP, "triton", dtype).variant(**dict(cfg, **over))
+            r = check(v, dict(SHAPE, N=96), trials=1, device="cuda", dist="heavy")
             p = profile(lambda: v.fn(*args), iters=10)
             print(n, over, r.passed, f"{p.kernel_us:.1f}", p.launches,
                   {k[:12]: round(u, 1) for k, u in p.kernel_us_by_name.items()}, flush=True)

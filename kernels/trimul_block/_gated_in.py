@@ -84,23 +84,24 @@ def block_n(H: int, want: int) -> int:
     return bn if bn >= 16 else 0
 
 
-def _reordered(w_in, b_in, H: int):
+def _reordered(w_in, b_in, H: int, linear: bool):
     """(w [4H + C, K] K-major, bias [4H + C]): p's columns in the fused road's joined order (a's gate and value
     interleaved, b's likewise, then g's)."""
-    w, b = joined(w_in, b_in, H)
+    w, b = joined(w_in.t() if linear else w_in, b_in, H)
     return w.t().contiguous(), b.contiguous()
 
 
-def project(zn, w_in, b_in, mask, N: int, H: int, consts: dict, sdt, bn: int):
+def project(zn, w_in, b_in, mask, N: int, H: int, consts: dict, sdt, bn: int, linear: bool = False):
     """(a and b [B, 2H, N, N] channel-major, g [B N^2, C_out]) from zn [B N^2, C] and the mask [B, N, N],
     in ``sdt``; one launch per complex. ``consts``: the block's (K_INNER); the GEMM's tiles are matmul's
-    Hopper road's for these sizes, with ``bn`` columns (``block_n``)."""
+    Hopper road's for these sizes, with ``bn`` columns (``block_n``). w_in is [K, 4H + C_out], or with ``linear``
+    [4H + C_out, K] (Linear's layout, the task's form); either way reordered once while it lives."""
     from kernels.matmul import triton_hopper as hop  # (the Hopper road's tables and helpers, on first use)
     if not hop.available(zn.device):
         raise MageInputError("trimul_block", "config", "the 'hopper_gated' GEMM road needs an sm_90 (Hopper) GPU")
-    B, (R, K), C_out = mask.shape[0], zn.shape, w_in.shape[1] - 4 * H
-    w, bias = _cached(("gated-in", id(w_in), id(b_in), w_in.dtype, w_in.device), (w_in, b_in),
-                      lambda: _reordered(w_in, b_in, H))
+    B, (R, K), C_out = mask.shape[0], zn.shape, w_in.shape[0 if linear else 1] - 4 * H
+    w, bias = _cached(("gated-in", id(w_in), id(b_in), linear, w_in.dtype, w_in.device), (w_in, b_in),
+                      lambda: _reordered(w_in, b_in, H, linear))
     precision = "fp32x3" if zn.dtype == torch.float32 else "bf16"
     t = hop.TILES[precision].choose(dict(M=N * N, K=K, N=4 * H + C_out), {})
     bm, bk = t["BLOCK_M"], t["BLOCK_K"]

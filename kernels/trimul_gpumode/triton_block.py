@@ -17,6 +17,10 @@ The weights are bias-free; the GEMM reads a bias, so ``prepare`` stacks the weig
 biases once per input set (as a model would store them), outside the timed call. ``trimul_gpumode``
 takes the task's twelve arguments and does both on every call.
 
+On Hopper cards the config's ``GEMM='hopper_gated'`` makes steps 2 and 3 one launch a complex, as in the
+AlphaFold column (``kernels/trimul_block/_gated_in``): the first GEMM's epilogue writes a and b channel-major and
+the out gate's H columns, so p is never written; elsewhere that config runs the road above.
+
 Precisions as the AlphaFold column's: fp32 (tf32x3 GEMMs, the contraction in IEEE FP32 on the FMA
 units) and bf16 (bf16 storage between the kernels, FP32 inside each). Under the interpreter the
 kernels store FP32 and PyTorch rounds each intermediate to bf16, to nearest even, where the GPU's
@@ -29,6 +33,7 @@ import torch
 from kernels._triton import TileTable, common, register_kernel
 from kernels.layernorm.triton_kernel import layernorm
 from kernels.matmul.triton_epilogue import gemm_epilogue
+from kernels.trimul_block import _gated_in
 from kernels.trimul_block import _projections as proj
 from kernels.trimul_block import triton_block as af3
 from kernels.trimul_block import tiles as af3_tiles
@@ -40,14 +45,20 @@ from .spec import NAME, SPEC
 PREPARED = ("x", "mask", "norm_w", "norm_b", "w_in", "b_in", "out_norm_w", "out_norm_b", "to_out", "b_out")
 
 
+# the first projection's roads: the epilogue GEMM, or on Hopper the gated one (``GEMM``; the block's names)
+ROADS = ("fused", "hopper_gated")
+
+
 def _config(contraction: dict, gemm=(64, 128, 32, 4, 4), gate=(64, 32, 4), ln=(8, 4, 1), out_gate=(32, 64, 4),
-            contract="ieee", tma=0) -> dict:
+            contract="ieee", tma=0, road="fused") -> dict:
     """A config; ``contract='tf32x3'``: the FP32 contraction on the tensor cores (as the AlphaFold column's);
-    ``tma``: that contraction by the persistent TMA kernel where the card and N allow (``CONTRACT_TMA``, as there)."""
+    ``tma``: that contraction by the persistent TMA kernel where the card and N allow (``CONTRACT_TMA``, as there);
+    ``road``: the first projection's (``ROADS``; ``gemm``, the epilogue GEMM's tiles, serve the second and, off
+    Hopper, the first)."""
     tri = {k: contraction[k] for k in af3_tiles.TRIANGLE_KEYS}
     bm, bn, bk, warps, stages = gemm
     return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
-                LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2],
+                LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2], GEMM=road,
                 GEMM_M=bm, GEMM_N=bn, GEMM_K=bk, GEMM_WARPS=warps, GEMM_STAGES=stages, CONTRACT=contract,
                 CONTRACT_TMA=tma)
 
@@ -68,6 +79,10 @@ _FP32 = {
                                               num_warps=8)),
     # the contraction as three TF32 tensor-core products (FP32 accuracy), as the AlphaFold column from N = 256
     "m64_n128_k32_w4_s4_x3": _config(af3_tiles.TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3"),
+    # the AlphaFold column's FP32 rule (its gated first GEMM, the contraction by TMA with matmul's Hopper fp32x3
+    # tiles): there 15-17% faster than the x3 config on an H100; here unmeasured
+    "gated_x3_tma_128x128x64_w8_s3": _config(af3_tiles.TILES["fp32"]["hopper_gated_x3_tma_128x128x64_w8_s3"],
+                                             contract="tf32x3", tma=1, road="hopper_gated"),
 }
 _BF16_TRI = af3_tiles.TILES["bf16"]["cublas_permute_128x128"]
 _BF16 = {
@@ -82,6 +97,8 @@ TILES = {"fp32": TileTable(NAME, _FP32, base="m64_n128_k32_w4_s4", rule=(("m64_n
 def _refuse_bad_config(c: dict) -> None:
     if c["STORE"] not in af3.STORES:
         raise MageInputError(NAME, "config", f"STORE must be one of {af3.STORES}, got {c['STORE']!r}")
+    if c["GEMM"] not in ROADS:
+        raise MageInputError(NAME, "config", f"GEMM must be one of {ROADS}, got {c['GEMM']!r}")
     for key in ("BLOCK_I", "BLOCK_J", "BLOCK_K", "BLOCK_C", "GATE_V", "GATE_H", "LN_BLOCK_R", "OUT_R", "OUT_C",
                 "GEMM_M", "GEMM_N", "GEMM_K"):
         if c[key] < 1 or c[key] & (c[key] - 1):
@@ -89,10 +106,10 @@ def _refuse_bad_config(c: dict) -> None:
 
 
 def launches(config: dict) -> int:
-    """Kernel launches per call of one complex: two LayerNorms, two GEMMs, the gates, the batched GEMM,
-    the transposing copy with the 'permute' epilogue, and the out gate (a batch of B complexes makes
-    the gates, the batched GEMM and the copy B times)."""
-    return 7 + (config["STORE"] == "permute")
+    """Kernel launches per call of one complex on the current device: two LayerNorms, two GEMMs, the gates (in
+    the first GEMM on the 'hopper_gated' road), the batched GEMM, the transposing copy with the 'permute' epilogue,
+    and the out gate (a batch of B complexes makes the gates, the batched GEMM and the copy B times)."""
+    return 7 + (config["STORE"] == "permute") - (proj.road(config) == "hopper_gated")
 
 
 def prepare(x, mask, norm_w, norm_b, left_proj, right_proj, left_gate, right_gate, out_gate,
@@ -142,13 +159,21 @@ def trimul_gpumode_prepared(x, mask, norm_w, norm_b, w_in, b_in, out_norm_w, out
     ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
     gemm_cfg = proj._tiles(consts)
     xn = near(layernorm(x.reshape(R, D).to(sdt), norm_w.to(sdt), norm_b.to(sdt), **ln_cfg), x.dtype)
-    p = torch.empty((R, 5 * H), dtype=sdt, device=x.device)
-    near(gemm_epilogue(xn, w_in, b_in, p, **gemm_cfg), x.dtype, keep=True)  # the five projections in one
-    o, offs_64 = af3.gated_contraction(p, mask, N, H, consts, launch, x.dtype, sdt)
+    bn = _gated_in.block_n(H, 128) if proj.road(consts, x) == "hopper_gated" else 0
+    if bn:  # a and b channel-major and the out gate's columns from one launch a complex (no p, no gate kernel)
+        at, bt, g = _gated_in.project(xn, w_in, b_in, mask.reshape(B, N, N), N, H, consts, sdt, bn, linear=True)
+        o, offs_64 = af3.contraction(near(at, x.dtype, keep=True), near(bt, x.dtype, keep=True), consts, launch, sdt,
+                                     common.offsets_64(at, g, mask))
+        g, g0 = near(g, x.dtype, keep=True), 0
+    else:
+        g = torch.empty((R, 5 * H), dtype=sdt, device=x.device)
+        near(gemm_epilogue(xn, w_in, b_in, g, **gemm_cfg), x.dtype, keep=True)  # the five projections in one
+        o, offs_64 = af3.gated_contraction(g, mask, N, H, consts, launch, x.dtype, sdt)
+        g0 = 4 * H  # the out gate: p's last H columns
     on = layernorm(near(o, x.dtype, keep=True).view(R, H), out_norm_w.to(sdt), out_norm_b.to(sdt), **ln_cfg)
     near(on, x.dtype, keep=True)  # LN(o) as the GPU stores it, then gated and stored once more
     grid = (common.cdiv(R, consts["OUT_R"]), common.cdiv(H, consts["OUT_C"]))
-    proj._out_gate_kernel[grid](p, on, R, H, p.stride(0), 4 * H, BLOCK_R=consts["OUT_R"], BLOCK_C=consts["OUT_C"],
+    proj._out_gate_kernel[grid](g, on, R, H, g.stride(0), g0, BLOCK_R=consts["OUT_R"], BLOCK_C=consts["OUT_C"],
                                 OFFS_64=offs_64, num_warps=consts["OUT_WARPS"])
     y = out.view(R, D) if sdt == x.dtype else torch.empty((R, D), dtype=sdt, device=x.device)
     gemm_epilogue(near(on, x.dtype), to_out, b_out, y, **gemm_cfg)

@@ -16,7 +16,8 @@ from kernels.trimul_gpumode import triton_block as tg
 from kernels.trimul_gpumode.spec import ARGS, CONTEST, NAME, SPEC, contest_failures
 from mage import registry
 from mage.check import check
-from tests.support.kernel_checks import assert_refuses, check_shapes, cpu_only, gpu, rel_err
+from mage.check import describe_mismatch, outside
+from tests.support.kernel_checks import Counted, assert_refuses, check_shapes, cpu_only, gpu, rel_err
 
 
 def _impl(dtype="fp32"):
@@ -60,6 +61,26 @@ def test_the_contest_verdict_at_fp32(dist):
         got = tg.trimul_gpumode(*inputs)
         assert contest_failures(got, pytorch_impl.expression(*inputs)) == 0, s
         assert rel_err(got, SPEC.reference(*inputs)) < SPEC.tol("fp32"), s
+
+
+@cpu_only
+@pytest.mark.parametrize("dist", ("normal", "heavy"))
+def test_the_gated_first_gemm_agrees_with_float64(dist, poisoned, monkeypatch):
+    # GEMM 'hopper_gated' (the interpreter runs the Hopper kernels): a, b and the out gate's H columns from the first
+    # GEMM's epilogue, once a complex, the gate kernel never; the task's weights reordered from Linear's layout
+    from kernels.trimul_block import _gated_in
+    calls, gates = [], []
+    monkeypatch.setattr(_gated_in, "_gated_in_kernel", Counted(_gated_in._gated_in_kernel, calls))
+    monkeypatch.setattr(tg.af3, "_gate_kernel", Counted(tg.af3._gate_kernel, gates))
+    cfg = tg.TILES["fp32"]["gated_x3_tma_128x128x64_w8_s3"]
+    for s in (dict(B=2, N=6, D=24, H=16), dict(B=1, N=9, D=40, H=32, nomask=1)):
+        inputs = SPEC.inputs(s, seed=5, dist=dist)
+        got, want = tg.trimul_gpumode(*inputs, **cfg), SPEC.reference(*inputs)
+        assert rel_err(got, want) < SPEC.tol("fp32"), (s, rel_err(got, want))
+        assert not outside(got, want, "fp32").any(), describe_mismatch(got, want, "fp32")
+        assert contest_failures(got, pytorch_impl.expression(*inputs)) == 0, s
+    assert len(calls) == 3 and not gates
+    assert tg.launches(cfg) == tg.launches(dict(cfg, GEMM="fused")) - 1  # the gate kernel's launch is gone
 
 
 @cpu_only
@@ -107,7 +128,8 @@ def test_the_prepared_call_refuses_unprepared_arguments_and_bad_configs(monkeypa
     assert_refuses(tg.trimul_gpumode_prepared, NAME, "w_in", *unstacked)
     assert "power of two" in str(assert_refuses(tg.trimul_gpumode_prepared, NAME, "config", *prepared, GATE_V=48))
     assert "STORE" in str(assert_refuses(tg.trimul_gpumode_prepared, NAME, "config", *prepared, STORE="scatter"))
-    assert_refuses(tg.trimul_gpumode_prepared, NAME, "config", *prepared, GEMM="fused")  # the AlphaFold column's key
+    # the AlphaFold column's cuBLAS road is not one of this form's
+    assert "GEMM" in str(assert_refuses(tg.trimul_gpumode_prepared, NAME, "config", *prepared, GEMM="cublas"))
 
 
 # ---- launches --------------------------------------------------------------------------------------------
@@ -154,9 +176,19 @@ def test_gpu_random_shapes(dtype):
 
 @gpu
 @pytest.mark.parametrize("dist", ("normal", "heavy"))
-def test_gpu_contest_verdict_at_the_contest_shapes(dist):
+@pytest.mark.parametrize("config", (None, "gated_x3_tma_128x128x64_w8_s3"))
+def test_gpu_contest_verdict_at_the_contest_shapes(dist, config):
     torch.backends.cuda.matmul.allow_tf32 = False  # the task's FP32 reference
     for s in CONTEST:
         inputs = SPEC.inputs(s, seed=0, device="cuda", dist=dist)
-        got = tg.trimul_gpumode(*inputs)
+        got = tg.trimul_gpumode(*inputs, **(tg.TILES["fp32"][config] if config else {}))
         assert contest_failures(got, pytorch_impl.expression(*inputs)) == 0, s
+
+
+@gpu
+def test_gpu_the_gated_config_at_random_shapes():
+    impl = _impl().variant(**tg.TILES["fp32"]["gated_x3_tma_128x128x64_w8_s3"])
+    shapes = SPEC.random_shapes(20) + SPEC.awkward + [dict(B=1, N=256, D=384, H=128, nomask=0)]
+    bad = [(s, d, r.reason) for s in shapes for d in ("normal", "heavy")
+           for r in [check(impl, s, trials=1, dist=d, device="cuda")] if not r.passed]
+    assert not bad, bad[:5]
