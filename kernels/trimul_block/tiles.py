@@ -292,10 +292,12 @@ _BF16 = {
 # At bf16 the fused road's three launches (_fused) replace the steps' eight: on an H100 at N = 1024,
 # 1.46 ms against 2.91 (data/h100/fused/). Not at FP32: its tf32x3 projections in one kernel
 # took 5.6-9.1 ms against the steps' 5.7 for the same work, and the block 10.6-14.8 ms against 9.4.
-# Since c9a0de8's H100 probe the FP32 rule is the gated one by TMA (elsewhere the x3 config): 15-17% faster.
+# Since c9a0de8's H100 probe the FP32 rule is the gated one by TMA (elsewhere the x3 config): 15-17% faster; since
+# ad466b4's H200 probe with o left channel-major for a LayerNorm of 32 rows a program: 7.18 ms against 7.41 at N = 1024.
 AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
 FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
-TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4", rule=(("hopper_gated_x3_tma_128x128x64_w8_s3", AF3_CLASS),)),
+TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4",
+                            rule=(("hopper_gated_x3_tma_128x128x64_w8_s3_lncm_r32", AF3_CLASS),)),
          "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h32_tma2_r64_fsig_ab_g64_cublas", FUSABLE),))}
 FIRST = TILES["fp32"]["cublas_permute"]
 FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]

@@ -80,7 +80,7 @@ _FP32 = {
     # the contraction as three TF32 tensor-core products (FP32 accuracy), as the AlphaFold column from N = 256
     "m64_n128_k32_w4_s4_x3": _config(af3_tiles.TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3"),
     # the AlphaFold column's FP32 rule (its gated first GEMM, the contraction by TMA with matmul's Hopper fp32x3
-    # tiles): there 15-17% faster than the x3 config on an H100; here unmeasured
+    # tiles): there 15-17% faster than the x3 config on an H100
     "gated_x3_tma_128x128x64_w8_s3": _config(af3_tiles.TILES["fp32"]["hopper_gated_x3_tma_128x128x64_w8_s3"],
                                              contract="tf32x3", tma=1, road="hopper_gated"),
 }
@@ -90,7 +90,9 @@ _BF16 = {
     "m128_n64_k64_w4_s4": _config(_BF16_TRI, gemm=(128, 64, 64, 4, 4)),
     "m128_n128_k64_w8_s3_direct_c8": _config(af3_tiles.TILES["bf16"]["cublas_direct_64x64_c8"], gemm=(128, 128, 64, 8, 3)),
 }
-TILES = {"fp32": TileTable(NAME, _FP32, base="m64_n128_k32_w4_s4", rule=(("m64_n128_k32_w4_s4_x3", af3_tiles.AF3_CLASS),)),
+# From N = 256 the gated first GEMM and the contraction by TMA (off Hopper the x3 config's roads): on an H200 (ad466b4's
+# probe, D = H = 128) 7.22 ms against 8.96 at N = 1024 and 358 us against 437 at N = 256
+TILES = {"fp32": TileTable(NAME, _FP32, base="m64_n128_k32_w4_s4", rule=(("gated_x3_tma_128x128x64_w8_s3", af3_tiles.AF3_CLASS),)),
          "bf16": TileTable(NAME, _BF16, base="m128_n128_k64_w8_s3")}
 
 
