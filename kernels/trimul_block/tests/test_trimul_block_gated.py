@@ -137,6 +137,9 @@ def test_without_hopper_the_rule_takes_the_fused_road_and_the_gate_kernel(poison
     gates = []
     monkeypatch.setattr(tb, "_gate_kernel", Counted(tb._gate_kernel, gates))
     assert _run(monkeypatch, "fp32", "hopper_gated_x3", dict(N=10, C=12, H=8)) == [] and len(gates) == 1
-    assert tb.launches(rule) == tb.launches(tb.TILES["fp32"]["fused_m64_n128_k32_w4_s4_x3"])
+    name = next(n for n in tb.TILES["fp32"].configs if tb.TILES["fp32"][n] == rule)
+    assert _run(monkeypatch, "fp32", name, dict(N=10, C=12, H=8)) == [] and len(gates) == 2  # the rule itself
     old = tb.TILES["fp32"]["fused_m64_n128_k32_w4_s4_x3"]
+    # the x3 config's launches, less the transposing copy where o stays channel-major for the LayerNorm
+    assert tb.launches(rule) == tb.launches(old) - (rule["STORE"] == "layernorm")
     assert {k: rule[k] for k in old if k.startswith("GEMM_")} == {k: old[k] for k in old if k.startswith("GEMM_")}
