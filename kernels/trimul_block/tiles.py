@@ -85,8 +85,8 @@ _FP32 = {
                                                          BLOCK_I=128, BLOCK_J=128, BLOCK_K=64, num_warps=8,
                                                          num_stages=3), ln=(8, 4, 1),
                                                     gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3", tma=1),
-    # the rule with o left channel-major for the second LayerNorm (STORE 'layernorm'): no transposing copy (366 us
-    # of 7.7 ms at N = 1024, same probe); unmeasured. '_r32': 32 rows a LayerNorm program (128-byte runs a channel)
+    # the above with o left channel-major for the second LayerNorm (STORE 'layernorm'): no transposing copy; on an
+    # H200 at N = 1024 7.28 ms, '_r32' (32 rows a LayerNorm program, 128-byte runs a channel) 7.18, against 7.41
     **{f"hopper_gated_x3_tma_128x128x64_w8_s3_lncm{'_r32' if rows == 32 else ''}":
        _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], STORE="layernorm", BLOCK_I=128,
                     BLOCK_J=128, BLOCK_K=64, num_warps=8, num_stages=3), ln=(rows, 4, 1),
@@ -292,12 +292,11 @@ _BF16 = {
 # At bf16 the fused road's three launches (_fused) replace the steps' eight: on an H100 at N = 1024,
 # 1.46 ms against 2.91 (data/h100/fused/). Not at FP32: its tf32x3 projections in one kernel
 # took 5.6-9.1 ms against the steps' 5.7 for the same work, and the block 10.6-14.8 ms against 9.4.
-# Since c9a0de8's H100 probe the FP32 rule is the gated one by TMA (elsewhere the x3 config): 15-17% faster; since
-# ad466b4's H200 probe with o left channel-major for a LayerNorm of 32 rows a program: 7.18 ms against 7.41 at N = 1024.
+# FP32 rule: the gated one by TMA (elsewhere the x3 config), 15-17% faster (c9a0de8), o left channel-major for a
+# LayerNorm of 32 rows a program since ad466b4's H200 probe: 7.18 ms against 7.41 at N = 1024.
 AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
 FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
-TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4",
-                            rule=(("hopper_gated_x3_tma_128x128x64_w8_s3_lncm_r32", AF3_CLASS),)),
+TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4", rule=(("hopper_gated_x3_tma_128x128x64_w8_s3_lncm_r32", AF3_CLASS),)),
          "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h32_tma2_r64_fsig_ab_g64_cublas", FUSABLE),))}
 FIRST = TILES["fp32"]["cublas_permute"]
 FIRST_BF16 = TILES["bf16"]["cublas_permute_128x128"]
