@@ -83,6 +83,9 @@ _FP32X3 = {
     # 1.78x / 1.87x in the same H100 run, at 8192^3 1.83x / 1.89x against 1.65x / 1.89x
     # (data/h100/hopper/sweep_fl_cdd2365.csv); the split base flattened needs 256 KB, not listed
     "m128_n128_k64_w8_s3_ps_fl": _cfg(128, 128, 64, 8, 3, store=0, flatten=1),
+    # flattened at BLOCK_K 32, 4 stages: for the short K loops of the triangle update's gated GEMM (K = 128, four
+    # steps a tile), where the next tile's loads should go out during the epilogue; unmeasured
+    "m128_n128_k32_w8_s4_ps_fl": _cfg(128, 128, 32, 8, 4, store=0, flatten=1),
     # the TMA store in halves (32 KB staging), as they are and flattened: 224 KB each. On an H100 none beat its
     # '_ps' twin in the same run; flattened with B K-major they lost 4-13% (data/h100/hopper/sweep_sub*_50b30d0.csv)
     "m128_n128_k64_w8_s3_sub": _cfg(128, 128, 64, 8, 3, subtile=1),

@@ -25,9 +25,32 @@ from kernels._triton.tiles import grouped_tile
 from mage.errors import MageInputError
 
 from ._fused_weights import _cached, joined
+from ._projections import gated_tiles
 
 
 # <kernel>
+@triton.jit
+def _store_ab(acc, AB, Mask, rows, on, N, live, BLOCK_N: tl.constexpr, K_INNER: tl.constexpr, OFFS_64: tl.constexpr):
+    # columns 2j and 2j + 1 of the tile: channel j's gate and value
+    gate, value = tl.split(tl.reshape(acc, (acc.shape[0], BLOCK_N // 2, 2)))
+    m = tl.load(Mask + rows, mask=live, other=0.0).to(tl.float32)
+    ab = tl.sigmoid(gate) * value * m[:, None]
+    ch = on // 2 + tl.arange(0, BLOCK_N // 2)  # a's channels 0..H-1, then b's H..2H-1
+    if OFFS_64:
+        ch = ch.to(tl.int64)
+    if K_INNER:
+        at = rows
+    else:
+        at = (rows % N) * N + rows // N
+    tl.store(AB + ch[None, :] * N * N + at[:, None], ab.to(AB.dtype.element_ty), mask=live[:, None])
+
+
+@triton.jit
+def _store_g(acc, G, rows, cols, stride_g, C_out, live):
+    tl.store(G + rows[:, None] * stride_g + cols[None, :], acc.to(G.dtype.element_ty),
+             mask=live[:, None] & (cols < C_out)[None, :])  # (negative cols only where live is all false)
+
+
 @triton.jit
 def _gated_in_kernel(
     a_desc, w_desc,  # descriptors: zn [R, C] and the reordered weight [4H + C, C] (K-major)
@@ -56,23 +79,15 @@ def _gated_in_kernel(
         if OFFS_64:
             rows = rows.to(tl.int64)
         live = rows < R
-        if tile_n < gated:
-            # columns 2j and 2j + 1 of the tile: channel j's gate and value
-            gate, value = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))
-            m = tl.load(Mask + rows, mask=live, other=0.0).to(tl.float32)
-            ab = tl.sigmoid(gate) * value * m[:, None]
-            ch = on // 2 + tl.arange(0, BLOCK_N // 2)  # a's channels 0..H-1, then b's H..2H-1
-            if OFFS_64:
-                ch = ch.to(tl.int64)
-            if K_INNER:
-                at = rows
-            else:
-                at = (rows % N) * N + rows // N
-            tl.store(AB + ch[None, :] * N * N + at[:, None], ab.to(AB.dtype.element_ty), mask=live[:, None])
+        gated_tile = tile_n < gated
+        if FLATTEN:
+            # Triton 3.6's loop fusion fails on a branch on a runtime value in the body: both stores, masked
+            _store_ab(acc, AB, Mask, rows, on, N, live & gated_tile, BLOCK_N, K_INNER, OFFS_64)
+            _store_g(acc, G, rows, cols - 4 * H, stride_g, C_out, live & (tile_n >= gated))
+        elif gated_tile:
+            _store_ab(acc, AB, Mask, rows, on, N, live, BLOCK_N, K_INNER, OFFS_64)
         else:
-            cols -= 4 * H
-            tl.store(G + rows[:, None] * stride_g + cols[None, :], acc.to(G.dtype.element_ty),
-                     mask=live[:, None] & (cols < C_out)[None, :])
+            _store_g(acc, G, rows, cols - 4 * H, stride_g, C_out, live)
 # </kernel>
 
 
@@ -93,8 +108,8 @@ def _reordered(w_in, b_in, H: int, linear: bool):
 
 def project(zn, w_in, b_in, mask, N: int, H: int, consts: dict, sdt, bn: int, linear: bool = False):
     """(a and b [B, 2H, N, N] channel-major, g [B N^2, C_out]) from zn [B N^2, C] and the mask [B, N, N],
-    in ``sdt``; one launch per complex. ``consts``: the block's (K_INNER); the GEMM's tiles are matmul's
-    Hopper road's for these sizes, with ``bn`` columns (``block_n``). w_in is [K, 4H + C_out], or with ``linear``
+    in ``sdt``; one launch per complex. ``consts``: the block's (K_INNER, GATED_TILES); the GEMM's tiles are
+    matmul's Hopper road's for these sizes or those GATED_TILES names, with ``bn`` columns (``block_n``). w_in is [K, 4H + C_out], or with ``linear``
     [4H + C_out, K] (Linear's layout, the task's form); either way reordered once while it lives."""
     from kernels.matmul import triton_hopper as hop  # (the Hopper road's tables and helpers, on first use)
     if not hop.available(zn.device):
@@ -103,7 +118,7 @@ def project(zn, w_in, b_in, mask, N: int, H: int, consts: dict, sdt, bn: int, li
     w, bias = _cached(("gated-in", id(w_in), id(b_in), linear, w_in.dtype, w_in.device), (w_in, b_in),
                       lambda: _reordered(w_in, b_in, H, linear))
     precision = "fp32x3" if zn.dtype == torch.float32 else "bf16"
-    t = hop.TILES[precision].choose(dict(M=N * N, K=K, N=4 * H + C_out), {})
+    t = hop.TILES[precision].choose(dict(M=N * N, K=K, N=4 * H + C_out), gated_tiles(consts, precision))
     bm, bk = t["BLOCK_M"], t["BLOCK_K"]
     if zn.dtype == torch.bfloat16 and common.interpreting():
         zn, w = zn.float(), w.float()  # the interpreter's bf16 dot (see triton_hopper.gemm): exact in FP32

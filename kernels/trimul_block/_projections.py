@@ -21,6 +21,7 @@ import triton.language as tl
 from kernels._triton import common
 from kernels.matmul.triton_epilogue import gemm_epilogue, hopper_epilogue
 from kernels.trimul_block._fused_weights import _cached
+from mage.errors import MageInputError
 
 # 'hopper': the fused road on matmul's Hopper GEMM, its own tiles (refused elsewhere); 'hopper_gated': the same
 # with the gates and the mask in the first GEMM's epilogue (``_gated_in``) where H allows (else as 'hopper'), and
@@ -36,10 +37,23 @@ def road(c: dict, t=None) -> str:
     return "hopper_gated" if hop.available(None if t is None else t.device) else "fused"
 
 
-def gemm_keys(road, bm=128, bn=64, bk=32, warps=4, stages=4, kmajor=1) -> dict:
-    """A config's projection keys: the road and the fused GEMMs' tiles (read only on that road)."""
+def gemm_keys(road, bm=128, bn=64, bk=32, warps=4, stages=4, kmajor=1, gated="") -> dict:
+    """A config's projection keys: the road and the fused GEMMs' tiles (read only on that road), and the gated
+    GEMM's tiles on the 'hopper_gated' road, ``GATED_TILES``: a config of matmul's Hopper table by name ('': that
+    road's own choice for the sizes)."""
     return dict(GEMM=road, GEMM_M=bm, GEMM_N=bn, GEMM_K=bk, GEMM_WARPS=warps, GEMM_STAGES=stages,
-                GEMM_KMAJOR=kmajor)
+                GEMM_KMAJOR=kmajor, GATED_TILES=gated)
+
+
+def gated_tiles(c: dict, precision: str) -> dict:
+    """The Hopper table's config ``GATED_TILES`` names, as overrides (none for ''); an unknown name is refused."""
+    if not c["GATED_TILES"]:
+        return {}
+    from kernels.matmul import triton_hopper as hop
+    if c["GATED_TILES"] not in hop.TILES[precision].configs:
+        raise MageInputError("trimul_block", "config", f"GATED_TILES must name a config of matmul's Hopper "
+                                                       f"{precision} table, got {c['GATED_TILES']!r}")
+    return dict(hop.TILES[precision][c["GATED_TILES"]])
 
 
 def launches(consts: dict) -> int:

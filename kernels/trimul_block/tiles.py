@@ -92,6 +92,12 @@ _FP32 = {
                     BLOCK_J=128, BLOCK_K=64, num_warps=8, num_stages=3), ln=(rows, 4, 1),
                gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3", tma=1)
        for rows in (8, 32)},
+    # and the gated GEMM's tile loop flattened into its K loop (K = 128: four steps a tile at BLOCK_K 32), so a tile's
+    # loads go out during the last one's epilogue; compiled for sm_90a 249 registers, no spill; unmeasured
+    "hopper_gated_x3_tma_128x128x64_w8_s3_lncm_r32_fl":
+        _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], STORE="layernorm", BLOCK_I=128,
+                     BLOCK_J=128, BLOCK_K=64, num_warps=8, num_stages=3), ln=(32, 4, 1), contract="tf32x3", tma=1,
+                gemm=("hopper_gated", 64, 128, 32, 4, 4, 1, "m128_n128_k32_w8_s4_ps_fl")),
     # three launches (_fused), the projections tf32x3, the contraction tf32x3 on the triangle's kernel (its
     # tiles as above). Compiled for sm_90a: Triton's tf32x3 splits the [pairs, C] operand in registers, so
     # at FP32 a program takes chunks of 16-32 columns with 8 warps (4 warps and 32 columns spill)

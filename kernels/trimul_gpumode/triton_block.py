@@ -50,15 +50,15 @@ ROADS = ("fused", "hopper_gated")
 
 
 def _config(contraction: dict, gemm=(64, 128, 32, 4, 4), gate=(64, 32, 4), ln=(8, 4, 1), out_gate=(32, 64, 4),
-            contract="ieee", tma=0, road="fused") -> dict:
+            contract="ieee", tma=0, road="fused", gated="") -> dict:
     """A config; ``contract='tf32x3'``: the FP32 contraction on the tensor cores (as the AlphaFold column's);
     ``tma``: that contraction by the persistent TMA kernel where the card and N allow (``CONTRACT_TMA``, as there);
     ``road``: the first projection's (``ROADS``; ``gemm``, the epilogue GEMM's tiles, serve the second and, off
-    Hopper, the first)."""
+    Hopper, the first); ``gated``: the gated GEMM's tiles by name (``GATED_TILES``, as the AlphaFold column's)."""
     tri = {k: contraction[k] for k in af3_tiles.TRIANGLE_KEYS}
     bm, bn, bk, warps, stages = gemm
     return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
-                LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2], GEMM=road,
+                LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2], GEMM=road, GATED_TILES=gated,
                 GEMM_M=bm, GEMM_N=bn, GEMM_K=bk, GEMM_WARPS=warps, GEMM_STAGES=stages, CONTRACT=contract,
                 CONTRACT_TMA=tma)
 
@@ -83,6 +83,10 @@ _FP32 = {
     # tiles): there 15-17% faster than the x3 config on an H100
     "gated_x3_tma_128x128x64_w8_s3": _config(af3_tiles.TILES["fp32"]["hopper_gated_x3_tma_128x128x64_w8_s3"],
                                              contract="tf32x3", tma=1, road="hopper_gated"),
+    # and its GEMM's tile loop flattened into the K loop (as the AlphaFold column's '_fl'; unmeasured)
+    "gated_x3_tma_128x128x64_w8_s3_fl": _config(af3_tiles.TILES["fp32"]["hopper_gated_x3_tma_128x128x64_w8_s3"],
+                                                contract="tf32x3", tma=1, road="hopper_gated",
+                                                gated="m128_n128_k32_w8_s4_ps_fl"),
 }
 _BF16_TRI = af3_tiles.TILES["bf16"]["cublas_permute_128x128"]
 _BF16 = {

@@ -76,6 +76,14 @@ def test_o_left_channel_major_for_the_layernorm_in_a_batch(poisoned, monkeypatch
 
 
 @cpu_only
+def test_a_gated_tile_name_not_in_the_hopper_table_is_refused():
+    args = SPEC.inputs(dict(N=4, C=8, H=8), seed=1)
+    e = assert_refuses(tb.trimul_block, NAME, "config", *args, **dict(tb.TILES["fp32"][GATED[0][1]],
+                                                                      GATED_TILES="m128_n128_k32_w8_s9"))
+    assert "GATED_TILES" in str(e)
+
+
+@cpu_only
 def test_the_layernorm_epilogue_is_refused_on_the_fused_road():
     args = SPEC.inputs(dict(N=4, C=8, H=8), seed=1)
     e = assert_refuses(tb.trimul_block, NAME, "config", *args,
@@ -91,11 +99,12 @@ def test_h_too_small_for_a_gated_tile_takes_the_gate_kernel(poisoned, monkeypatc
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sm90.available(), reason="Triton's wheel has no cuobjdump")
-@pytest.mark.parametrize("dtype", ("fp32", "bf16"))
-def test_the_gated_kernel_compiles_for_sm90_without_spills(dtype):
+@pytest.mark.parametrize("dtype,tiles", sorted({(d, tb.TILES[d][n]["GATED_TILES"]) for d, n in GATED}))
+def test_the_gated_kernel_compiles_for_sm90_without_spills(dtype, tiles):
+    # the Hopper road's own tiles at the block's sizes ('') and those each gated config names (a flattened loop)
     from kernels.matmul import triton_hopper as hop
     precision = "fp32x3" if dtype == "fp32" else "bf16"
-    t = hop.TILES[precision].choose(dict(M=1 << 20, K=128, N=640), {})
+    t = hop.TILES[precision].choose(dict(M=1 << 20, K=128, N=640), dict(hop.TILES[precision][tiles]) if tiles else {})
     bm, bk, ty = t["BLOCK_M"], t["BLOCK_K"], dtype
     sig = dict(a_desc=f"tensordesc<{ty}[{bm}, {bk}]>", w_desc=f"tensordesc<{ty}[128, {bk}]>", Bias=f"*{ty}",
                AB=f"*{ty}", G=f"*{ty}", Mask=f"*{ty}", R="i32", N="i32", H="i32", C_out="i32", K="i32",

@@ -63,16 +63,20 @@ def test_the_contest_verdict_at_fp32(dist):
         assert rel_err(got, SPEC.reference(*inputs)) < SPEC.tol("fp32"), s
 
 
+GATED = [n for n in tg.TILES["fp32"].configs if tg.TILES["fp32"][n]["GEMM"] == "hopper_gated"]
+
+
 @cpu_only
+@pytest.mark.parametrize("name", GATED)
 @pytest.mark.parametrize("dist", ("normal", "heavy"))
-def test_the_gated_first_gemm_agrees_with_float64(dist, poisoned, monkeypatch):
+def test_the_gated_first_gemm_agrees_with_float64(name, dist, poisoned, monkeypatch):
     # GEMM 'hopper_gated' (the interpreter runs the Hopper kernels): a, b and the out gate's H columns from the first
     # GEMM's epilogue, once a complex, the gate kernel never; the task's weights reordered from Linear's layout
     from kernels.trimul_block import _gated_in
     calls, gates = [], []
     monkeypatch.setattr(_gated_in, "_gated_in_kernel", Counted(_gated_in._gated_in_kernel, calls))
     monkeypatch.setattr(tg.af3, "_gate_kernel", Counted(tg.af3._gate_kernel, gates))
-    cfg = tg.TILES["fp32"]["gated_x3_tma_128x128x64_w8_s3"]
+    cfg = tg.TILES["fp32"][name]
     for s in (dict(B=2, N=6, D=24, H=16), dict(B=1, N=9, D=40, H=32, nomask=1)):
         inputs = SPEC.inputs(s, seed=5, dist=dist)
         got, want = tg.trimul_gpumode(*inputs, **cfg), SPEC.reference(*inputs)
