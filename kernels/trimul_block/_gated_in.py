@@ -106,19 +106,21 @@ def _reordered(w_in, b_in, H: int, linear: bool):
     return w.t().contiguous(), b.contiguous()
 
 
-def project(zn, w_in, b_in, mask, N: int, H: int, consts: dict, sdt, bn: int, linear: bool = False):
+def project(zn, w_in, b_in, mask, N: int, H: int, consts: dict, sdt, bn: int, linear: bool = False,
+            op: str = "trimul_block"):
     """(a and b [B, 2H, N, N] channel-major, g [B N^2, C_out]) from zn [B N^2, C] and the mask [B, N, N],
     in ``sdt``; one launch per complex. ``consts``: the block's (K_INNER, GATED_TILES); the GEMM's tiles are
-    matmul's Hopper road's for these sizes or those GATED_TILES names, with ``bn`` columns (``block_n``). w_in is [K, 4H + C_out], or with ``linear``
-    [4H + C_out, K] (Linear's layout, the task's form); either way reordered once while it lives."""
+    matmul's Hopper road's for these sizes or those GATED_TILES names, with ``bn`` columns (``block_n``). w_in
+    is [K, 4H + C_out], or with ``linear`` [4H + C_out, K] (Linear's layout, the task's form); either way
+    reordered once while it lives. ``op``: the operation an error names."""
     from kernels.matmul import triton_hopper as hop  # (the Hopper road's tables and helpers, on first use)
     if not hop.available(zn.device):
-        raise MageInputError("trimul_block", "config", "the 'hopper_gated' GEMM road needs an sm_90 (Hopper) GPU")
+        raise MageInputError(op, "config", "the 'hopper_gated' GEMM road needs an sm_90 (Hopper) GPU")
     B, (R, K), C_out = mask.shape[0], zn.shape, w_in.shape[0 if linear else 1] - 4 * H
     w, bias = _cached(("gated-in", id(w_in), id(b_in), linear, w_in.dtype, w_in.device), (w_in, b_in),
                       lambda: _reordered(w_in, b_in, H, linear))
     precision = "fp32x3" if zn.dtype == torch.float32 else "bf16"
-    t = hop.TILES[precision].choose(dict(M=N * N, K=K, N=4 * H + C_out), gated_tiles(consts, precision))
+    t = hop.TILES[precision].choose(dict(M=N * N, K=K, N=4 * H + C_out), gated_tiles(consts, precision, op))
     bm, bk = t["BLOCK_M"], t["BLOCK_K"]
     if zn.dtype == torch.bfloat16 and common.interpreting():
         zn, w = zn.float(), w.float()  # the interpreter's bf16 dot (see triton_hopper.gemm): exact in FP32

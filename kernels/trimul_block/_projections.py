@@ -45,14 +45,15 @@ def gemm_keys(road, bm=128, bn=64, bk=32, warps=4, stages=4, kmajor=1, gated="")
                 GEMM_KMAJOR=kmajor, GATED_TILES=gated)
 
 
-def gated_tiles(c: dict, precision: str) -> dict:
-    """The Hopper table's config ``GATED_TILES`` names, as overrides (none for ''); an unknown name is refused."""
+def gated_tiles(c: dict, precision: str, op: str = "trimul_block") -> dict:
+    """The Hopper table's config ``GATED_TILES`` names, as overrides (none for ''); an unknown name is refused,
+    naming ``op``. ``precision``: the table's ('fp32x3' or 'bf16')."""
     if not c["GATED_TILES"]:
         return {}
     from kernels.matmul import triton_hopper as hop
     if c["GATED_TILES"] not in hop.TILES[precision].configs:
-        raise MageInputError("trimul_block", "config", f"GATED_TILES must name a config of matmul's Hopper "
-                                                       f"{precision} table, got {c['GATED_TILES']!r}")
+        raise MageInputError(op, "config", f"GATED_TILES must name a config of matmul's Hopper {precision} table, "
+                                           f"got {c['GATED_TILES']!r}")
     return dict(hop.TILES[precision][c["GATED_TILES"]])
 
 

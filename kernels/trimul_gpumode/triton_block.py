@@ -58,8 +58,8 @@ def _config(contraction: dict, gemm=(64, 128, 32, 4, 4), gate=(64, 32, 4), ln=(8
     tri = {k: contraction[k] for k in af3_tiles.TRIANGLE_KEYS}
     bm, bn, bk, warps, stages = gemm
     return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
-                LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2], GEMM=road, GATED_TILES=gated,
-                GEMM_M=bm, GEMM_N=bn, GEMM_K=bk, GEMM_WARPS=warps, GEMM_STAGES=stages, CONTRACT=contract,
+                LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2], GEMM=road,
+                GATED_TILES=gated, GEMM_M=bm, GEMM_N=bn, GEMM_K=bk, GEMM_WARPS=warps, GEMM_STAGES=stages, CONTRACT=contract,
                 CONTRACT_TMA=tma)
 
 
@@ -161,21 +161,23 @@ def trimul_gpumode_prepared(x, mask, norm_w, norm_b, w_in, b_in, out_norm_w, out
                                                                                               config))
     _refuse_bad_config(consts)
     af3.refuse_bad_contract(NAME, consts, x.dtype)
+    proj.gated_tiles(consts, "fp32x3" if x.dtype == torch.float32 else "bf16", NAME)  # (refused before a launch)
     R = B * N * N
     ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
     gemm_cfg = proj._tiles(consts)
     xn = near(layernorm(x.reshape(R, D).to(sdt), norm_w.to(sdt), norm_b.to(sdt), **ln_cfg), x.dtype)
     bn = _gated_in.block_n(H, 128) if proj.road(consts, x) == "hopper_gated" else 0
     if bn:  # a and b channel-major and the out gate's columns from one launch a complex (no p, no gate kernel)
-        at, bt, g = _gated_in.project(xn, w_in, b_in, mask.reshape(B, N, N), N, H, consts, sdt, bn, linear=True)
+        at, bt, g = _gated_in.project(xn, w_in, b_in, mask.reshape(B, N, N), N, H, consts, sdt, bn, linear=True,
+                                      op=NAME)
         o, offs_64 = af3.contraction(near(at, x.dtype, keep=True), near(bt, x.dtype, keep=True), consts, launch, sdt,
                                      common.offsets_64(at, g, mask))
         g, g0 = near(g, x.dtype, keep=True), 0
     else:
-        g = torch.empty((R, 5 * H), dtype=sdt, device=x.device)
-        near(gemm_epilogue(xn, w_in, b_in, g, **gemm_cfg), x.dtype, keep=True)  # the five projections in one
-        o, offs_64 = af3.gated_contraction(g, mask, N, H, consts, launch, x.dtype, sdt)
-        g0 = 4 * H  # the out gate: p's last H columns
+        p = torch.empty((R, 5 * H), dtype=sdt, device=x.device)
+        near(gemm_epilogue(xn, w_in, b_in, p, **gemm_cfg), x.dtype, keep=True)  # the five projections in one
+        o, offs_64 = af3.gated_contraction(p, mask, N, H, consts, launch, x.dtype, sdt)
+        g, g0 = p, 4 * H  # the out gate: p's last H columns
     on = layernorm(near(o, x.dtype, keep=True).view(R, H), out_norm_w.to(sdt), out_norm_b.to(sdt), **ln_cfg)
     near(on, x.dtype, keep=True)  # LN(o) as the GPU stores it, then gated and stored once more
     grid = (common.cdiv(R, consts["OUT_R"]), common.cdiv(H, consts["OUT_C"]))

@@ -134,6 +134,8 @@ def test_the_prepared_call_refuses_unprepared_arguments_and_bad_configs(monkeypa
     assert "STORE" in str(assert_refuses(tg.trimul_gpumode_prepared, NAME, "config", *prepared, STORE="scatter"))
     # the AlphaFold column's cuBLAS road is not one of this form's
     assert "GEMM" in str(assert_refuses(tg.trimul_gpumode_prepared, NAME, "config", *prepared, GEMM="cublas"))
+    bad_tiles = dict(tg.TILES["fp32"]["gated_x3_tma_128x128x64_w8_s3"], GATED_TILES="m1_n1")
+    assert "GATED_TILES" in str(assert_refuses(tg.trimul_gpumode_prepared, NAME, "config", *prepared, **bad_tiles))
 
 
 # ---- launches --------------------------------------------------------------------------------------------
