@@ -104,18 +104,18 @@ def gemm_epilogue(A, W, bias, out, residual=None, gelu=False, gate=None, BLOCK_M
     return out
 
 
-def hopper_epilogue(A, W, bias, out, residual=None, gelu=False, gate=None):
+def hopper_epilogue(A, W, bias, out, residual=None, gelu=False, gate=None, tiles=None):
     """``gemm_epilogue`` on matmul's Hopper road (TMA loads, warpgroup MMA, a persistent grid;
-    ``kernels.matmul.triton_hopper``) with that road's own tiles for the call's sizes: a block's road
-    'hopper'. tf32x3 at FP32 storage, the bf16 product at bf16; W [N, K] read in place where K is
-    contiguous. Refused by name on a card without TMA and warpgroup MMA."""
+    ``kernels.matmul.triton_hopper``) with that road's own tiles for the call's sizes, or ``tiles`` (overrides
+    of its table's choice): a block's road 'hopper'. tf32x3 at FP32 storage, the bf16 product at bf16; W [N, K]
+    read in place where K is contiguous. Refused by name on a card without TMA and warpgroup MMA."""
     from kernels.matmul import triton_hopper as hop  # (imported on the road's first use only)
     if not hop.available(A.device):
         raise MageInputError("linear", "config", "the 'hopper' GEMM road needs an sm_90 (Hopper) GPU")
     if residual is not None and gate is not None:
         raise ValueError("hopper_epilogue: a residual or a gate, not both")  # a caller's bug, not an input
     return hop.gemm(A, W, precision="fp32x3" if A.dtype == torch.float32 else "bf16", b_nk=True, out=out,
-                    bias=bias, gelu=gelu, residual=residual, gate=gate)
+                    bias=bias, gelu=gelu, residual=residual, gate=gate, **(tiles or {}))
 
 
 def as_matmul_config(tiles: dict) -> dict:

@@ -37,24 +37,24 @@ def road(c: dict, t=None) -> str:
     return "hopper_gated" if hop.available(None if t is None else t.device) else "fused"
 
 
-def gemm_keys(road, bm=128, bn=64, bk=32, warps=4, stages=4, kmajor=1, gated="") -> dict:
-    """A config's projection keys: the road and the fused GEMMs' tiles (read only on that road), and the gated
-    GEMM's tiles on the 'hopper_gated' road, ``GATED_TILES``: a config of matmul's Hopper table by name ('': that
-    road's own choice for the sizes)."""
+def gemm_keys(road, bm=128, bn=64, bk=32, warps=4, stages=4, kmajor=1, gated="", out="") -> dict:
+    """A config's projection keys: the road and the fused GEMMs' tiles (read only on that road), and by name from
+    matmul's Hopper table ('': that road's own choice for the sizes) the gated GEMM's tiles on the 'hopper_gated'
+    road, ``GATED_TILES``, and the output GEMM's on both Hopper roads, ``OUT_TILES``."""
     return dict(GEMM=road, GEMM_M=bm, GEMM_N=bn, GEMM_K=bk, GEMM_WARPS=warps, GEMM_STAGES=stages,
-                GEMM_KMAJOR=kmajor, GATED_TILES=gated)
+                GEMM_KMAJOR=kmajor, GATED_TILES=gated, OUT_TILES=out)
 
 
-def gated_tiles(c: dict, precision: str, op: str = "trimul_block") -> dict:
-    """The Hopper table's config ``GATED_TILES`` names, as overrides (none for ''); an unknown name is refused,
-    naming ``op``. ``precision``: the table's ('fp32x3' or 'bf16')."""
-    if not c["GATED_TILES"]:
+def hopper_tiles(c: dict, key: str, precision: str, op: str = "trimul_block") -> dict:
+    """The config of matmul's Hopper table that ``c[key]`` names, as overrides (none for ''); an unknown name is
+    refused, naming ``op``. ``precision``: the table's ('fp32x3' or 'bf16')."""
+    if not c[key]:
         return {}
     from kernels.matmul import triton_hopper as hop
-    if c["GATED_TILES"] not in hop.TILES[precision].configs:
-        raise MageInputError(op, "config", f"GATED_TILES must name a config of matmul's Hopper {precision} table, "
-                                           f"got {c['GATED_TILES']!r}")
-    return dict(hop.TILES[precision][c["GATED_TILES"]])
+    if c[key] not in hop.TILES[precision].configs:
+        raise MageInputError(op, "config", f"{key} must name a config of matmul's Hopper {precision} table, "
+                                           f"got {c[key]!r}")
+    return dict(hop.TILES[precision][c[key]])
 
 
 def launches(consts: dict) -> int:
@@ -98,7 +98,8 @@ def project_out(on, w_out, b_out, g, y, c: dict, offs_64: bool) -> torch.Tensor:
     if road(c, on) == "fused":
         return gemm_epilogue(on, _w(w_out, c), b_out, y, gate=g, **_tiles(c))
     if c["GEMM"] in ("hopper", "hopper_gated"):
-        return hopper_epilogue(on, _w(w_out, c), b_out, y, gate=g)
+        return hopper_epilogue(on, _w(w_out, c), b_out, y, gate=g,
+                               tiles=hopper_tiles(c, "OUT_TILES", "fp32x3" if on.dtype == torch.float32 else "bf16"))
     if y.dtype != on.dtype:  # (under the interpreter: y an FP32 buffer for bf16 values)
         y.copy_(torch.addmm(b_out, on, w_out))
     else:

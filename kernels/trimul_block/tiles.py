@@ -38,6 +38,9 @@ def _config(contraction: dict, gate=(64, 32, 4), ln=(8, 4, 0), out_gate=(32, 64,
 # threads idle).
 _CONTRACTION = TRIANGLE_TILES["fp32"]["permute_128x64x16_c1_w4_s3_ij"]
 _SCATTER = dict(_CONTRACTION, STORE="direct", BLOCK_I=64, BLOCK_J=64, BLOCK_C=4, num_warps=8)
+# the contraction by TMA with matmul's Hopper fp32x3 tiles (its best at 4096^3)
+_TMA_X3 = dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], BLOCK_I=128, BLOCK_J=128, BLOCK_K=64, num_warps=8,
+               num_stages=3)
 _FP32 = {
     "cublas_permute": _config(_CONTRACTION),
     "cublas_permute_ln_hints": _config(_CONTRACTION, ln=(8, 4, 1)),  # LayerNorm's cache hints
@@ -70,9 +73,7 @@ _FP32 = {
                tma=1)
        for bi, bj, bk, w, s in ((128, 128, 64, 8, 3), (128, 128, 32, 8, 4), (128, 64, 32, 4, 4))},
     # and the projections on matmul's Hopper GEMM too (as 'hopper_x3' below)
-    "hopper_x3_tma_128x128x64_w8_s3": _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], BLOCK_I=128,
-                                                   BLOCK_J=128, BLOCK_K=64, num_warps=8, num_stages=3), ln=(8, 4, 1),
-                                              gemm=("hopper",), contract="tf32x3", tma=1),
+    "hopper_x3_tma_128x128x64_w8_s3": _config(_TMA_X3, ln=(8, 4, 1), gemm=("hopper",), contract="tf32x3", tma=1),
     # both projections on matmul's Hopper GEMM (TMA, warpgroup MMA, persistent; its own tiles)
     "hopper_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1), gemm=("hopper",),
                          contract="tf32x3"),
@@ -81,23 +82,18 @@ _FP32 = {
     # by TMA 388 / 1,634 / 7,692, against 459 / 1,975 / 9,277 (data/h100/fused/probe_fp32*_c9a0de8.txt)
     "hopper_gated_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1),
                                gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3"),
-    "hopper_gated_x3_tma_128x128x64_w8_s3": _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"],
-                                                         BLOCK_I=128, BLOCK_J=128, BLOCK_K=64, num_warps=8,
-                                                         num_stages=3), ln=(8, 4, 1),
-                                                    gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3", tma=1),
+    "hopper_gated_x3_tma_128x128x64_w8_s3": _config(_TMA_X3, ln=(8, 4, 1), gemm=("hopper_gated", 64, 128, 32, 4, 4),
+                                                    contract="tf32x3", tma=1),
     # the above with o left channel-major for the second LayerNorm (STORE 'layernorm'): no transposing copy; on an
     # H200 at N = 1024 7.28 ms, '_r32' (32 rows a LayerNorm program, 128-byte runs a channel) 7.18, against 7.41
     **{f"hopper_gated_x3_tma_128x128x64_w8_s3_lncm{'_r32' if rows == 32 else ''}":
-       _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], STORE="layernorm", BLOCK_I=128,
-                    BLOCK_J=128, BLOCK_K=64, num_warps=8, num_stages=3), ln=(rows, 4, 1),
-               gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3", tma=1)
-       for rows in (8, 32)},
-    # and the gated GEMM's tile loop flattened into its K loop (K = 128: four steps a tile at BLOCK_K 32), so a tile's
-    # loads go out during the last one's epilogue; compiled for sm_90a 249 registers, no spill; unmeasured
-    "hopper_gated_x3_tma_128x128x64_w8_s3_lncm_r32_fl":
-        _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], STORE="layernorm", BLOCK_I=128,
-                     BLOCK_J=128, BLOCK_K=64, num_warps=8, num_stages=3), ln=(32, 4, 1), contract="tf32x3", tma=1,
-                gemm=("hopper_gated", 64, 128, 32, 4, 4, 1, "m128_n128_k32_w8_s4_ps_fl")),
+       _config(dict(_TMA_X3, STORE="layernorm"), ln=(rows, 4, 1), gemm=("hopper_gated", 64, 128, 32, 4, 4),
+               contract="tf32x3", tma=1) for rows in (8, 32)},
+    # and both Hopper GEMMs' tile loops flattened into their K loops (K = 128: four steps a tile at BLOCK_K 32), so a
+    # tile's loads go out during the last one's epilogue; compiled for sm_90a, no spill in either; unmeasured
+    "hopper_gated_x3_tma_128x128x64_w8_s3_lncm_r32_fl": _config(
+        dict(_TMA_X3, STORE="layernorm"), ln=(32, 4, 1), contract="tf32x3", tma=1,
+        gemm=("hopper_gated", 64, 128, 32, 4, 4, 1) + ("m128_n128_k32_w8_s4_ps_fl",) * 2),
     # three launches (_fused), the projections tf32x3, the contraction tf32x3 on the triangle's kernel (its
     # tiles as above). Compiled for sm_90a: Triton's tf32x3 splits the [pairs, C] operand in registers, so
     # at FP32 a program takes chunks of 16-32 columns with 8 warps (4 warps and 32 columns spill)

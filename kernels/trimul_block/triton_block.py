@@ -152,7 +152,8 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     consts, launch = common.split(tiles.choose(dict(N=N, C=C, H=H), config))
     _refuse_bad_config(consts)
     refuse_bad_contract(NAME, consts, z.dtype)
-    proj.gated_tiles(consts, "fp32x3" if z.dtype == torch.float32 else "bf16")  # (a bad name refused before a launch)
+    for key in ("GATED_TILES", "OUT_TILES"):  # (a bad name refused before any launch)
+        proj.hopper_tiles(consts, key, "fp32x3" if z.dtype == torch.float32 else "bf16")
     _fused.refuse_bad_config(consts, C, H, z.element_size())
     set_precision("fp32")  # IEEE FP32 GEMMs, whatever an earlier TF32 call left set
     if consts["ROAD"] == "fused":

@@ -12,10 +12,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sm90.available(), reason=
 SPLIT = [n for n, c in th.TILES["fp32x3"].configs.items() if c.get("SPLIT")]
 
 
-def _usage(cfg: dict, precision: str = "fp32x3", fallback: bool = False) -> dict:
+def _usage(cfg: dict, precision: str = "fp32x3", fallback: bool = False, epilogue: int = 0) -> dict:
     """The config compiled as the launcher runs it: split operands multiply as plain TF32; B K-major (after
     its copy, or split) unless an '_nc' config reads it as [K, N]; a '_sw' config's first operand is B as
-    [K, N] (transposed in registers), its second A K-major, and C stored by pointer."""
+    [K, N] (transposed in registers), its second A K-major, and C stored by pointer. ``epilogue``: none (0), or
+    with a bias the kernel's EPILOGUE code (1 a residual, 2 a gate), as a block calls it."""
     split, swap = bool(cfg["SPLIT"]), bool(cfg.get("SWAP_AB"))
     b_nk = 0 if cfg["B_AS_IS"] and not split and not swap else 1
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
@@ -24,8 +25,8 @@ def _usage(cfg: dict, precision: str = "fp32x3", fallback: bool = False) -> dict
                b_lo_desc=desc(bn, bk), c_desc=desc(bm, bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn), C="*fp32",
                Bias="*fp32", Res="*fp32", **{k: "i32" for k in ("M", "N", "K", "stride_cm", "stride_cn", "stride_rm", "stride_rn")})
     consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
-                  PRECISION="tf32" if split else th.PRECISION[precision], B_NK=b_nk, BIAS=False, GELU=False,
-                  EPILOGUE=0, TMA_STORE=bool(cfg["TMA_STORE"]) and not swap,
+                  PRECISION="tf32" if split else th.PRECISION[precision], B_NK=b_nk, BIAS=bool(epilogue), GELU=False,
+                  EPILOGUE=epilogue, TMA_STORE=bool(cfg["TMA_STORE"]) and not swap,
                   SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]) and not swap, FLATTEN=bool(cfg["FLATTEN"]),
                   WARP_SPEC=bool(cfg["WARP_SPEC"]), SPLIT=split, A_KM=swap)
     # the JIT specialises an integer argument equal to 1 as a constant: the output's unit column stride. With

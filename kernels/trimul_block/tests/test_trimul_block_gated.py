@@ -76,11 +76,24 @@ def test_o_left_channel_major_for_the_layernorm_in_a_batch(poisoned, monkeypatch
 
 
 @cpu_only
-def test_a_gated_tile_name_not_in_the_hopper_table_is_refused():
+@pytest.mark.parametrize("key", ("GATED_TILES", "OUT_TILES"))
+def test_a_tile_name_not_in_the_hopper_table_is_refused(key):
     args = SPEC.inputs(dict(N=4, C=8, H=8), seed=1)
     e = assert_refuses(tb.trimul_block, NAME, "config", *args, **dict(tb.TILES["fp32"][GATED[0][1]],
-                                                                      GATED_TILES="m128_n128_k32_w8_s9"))
-    assert "GATED_TILES" in str(e)
+                                                                      **{key: "m128_n128_k32_w8_s9"}))
+    assert key in str(e)
+
+
+@cpu_only
+def test_the_named_tiles_reach_both_hopper_gemms(monkeypatch):
+    from kernels.matmul import triton_hopper as hop
+    name = next(n for d, n in GATED if d == "fp32" and tb.TILES[d][n]["OUT_TILES"])
+    seen, gemm = [], hop.gemm
+    monkeypatch.setattr(hop, "gemm", lambda *a, **k: seen.append(k) or gemm(*a, **k))
+    calls = _run(monkeypatch, "fp32", name, dict(N=9, C=8, H=8))
+    want = {k: v for k, v in hop.TILES["fp32x3"][tb.TILES["fp32"][name]["OUT_TILES"]].items()}
+    assert len(calls) == 1 and len(seen) == 1 and all(seen[0][k] == v for k, v in want.items())
+    assert tb.TILES["fp32"][name]["GATED_TILES"]  # (the gated GEMM's: test_the_gated_kernel_compiles... below)
 
 
 @cpu_only
@@ -115,6 +128,16 @@ def test_the_gated_kernel_compiles_for_sm90_without_spills(dtype, tiles):
     u = sm90.resources("kernels.trimul_block._gated_in:_gated_in_kernel", sig, consts, t["num_warps"],
                        t["num_stages"], aligned=("Bias", "AB", "G", "Mask", "R", "N", "C_out", "K", "stride_g"))
     assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (dtype, u)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sm90.available(), reason="Triton's wheel has no cuobjdump")
+@pytest.mark.parametrize("name", sorted({tb.TILES["fp32"][n]["OUT_TILES"] for n in tb.TILES["fp32"].configs} - {""}))
+def test_the_output_gemms_named_tiles_compile_with_the_gate_without_spills(name):
+    from kernels.matmul import triton_hopper as hop
+    from kernels.matmul.tests.test_matmul_hopper_sm90 import _usage
+    u = _usage(hop.TILES["fp32x3"][name], "fp32x3", epilogue=2)  # the bias and the gate, as project_out calls it
+    assert u["stack"] == 0 and u["shared"] <= sm90.SHARED_LIMIT, (name, u)
 
 
 @gpu
