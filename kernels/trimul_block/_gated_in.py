@@ -120,7 +120,8 @@ def project(zn, w_in, b_in, mask, N: int, H: int, consts: dict, sdt, bn: int, li
     w, bias = _cached(("gated-in", id(w_in), id(b_in), linear, w_in.dtype, w_in.device), (w_in, b_in),
                       lambda: _reordered(w_in, b_in, H, linear))
     precision = "fp32x3" if zn.dtype == torch.float32 else "bf16"
-    t = hop.TILES[precision].choose(dict(M=N * N, K=K, N=4 * H + C_out), hopper_tiles(consts, "GATED_TILES", precision, op))
+    t = hop.TILES[precision].choose(dict(M=N * N, K=K, N=4 * H + C_out),
+                                    hopper_tiles(consts, "GATED_TILES", zn.dtype, op))
     bm, bk = t["BLOCK_M"], t["BLOCK_K"]
     if zn.dtype == torch.bfloat16 and common.interpreting():
         zn, w = zn.float(), w.float()  # the interpreter's bf16 dot (see triton_hopper.gemm): exact in FP32

@@ -45,12 +45,13 @@ def gemm_keys(road, bm=128, bn=64, bk=32, warps=4, stages=4, kmajor=1, gated="",
                 GEMM_KMAJOR=kmajor, GATED_TILES=gated, OUT_TILES=out)
 
 
-def hopper_tiles(c: dict, key: str, precision: str, op: str = "trimul_block") -> dict:
+def hopper_tiles(c: dict, key: str, dtype: torch.dtype, op: str = "trimul_block") -> dict:
     """The config of matmul's Hopper table that ``c[key]`` names, as overrides (none for ''); an unknown name is
-    refused, naming ``op``. ``precision``: the table's ('fp32x3' or 'bf16')."""
+    refused, naming ``op``. ``dtype``: the operands', which pick the table (fp32x3 for FP32, as the road runs it)."""
     if not c[key]:
         return {}
     from kernels.matmul import triton_hopper as hop
+    precision = "fp32x3" if dtype == torch.float32 else "bf16"
     if c[key] not in hop.TILES[precision].configs:
         raise MageInputError(op, "config", f"{key} must name a config of matmul's Hopper {precision} table, "
                                            f"got {c[key]!r}")
@@ -98,8 +99,7 @@ def project_out(on, w_out, b_out, g, y, c: dict, offs_64: bool) -> torch.Tensor:
     if road(c, on) == "fused":
         return gemm_epilogue(on, _w(w_out, c), b_out, y, gate=g, **_tiles(c))
     if c["GEMM"] in ("hopper", "hopper_gated"):
-        return hopper_epilogue(on, _w(w_out, c), b_out, y, gate=g,
-                               tiles=hopper_tiles(c, "OUT_TILES", "fp32x3" if on.dtype == torch.float32 else "bf16"))
+        return hopper_epilogue(on, _w(w_out, c), b_out, y, gate=g, tiles=hopper_tiles(c, "OUT_TILES", on.dtype))
     if y.dtype != on.dtype:  # (under the interpreter: y an FP32 buffer for bf16 values)
         y.copy_(torch.addmm(b_out, on, w_out))
     else:

@@ -153,7 +153,7 @@ def trimul_block(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_
     _refuse_bad_config(consts)
     refuse_bad_contract(NAME, consts, z.dtype)
     for key in ("GATED_TILES", "OUT_TILES"):  # (a bad name refused before any launch)
-        proj.hopper_tiles(consts, key, "fp32x3" if z.dtype == torch.float32 else "bf16")
+        proj.hopper_tiles(consts, key, z.dtype)
     _fused.refuse_bad_config(consts, C, H, z.element_size())
     set_precision("fp32")  # IEEE FP32 GEMMs, whatever an earlier TF32 call left set
     if consts["ROAD"] == "fused":

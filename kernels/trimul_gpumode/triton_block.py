@@ -161,7 +161,7 @@ def trimul_gpumode_prepared(x, mask, norm_w, norm_b, w_in, b_in, out_norm_w, out
                                                                                               config))
     _refuse_bad_config(consts)
     af3.refuse_bad_contract(NAME, consts, x.dtype)
-    proj.hopper_tiles(consts, "GATED_TILES", "fp32x3" if x.dtype == torch.float32 else "bf16", NAME)  # (before any launch)
+    proj.hopper_tiles(consts, "GATED_TILES", x.dtype, NAME)  # (a bad name refused before any launch)
     R = B * N * N
     ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
     gemm_cfg = proj._tiles(consts)

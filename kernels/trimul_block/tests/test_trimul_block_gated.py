@@ -84,16 +84,30 @@ def test_a_tile_name_not_in_the_hopper_table_is_refused(key):
     assert key in str(e)
 
 
+class _Spy:
+    """A Triton kernel whose launches' keyword arguments (its constexprs and launch options) are recorded, then run."""
+
+    def __init__(self, kernel, seen: list):
+        self.kernel, self.seen = kernel, seen
+
+    def __getitem__(self, grid):
+        return lambda *a, **k: self.seen.append(k) or self.kernel[grid](*a, **k)
+
+
 @cpu_only
 def test_the_named_tiles_reach_both_hopper_gemms(monkeypatch):
     from kernels.matmul import triton_hopper as hop
-    name = next(n for d, n in GATED if d == "fp32" and tb.TILES[d][n]["OUT_TILES"])
-    seen, gemm = [], hop.gemm
-    monkeypatch.setattr(hop, "gemm", lambda *a, **k: seen.append(k) or gemm(*a, **k))
+    name = next(n for d, n in GATED if d == "fp32" and tb.TILES[d][n]["OUT_TILES"] and tb.TILES[d][n]["GATED_TILES"])
+    gated_seen, out_seen, gemm = [], [], hop.gemm
+    monkeypatch.setattr(_gated_in, "_gated_in_kernel", _Spy(_gated_in._gated_in_kernel, gated_seen))
+    monkeypatch.setattr(hop, "gemm", lambda *a, **k: out_seen.append(k) or gemm(*a, **k))
     calls = _run(monkeypatch, "fp32", name, dict(N=9, C=8, H=8))
-    want = {k: v for k, v in hop.TILES["fp32x3"][tb.TILES["fp32"][name]["OUT_TILES"]].items()}
-    assert len(calls) == 1 and len(seen) == 1 and all(seen[0][k] == v for k, v in want.items())
-    assert tb.TILES["fp32"][name]["GATED_TILES"]  # (the gated GEMM's: test_the_gated_kernel_compiles... below)
+    out = hop.TILES["fp32x3"][tb.TILES["fp32"][name]["OUT_TILES"]]
+    assert len(calls) == 1 and len(out_seen) == 1 and all(out_seen[0][k] == v for k, v in out.items())
+    gated = hop.TILES["fp32x3"][tb.TILES["fp32"][name]["GATED_TILES"]]
+    launched = gated_seen[0]
+    assert (launched["BLOCK_K"], launched["FLATTEN"], launched["num_warps"], launched["num_stages"]) == \
+        (gated["BLOCK_K"], bool(gated["FLATTEN"]), gated["num_warps"], gated["num_stages"])
 
 
 @cpu_only
