@@ -147,6 +147,7 @@ def _out_kernel(
     TMA: tl.constexpr, TRANS: tl.constexpr, GTMA: tl.constexpr,
     ZGATE: tl.constexpr, CW: tl.constexpr, SIG: tl.constexpr,  # the gate from g (0) or from z here, its weights by
     # pointer (1) or through WGD (2); C's tile width; the gate's sigmoid
+    GATE_FIRST: tl.constexpr = False,  # the GPU MODE task's form: g [B NN, H] gates LN(o) before the projection
 ):
     rows, cm, rmask, nn = _pairs(NN, H, BLOCK_R, OFFS_64)
     cx, p0 = _tile_origin(tl.program_id(0), NN, BLOCK_R)  # the descriptors' coordinates of its tiles (GTMA)
@@ -169,6 +170,9 @@ def _out_kernel(
         on = _layernorm_rows(O + cm[:, None] + hs[None, :] * nn, rmask[:, None] & hmask[None, :], GAMMA, BETA,
                              hs, hmask, H, eps, CENTER=not BF16)
         on = _round(on, BF16, EMULATE)
+    if GATE_FIRST:  # (C == H here: g's rows are H wide) the product of two stored values, stored once more
+        gf = tl.load(G + rows[:, None] * C + hs[None, :], mask=rmask[:, None] & hmask[None, :], other=0.0)
+        on = _round(on.to(tl.float32) * gf.to(tl.float32), BF16, EMULATE)
     for c0 in range(0, C, CHUNK):
         cs = c0 + tl.arange(0, CHUNK)
         cmask = cs < C
@@ -177,7 +181,9 @@ def _out_kernel(
             y = _project_tma(on, WD, BIAS, c0, cs, cmask, PRECISION)
         else:
             y = _project(on, W, BIAS, hs, hmask, cs, cmask, C, PRECISION)
-        if ZGATE == 2:
+        if GATE_FIRST:
+            g = 1.0
+        elif ZGATE == 2:
             g = _sigmoid(_project_tma(zn, WGD, BI, WG + c0, 4 * H + cs, cmask, PRECISION), SIG)
         elif ZGATE == 1:
             g = _sigmoid(_project(zn, WI, BI, zs, zmask, 4 * H + cs, cmask, 4 * H + C, PRECISION), SIG)
@@ -194,9 +200,12 @@ def _out_kernel(
 
 
 def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out, out, c: dict,
-           launch: dict, sdt) -> torch.Tensor:
+           launch: dict, sdt, gate_first: bool = False) -> torch.Tensor:
     """The update into ``out`` by this road; ``sdt``: the dtype the kernels store (FP32 under the
-    interpreter at bf16: see triton_block.trimul_block)."""
+    interpreter at bf16: see triton_block.trimul_block). ``gate_first``: the GPU MODE task's form
+    (kernels/trimul_gpumode), whose output gate multiplies LN(o) before the output projection; its caller
+    passes C == H, the weights in this block's layout and zero biases, and a config whose last kernel reads g
+    (not FIN_ZGATE, not FIN_PIPE)."""
     N, C, H = z.shape[-3], z.shape[-1], gamma_out.shape[0]
     B = z.shape[0] if z.dim() == 4 else 1
     R, NN = B * N * N, N * N
@@ -248,7 +257,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
             o, go, bo, wo, bbo, y if zgate else g, y, wdo, gdo, ydo, zc, gi, bi, wi, bb, wgd, wg, NN, C, H, EPS,
             BLOCK_R=c["FIN_R"], WIDTH=_width(H), CHUNK=c["FIN_C"], TMA=c["FIN_TMA"], TRANS=c["FIN_T"],
             GTMA=gdo is not None, ZGATE=0 if not zgate else 1 if wgd is None else 2, CW=_width(C), SIG=_sig(c),
-            num_warps=c["FIN_WARPS"], num_stages=c["F_STAGES"], **flags)
+            GATE_FIRST=gate_first, num_warps=c["FIN_WARPS"], num_stages=c["F_STAGES"], **flags)
     if not direct:
         out.view(R, C).copy_(y)  # bf16 values already: an exact copy
     return out

@@ -68,9 +68,10 @@ def keys(bmm="cublas", in_r=64, in_h=64, in_warps=4, fin_r=64, fin_c=64, fin_war
                 IN_PIPE=pipe, FIN_PIPE=fin_pipe)
 
 
-def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4) -> None:
+def refuse_bad_config(c: dict, C: int, H: int, itemsize: int = 4, op: str = NAME) -> None:
+    """A config the fused road cannot run at these widths refused, naming ``op`` (the form that called)."""
     def no(why):
-        raise MageInputError(NAME, "config", why)
+        raise MageInputError(op, "config", why)
     if c["ROAD"] not in ("steps", "fused"):
         no(f"ROAD must be 'steps' or 'fused', got {c['ROAD']!r}")
     if c["BMM"] not in BMMS:

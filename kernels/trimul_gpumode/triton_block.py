@@ -21,6 +21,11 @@ On Hopper cards the config's ``GEMM='hopper_gated'`` makes steps 2 and 3 one lau
 AlphaFold column (``kernels/trimul_block/_gated_in``): the first GEMM's epilogue writes a and b channel-major and
 the out gate's H columns, so p is never written; elsewhere that config runs the road above.
 
+``ROAD='fused'`` runs the AlphaFold column's three launches (``kernels/trimul_block/_fused``) where D == H: at those
+widths the task's weights are that block's, transposed (w_in [D, 5H] with the out gate's H = D columns last, w_out
+[H, D]), its biases zero, and the last kernel gates LN(o) before the output projection (``gate_first``). Elsewhere
+(D != H, the contest's D = 384 and 768) a fused config is refused by name; the rule gives it only where it holds.
+
 Precisions as the AlphaFold column's: fp32 (tf32x3 GEMMs, the contraction in IEEE FP32 on the FMA
 units) and bf16 (bf16 storage between the kernels, FP32 inside each). Under the interpreter the
 kernels store FP32 and PyTorch rounds each intermediate to bf16, to nearest even, where the GPU's
@@ -30,10 +35,12 @@ from __future__ import annotations
 
 import torch
 
+from kernels._pytorch import set_precision
 from kernels._triton import TileTable, common, register_kernel
 from kernels.layernorm.triton_kernel import layernorm
 from kernels.matmul.triton_epilogue import gemm_epilogue
-from kernels.trimul_block import _gated_in
+from kernels.trimul_block import _fused, _gated_in
+from kernels.trimul_block._fused_weights import _cached
 from kernels.trimul_block import _projections as proj
 from kernels.trimul_block import triton_block as af3
 from kernels.trimul_block import tiles as af3_tiles
@@ -50,17 +57,18 @@ ROADS = ("fused", "hopper_gated")
 
 
 def _config(contraction: dict, gemm=(64, 128, 32, 4, 4), gate=(64, 32, 4), ln=(8, 4, 1), out_gate=(32, 64, 4),
-            contract="ieee", tma=0, road="fused", gated="") -> dict:
+            contract="ieee", tma=0, road="fused", gated="", fused=None) -> dict:
     """A config; ``contract='tf32x3'``: the FP32 contraction on the tensor cores (as the AlphaFold column's);
     ``tma``: that contraction by the persistent TMA kernel where the card and N allow (``CONTRACT_TMA``, as there);
     ``road``: the first projection's (``ROADS``; ``gemm``, the epilogue GEMM's tiles, serve the second and, off
-    Hopper, the first); ``gated``: the gated GEMM's tiles by name (``GATED_TILES``, as the AlphaFold column's)."""
+    Hopper, the first); ``gated``: the gated GEMM's tiles by name (``GATED_TILES``, as the AlphaFold column's);
+    ``fused``: the fused road's keys (``_fused.keys``; None: ROAD='steps', the road above, or the gated one)."""
     tri = {k: contraction[k] for k in af3_tiles.TRIANGLE_KEYS}
     bm, bn, bk, warps, stages = gemm
     return dict(tri, GATE_V=gate[0], GATE_H=gate[1], GATE_WARPS=gate[2], LN_BLOCK_R=ln[0], LN_WARPS=ln[1],
                 LN_EVICT=ln[2], OUT_R=out_gate[0], OUT_C=out_gate[1], OUT_WARPS=out_gate[2], GEMM=road,
                 GATED_TILES=gated, GEMM_M=bm, GEMM_N=bn, GEMM_K=bk, GEMM_WARPS=warps, GEMM_STAGES=stages, CONTRACT=contract,
-                CONTRACT_TMA=tma)
+                CONTRACT_TMA=tma, **(fused or _fused.keys(road_name="steps")))
 
 
 # Predictions until a GPU sweep. The contest's shapes (H = 128; D 128, 384 or 768; N 256-1024) are the
@@ -89,10 +97,15 @@ _FP32 = {
                                                 gated="m128_n128_k32_w8_s4_ps_fl"),
 }
 _BF16_TRI = af3_tiles.TILES["bf16"]["cublas_permute_128x128"]
+_AF3_BF16_RULE = af3_tiles.TILES["bf16"]["fused_r64_h32_tma2_r64_fsig_ab_g64_cublas"]
 _BF16 = {
     "m128_n128_k64_w8_s3": _config(_BF16_TRI, gemm=(128, 128, 64, 8, 3)),
     "m128_n64_k64_w4_s4": _config(_BF16_TRI, gemm=(128, 64, 64, 4, 4)),
     "m128_n128_k64_w8_s3_direct_c8": _config(af3_tiles.TILES["bf16"]["cublas_direct_64x64_c8"], gemm=(128, 128, 64, 8, 3)),
+    # the AlphaFold column's bf16 rule, its fused road (three launches: the first kernel, cuBLAS's batched GEMM, the
+    # last kernel), with the out gate before the output projection; D == H only (unmeasured)
+    "fused_ab_g64_cublas": _config(_BF16_TRI, gemm=(128, 128, 64, 8, 3),
+                                   fused={k: _AF3_BF16_RULE[k] for k in _fused.keys()}),
 }
 # From N = 256 the gated first GEMM and the contraction by TMA (off Hopper the x3 config's roads): on an H200 (ad466b4's
 # probe, D = H = 128) 7.22 ms against 8.96 at N = 1024 and 358 us against 437 at N = 256
@@ -114,8 +127,24 @@ def _refuse_bad_config(c: dict) -> None:
 def launches(config: dict) -> int:
     """Kernel launches per call of one complex on the current device: two LayerNorms, two GEMMs, the gates (in
     the first GEMM on the 'hopper_gated' road), the batched GEMM, the transposing copy with the 'permute' epilogue,
-    and the out gate (a batch of B complexes makes the gates, the batched GEMM and the copy B times)."""
+    and the out gate (a batch of B complexes makes the gates, the batched GEMM and the copy B times); the fused
+    road's three."""
+    if config["ROAD"] == "fused":
+        return _fused.launches(config)
     return 7 + (config["STORE"] == "permute") - (proj.road(config) == "hopper_gated")
+
+
+def fused_limits(c: dict, shape: dict):
+    """Why config ``c`` cannot take ``shape``: the fused road runs the task's form only where D == H (the out
+    gate's H columns are then the AlphaFold form's C), at most ``_fused.MAX_WIDTH`` channels; else None."""
+    if c["ROAD"] != "fused":
+        return None
+    D, H = shape["D"], shape["H"]
+    if D != H or H > _fused.MAX_WIDTH:
+        return f"ROAD='fused' takes the task's form where D == H <= {_fused.MAX_WIDTH}, not D = {D}, H = {H}"
+    if c["FIN_ZGATE"] or c["FIN_PIPE"]:
+        return "ROAD='fused' gates LN(o) in the grid's last kernel: FIN_ZGATE and FIN_PIPE are the AlphaFold form's"
+    return None
 
 
 def prepare(x, mask, norm_w, norm_b, left_proj, right_proj, left_gate, right_gate, out_gate,
@@ -162,6 +191,17 @@ def trimul_gpumode_prepared(x, mask, norm_w, norm_b, w_in, b_in, out_norm_w, out
     _refuse_bad_config(consts)
     af3.refuse_bad_contract(NAME, consts, x.dtype)
     proj.hopper_tiles(consts, "GATED_TILES", x.dtype, NAME)  # (a bad name refused before any launch)
+    if consts["ROAD"] == "fused":
+        why = fused_limits(consts, dict(D=D, H=H))
+        if why:
+            raise MageInputError(NAME, "config", why)
+        _fused.refuse_bad_config(consts, D, H, x.element_size(), op=NAME)
+        set_precision("fp32")  # cuBLAS's contraction in IEEE FP32 products, whatever an earlier call left set
+        # the block's layout, made once while the prepared weights live: w_in [D, 5H], w_out [H, D]
+        w_t = _cached(("task-in", id(w_in), w_in.dtype, w_in.device), (w_in,), lambda: w_in.t().contiguous())
+        o_t = _cached(("task-out", id(to_out), to_out.dtype, to_out.device), (to_out,), lambda: to_out.t().contiguous())
+        return _fused.update(x, mask, norm_w, norm_b, w_t, b_in, out_norm_w, out_norm_b, o_t, b_out, out, consts,
+                             launch, sdt, gate_first=True)
     R = B * N * N
     ln_cfg = dict(BLOCK_R=consts["LN_BLOCK_R"], num_warps=consts["LN_WARPS"], EVICT=consts["LN_EVICT"])
     gemm_cfg = proj._tiles(consts)
@@ -199,7 +239,7 @@ def trimul_gpumode(x, mask, norm_w, norm_b, left_proj, right_proj, left_gate, ri
 
 
 for _dtype, _tiles in TILES.items():
-    register_kernel(NAME, trimul_gpumode_prepared, _tiles, precision=_dtype, prepare=prepare)
+    register_kernel(NAME, trimul_gpumode_prepared, _tiles, precision=_dtype, prepare=prepare, limits=fused_limits)
 
 
 @torch.library.custom_op("mage::triton_trimul_gpumode", mutates_args=())

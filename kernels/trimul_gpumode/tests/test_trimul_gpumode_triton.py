@@ -46,8 +46,10 @@ def test_awkward_and_random_shapes(dtype, dist):
 @cpu_only
 @pytest.mark.parametrize("dtype", ("fp32", "bf16"))
 def test_every_sweep_config(dtype):
-    for cfg in _impl(dtype).sweep:  # 'permute' and 'direct' contraction epilogues, the GEMMs' tiles
-        r = check(_impl(dtype).variant(**cfg), dict(B=2, N=5, D=7, H=17), trials=1, device="cpu")
+    for cfg in _impl(dtype).sweep:  # 'permute' and 'direct' contraction epilogues, the GEMMs' tiles, the fused road
+        v = _impl(dtype).variant(**cfg)
+        shape = dict(B=2, N=5, D=7, H=17)
+        r = check(v, shape if not v.limits(shape) else dict(shape, D=17), trials=1, device="cpu")  # fused: D == H
         assert r.passed, (cfg, r.reason)
 
 
@@ -85,6 +87,56 @@ def test_the_gated_first_gemm_agrees_with_float64(name, dist, poisoned, monkeypa
         assert contest_failures(got, pytorch_impl.expression(*inputs)) == 0, s
     assert len(calls) == 3 and not gates
     assert tg.launches(cfg) == tg.launches(dict(cfg, GEMM="fused")) - 1  # the gate kernel's launch is gone
+
+
+FUSED = tg.TILES["bf16"]["fused_ab_g64_cublas"]
+
+
+class _Keywords:
+    """A kernel whose launches' keywords are recorded, then run."""
+
+    def __init__(self, kernel, calls: list):
+        self.kernel, self.calls = kernel, calls
+
+    def __getitem__(self, grid):
+        return lambda *a, **kw: self.calls.append(kw) or self.kernel[grid](*a, **kw)
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", ("bf16", "fp32"))
+@pytest.mark.parametrize("dist", ("normal", "heavy"))
+def test_the_fused_road_computes_the_task_form(dtype, dist, poisoned, monkeypatch):
+    # ROAD='fused' (the AlphaFold column's three launches) where D == H, the gate before the output projection: the
+    # task's float64 reference, elementwise and norm-wise; its first and last kernels are the ones that ran
+    from kernels.trimul_block import _fused
+    first, last = [], []
+    monkeypatch.setattr(_fused, "_in_kernel", _Keywords(_fused._in_kernel, first))
+    monkeypatch.setattr(_fused, "_out_kernel", _Keywords(_fused._out_kernel, last))
+    for s in (dict(B=2, N=6, D=16, H=16), dict(B=1, N=9, D=32, H=32, nomask=1), dict(B=1, N=7, D=20, H=20)):
+        inputs = SPEC.inputs(s, seed=7, dist=dist, dtype=dtype)
+        got, want = tg.trimul_gpumode(*inputs, **FUSED), SPEC.reference(*inputs)
+        assert rel_err(got, want) < SPEC.tol(dtype), (s, rel_err(got, want))
+        assert outside(got, want, dtype).float().mean() <= SPEC.outliers.get(dtype, 0), \
+            describe_mismatch(got, want, dtype)
+        if dtype == "fp32":
+            assert contest_failures(got, pytorch_impl.expression(*inputs)) == 0, s
+    assert len(first) == len(last) == 3 and all(kw["GATE_FIRST"] for kw in last)
+    assert tg.launches(FUSED) == 3
+
+
+@cpu_only
+def test_the_fused_road_is_refused_where_the_forms_part():
+    # D != H: the out gate's H columns are not the AlphaFold form's C; its gate from z or its pipelined last kernel
+    # are that form's only. Refused naming this operation, before any launch
+    prepared = tg.prepare(*SPEC.inputs(dict(B=1, N=4, D=6, H=3), dtype="bf16"))
+    why = str(assert_refuses(tg.trimul_gpumode_prepared, NAME, "config", *prepared, **FUSED))
+    assert "D == H" in why
+    square = tg.prepare(*SPEC.inputs(dict(B=1, N=4, D=8, H=8), dtype="bf16"))
+    for bad in (dict(FIN_ZGATE=True), dict(FIN_PIPE=2)):
+        assert "FIN_ZGATE" in str(assert_refuses(tg.trimul_gpumode_prepared, NAME, "config", *square,
+                                                 **dict(FUSED, **bad)))
+    assert _impl("bf16").variant(**FUSED).limits(dict(B=1, N=4, D=6, H=3))
+    assert _impl("bf16").variant(**FUSED).limits(dict(B=1, N=4, D=8, H=8)) is None
 
 
 @cpu_only
@@ -194,6 +246,15 @@ def test_gpu_contest_verdict_at_the_contest_shapes(dist, config):
         inputs = SPEC.inputs(s, seed=0, device="cuda", dist=dist)
         got = tg.trimul_gpumode(*inputs, **(tg.TILES["fp32"][config] if config else {}))
         assert contest_failures(got, pytorch_impl.expression(*inputs)) == 0, s
+
+
+@gpu
+def test_gpu_the_fused_config_at_random_shapes():
+    # where it holds (D == H), with the contest's D = 128 shapes among them
+    impl = _impl("bf16").variant(**FUSED)
+    shapes = [dict(s, D=s["H"]) for s in SPEC.random_shapes(20)] + [s for s in CONTEST if s["D"] == s["H"]]
+    bad = _gpu_misses(impl, [s for s in shapes if not impl.limits(s)])
+    assert not bad, bad[:5]
 
 
 @gpu
