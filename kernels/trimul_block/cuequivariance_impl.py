@@ -42,13 +42,19 @@ def library_arguments(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_ou
 
 
 HIDDEN_MULTIPLE = 32  # the library's documented limit on the hidden width (0.13's docstring, note 3)
+# and an undocumented one on the pair width C: its projection GEMM asserts C % TILE_K == 0 (TILE_K 32 unless its
+# tuner chose 16-64; an H100 run of 2026-12-07 failed every column at C = 57 with a bare AssertionError)
+INPUT_MULTIPLE = 32
 
 
 def limits(shape: dict) -> Optional[str]:
-    """Why the library does not take ``shape``: a hidden width that is not a multiple of 32."""
-    H = shape["H"]
+    """Why the library does not take ``shape``: a hidden width or a pair width that is not a multiple of 32."""
+    H, C = shape["H"], shape.get("C")
     if H % HIDDEN_MULTIPLE:
         return f"cuEquivariance takes hidden widths that are multiples of {HIDDEN_MULTIPLE}, not H = {H}"
+    if C is not None and C % INPUT_MULTIPLE:
+        return (f"cuEquivariance's projection GEMM takes pair widths that are multiples of its K tile "
+                f"({INPUT_MULTIPLE}), not C = {C}")
     return None
 
 
@@ -82,6 +88,9 @@ class _Column:
         why = limits(dict(H=inputs[6].shape[0]))  # gamma_out: [H]
         if why:  # refused here, so the library never sees a width it may compute wrong
             raise MageInputError("trimul_block", "gamma_out", why)  # why names the library
+        why = limits(dict(H=HIDDEN_MULTIPLE, C=inputs[0].shape[-1]))  # z: [..., C]
+        if why:  # refused here, where the library would fail an assertion without a message
+            raise MageInputError("trimul_block", "z", why)
         torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32-class: tf32x3, not TF32
         return library_arguments(*inputs), inputs[0].dim() == 4
 

@@ -90,10 +90,15 @@ _FP32 = {
        _config(dict(_TMA_X3, STORE="layernorm"), ln=(rows, 4, 1), gemm=("hopper_gated", 64, 128, 32, 4, 4),
                contract="tf32x3", tma=1) for rows in (8, 32)},
     # and both Hopper GEMMs' tile loops flattened into their K loops (K = 128: four steps a tile at BLOCK_K 32), so a
-    # tile's loads go out during the last one's epilogue; compiled for sm_90a, no spill in either; unmeasured
+    # tile's loads go out during the last one's epilogue; compiled for sm_90a, no spill in either. On an H100 at
+    # N = 1024 the output GEMM 1,051-1,063 us against 1,242-1,248, the gated one 2,823-2,872 against 2,513-2,537: the
+    # block 1.6% slower (data/h100/fused/probe_fl_a6f663d.txt). '_ofl': the output GEMM's loop alone flattened
     "hopper_gated_x3_tma_128x128x64_w8_s3_lncm_r32_fl": _config(
         dict(_TMA_X3, STORE="layernorm"), ln=(32, 4, 1), contract="tf32x3", tma=1,
         gemm=("hopper_gated", 64, 128, 32, 4, 4, 1) + ("m128_n128_k32_w8_s4_ps_fl",) * 2),
+    "hopper_gated_x3_tma_128x128x64_w8_s3_lncm_r32_ofl": _config(
+        dict(_TMA_X3, STORE="layernorm"), ln=(32, 4, 1), contract="tf32x3", tma=1,
+        gemm=("hopper_gated", 64, 128, 32, 4, 4, 1, "", "m128_n128_k32_w8_s4_ps_fl")),
     # three launches (_fused), the projections tf32x3, the contraction tf32x3 on the triangle's kernel (its
     # tiles as above). Compiled for sm_90a: Triton's tf32x3 splits the [pairs, C] operand in registers, so
     # at FP32 a program takes chunks of 16-32 columns with 8 warps (4 warps and 32 columns spill)

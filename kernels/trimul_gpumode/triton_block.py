@@ -103,14 +103,17 @@ _BF16 = {
     "m128_n64_k64_w4_s4": _config(_BF16_TRI, gemm=(128, 64, 64, 4, 4)),
     "m128_n128_k64_w8_s3_direct_c8": _config(af3_tiles.TILES["bf16"]["cublas_direct_64x64_c8"], gemm=(128, 128, 64, 8, 3)),
     # the AlphaFold column's bf16 rule, its fused road (three launches: the first kernel, cuBLAS's batched GEMM, the
-    # last kernel), with the out gate before the output projection; D == H only (unmeasured)
+    # last kernel), with the out gate before the output projection; D == H only. On an H100 (D = H = 128) 1,282-1,285
+    # us against the steps road's 3,100 at N = 1024, 87.8 against 185.8 at 256 (data/h100/fused/probe_task_a6f663d.txt)
     "fused_ab_g64_cublas": _config(_BF16_TRI, gemm=(128, 128, 64, 8, 3),
                                    fused={k: _AF3_BF16_RULE[k] for k in _fused.keys()}),
 }
 # From N = 256 the gated first GEMM and the contraction by TMA (off Hopper the x3 config's roads): on an H200 (ad466b4's
 # probe, D = H = 128) 7.22 ms against 8.96 at N = 1024 and 358 us against 437 at N = 256
+# bf16: the fused road where it holds (D == H) from N = 256, as the AlphaFold column's bf16 rule
+FUSABLE = lambda s: s["D"] == s["H"] and af3_tiles.FUSABLE(dict(s, C=s["D"]))  # noqa: E731
 TILES = {"fp32": TileTable(NAME, _FP32, base="m64_n128_k32_w4_s4", rule=(("gated_x3_tma_128x128x64_w8_s3", af3_tiles.AF3_CLASS),)),
-         "bf16": TileTable(NAME, _BF16, base="m128_n128_k64_w8_s3")}
+         "bf16": TileTable(NAME, _BF16, base="m128_n128_k64_w8_s3", rule=(("fused_ab_g64_cublas", FUSABLE),))}
 
 
 def _refuse_bad_config(c: dict) -> None:

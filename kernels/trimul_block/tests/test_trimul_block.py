@@ -314,8 +314,10 @@ def _id(i):
 def test_gpu_random_shapes(impl):
     usable(impl)  # an unavailable library fails with its reason, or skips where MAGE_GPU_EXCLUDE names it
     shapes = SPEC.random_shapes(30) + SPEC.awkward + SPEC.shapes["field"] + SPEC.shapes["large"]
-    # a library's stated limits (cuEquivariance: hidden widths in multiples of 32) leave shapes out; the
-    # model's own shapes are never among them
+    # a library's limits (cuEquivariance: widths in multiples of 32) leave shapes out, so its random shapes are
+    # also drawn at widths it takes (awkward N kept); the model's own shapes are never among those left out
+    up = lambda n: -(-n // 32) * 32  # noqa: E731
+    shapes += [dict(s, C=up(s["C"]), H=up(s["H"])) for s in SPEC.random_shapes(8, seed=3)] if impl.limits else []
     taken = [s for s in shapes if not impl.outside_limits(s)]
     assert SPEC.shapes["field"][0] in taken and SPEC.shapes["large"][0] in taken
     bad = [(s, d, r.reason) for s in taken for d in ("normal", "heavy")

@@ -29,7 +29,9 @@ def test_registered_at_both_precisions_with_a_config_for_every_contest_shape():
         impl = _impl(dtype)
         assert impl.prepare is not None and impl.sweep
         for s in CONTEST:  # every contest shape has N >= 256: at fp32 the contraction runs tf32x3 there
-            want = tg.TILES[dtype]["gated_x3_tma_128x128x64_w8_s3" if dtype == "fp32" else tg.TILES[dtype].base]
+            name = ("gated_x3_tma_128x128x64_w8_s3" if dtype == "fp32" else  # bf16: the fused road where D == H
+                    "fused_ab_g64_cublas" if s["D"] == s["H"] else tg.TILES[dtype].base)
+            want = tg.TILES[dtype][name]
             assert impl.config_at(s) == want, (dtype, s)
             assert want["CONTRACT"] == ("tf32x3" if dtype == "fp32" else "ieee")
 
