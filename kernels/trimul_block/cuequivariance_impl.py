@@ -58,6 +58,15 @@ def limits(shape: dict) -> Optional[str]:
     return None
 
 
+def ieee_limits(shape: dict) -> Optional[str]:
+    """The IEEE column's limits: the above, and equal pair and hidden widths (0.13 raises "Precision.IEEE is not
+    supported by the unequal-width compiler-visible decomposition" at C = 32, H = 128: an H100 run of 2026-12-07)."""
+    why = limits(shape)
+    if why is None and shape.get("C") is not None and shape["C"] != shape["H"]:
+        why = f"cuEquivariance's IEEE precision takes equal pair and hidden widths, not C = {shape['C']}, H = {shape['H']}"
+    return why
+
+
 def unavailable() -> Optional[str]:
     try:
         import cuequivariance_torch  # noqa: F401
@@ -91,6 +100,10 @@ class _Column:
         why = limits(dict(H=HIDDEN_MULTIPLE, C=inputs[0].shape[-1]))  # z: [..., C]
         if why:  # refused here, where the library would fail an assertion without a message
             raise MageInputError("trimul_block", "z", why)
+        if self.precision == "IEEE":
+            why = ieee_limits(dict(H=inputs[6].shape[0], C=inputs[0].shape[-1]))
+            if why:
+                raise MageInputError("trimul_block", "z", why)
         torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32-class: tf32x3, not TF32
         return library_arguments(*inputs), inputs[0].dim() == 4
 
@@ -106,6 +119,6 @@ for _dtype in ("fp32", "bf16"):
     register("trimul_block", "cuequivariance", dtype=_dtype, family="library", available=unavailable, limits=limits,
              prepare=_Column(None).prepare, config={"call": "triangle_multiplicative_update", "precision": "default"}
              )(_Column(None))
-register("trimul_block", "cuequivariance_ieee", dtype="fp32", family="library", available=unavailable, limits=limits,
+register("trimul_block", "cuequivariance_ieee", dtype="fp32", family="library", available=unavailable, limits=ieee_limits,
          prepare=_Column("IEEE").prepare, config={"call": "triangle_multiplicative_update", "precision": "IEEE"}
          )(_Column("IEEE"))

@@ -10,6 +10,7 @@ import pytest
 from kernels._triton import sm90
 from kernels.trimul_block import _fused
 from kernels.trimul_block import triton_block as tb
+from kernels.trimul_gpumode import triton_block as task
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sm90.available(), reason="Triton's wheel has no cuobjdump")]
 
@@ -109,7 +110,7 @@ def _out_pipe_job(c: dict) -> str:
                          "WG"))
 
 
-def _compile_job(kernel: str, c: dict, dtype: str) -> str:
+def _compile_job(kernel: str, c: dict, dtype: str, gate_first: bool = False) -> str:
     if kernel == "out" and c["FIN_PIPE"]:
         return _out_pipe_job(c)
     if kernel == "in" and c["IN_PIPE"]:
@@ -152,7 +153,7 @@ def _compile_job(kernel: str, c: dict, dtype: str) -> str:
         sig["TRANS"], consts["TRANS"] = "constexpr", c["FIN_T"]
         sig["GTMA"], consts["GTMA"] = "constexpr", c["FIN_GTMA"]
         zg = 0 if not c["FIN_ZGATE"] else 2 if c["FIN_TMA"] and c["IN_TMA"] else 1  # as the launcher passes it
-        for k, v in (("ZGATE", zg), ("CW", 128), ("SIG", c["IN_SIG"])):
+        for k, v in (("ZGATE", zg), ("CW", 128), ("SIG", c["IN_SIG"]), ("GATE_FIRST", gate_first)):
             sig[k], consts[k] = "constexpr", v
         if zg == 2:
             sig["WGD"] = f"tensordesc<{ty[1:]}[128, {chunk}]>"
@@ -180,12 +181,17 @@ def test_the_bf16_rule_picks_a_listed_fused_config_at_af3_sizes():
     assert tb.TILES["fp32"][tb.TILES["fp32"].name_at(dict(N=1024, C=128, H=128))]["ROAD"] == "steps"
 
 
+_TASK_FUSED = task.TILES["bf16"]["fused_ab_g64_cublas"]
+
+
 # one test a distinct compile: most configs share their last kernel (or first) with others, and a compile is
 # about 5 s of a slow test
 _JOBS: dict = {}
 for _dt, _n in FUSED:
     for _k in ("in", "out"):
         _JOBS.setdefault(_compile_job(_k, tb.TILES[_dt][_n], _dt), []).append(f"{_dt}-{_n}-{_k}")
+# the GPU MODE form's fused road: its last kernel gates LN(o) before the product (kernels/trimul_gpumode)
+_JOBS.setdefault(_compile_job("out", _TASK_FUSED, "bf16", gate_first=True), []).append("bf16-task-fused-out-gate-first")
 
 
 @pytest.mark.parametrize("job", list(_JOBS), ids=[names[0] for names in _JOBS.values()])

@@ -58,6 +58,18 @@ def test_a_pair_width_the_library_does_not_take_is_refused_by_name():
         assert impl.outside_limits(dict(N=168, C=57, H=96)) and not impl.outside_limits(dict(N=168, C=96, H=96))
 
 
+def test_the_ieee_column_refuses_unequal_widths_by_name():
+    """0.13 raises a ValueError for Precision.IEEE where C != H (an H100 run's random shapes: C = 32, H = 128)."""
+    from mage import registry
+    from mage.errors import MageInputError
+    inputs = SPEC.inputs(dict(N=3, C=32, H=64), seed=0)
+    with pytest.raises(MageInputError, match="trimul_block.*'z'.*IEEE.*C = 32, H = 64"):
+        CQ._Column("IEEE").prepare(*inputs)
+    CQ._Column(None).prepare(*inputs)  # the default precision takes them
+    ieee = registry.get("trimul_block", "cuequivariance_ieee", "fp32")
+    assert ieee.outside_limits(dict(N=162, C=32, H=128)) and not ieee.outside_limits(dict(N=162, C=128, H=128))
+
+
 def test_a_hidden_width_the_library_does_not_take_is_refused_and_never_checked():
     """cuEquivariance 0.13 documents hidden widths in multiples of 32 (the H200's random-shape test failed
     its columns at widths like 41): the column refuses such a call with the reason, and the harness
@@ -72,7 +84,7 @@ def test_a_hidden_width_the_library_does_not_take_is_refused_and_never_checked()
     with pytest.raises(MageInputError, match="trimul_block.*gamma_out.*cuEquivariance.*multiples of 32"):
         CQ._Column(None).prepare(*inputs)
     for impl in (i for i in registry.impls("trimul_block") if i.name.startswith("cuequivariance")):
-        assert impl.outside_limits(dict(N=3, C=8, H=41)) and not impl.outside_limits(dict(N=3, C=32, H=128))
+        assert impl.outside_limits(dict(N=3, C=8, H=41)) and not impl.outside_limits(dict(N=3, C=128, H=128))
         here = dataclasses.replace(impl, available=lambda: None, needs_cuda=False)  # as if installed
         result = check(here, dict(N=3, C=8, H=41), trials=1, device="cpu")
         assert not result.ran and "multiples of 32" in result.reason, result.reason
