@@ -89,11 +89,9 @@ _FP32 = {
     **{f"hopper_gated_x3_tma_128x128x64_w8_s3_lncm{'_r32' if rows == 32 else ''}":
        _config(dict(_TMA_X3, STORE="layernorm"), ln=(rows, 4, 1), gemm=("hopper_gated", 64, 128, 32, 4, 4),
                contract="tf32x3", tma=1) for rows in (8, 32)},
-    # and both Hopper GEMMs' tile loops flattened into their K loops (K = 128: four steps a tile at BLOCK_K 32), so a
-    # tile's loads go out during the last one's epilogue; compiled for sm_90a, no spill in either. On an H100 at
-    # N = 1024 the output GEMM 1,051-1,063 us against 1,242-1,248, the gated one 2,823-2,872 against 2,513-2,537: the
-    # block 1.6% slower (data/h100/fused/probe_fl_a6f663d.txt). '_ofl': the output GEMM's loop alone flattened, the
-    # rule since e85f108's probe (data/h100/fused/probe_ofl_e85f108.txt)
+    # and the Hopper GEMMs' tile loops flattened into their K loops (K = 128: four steps a tile at BLOCK_K 32): a tile's
+    # loads go out during the last one's epilogue. On an H100 (N = 1024) the output GEMM 15% faster, the gated one 13%
+    # slower (data/h100/fused/probe_fl_a6f663d.txt): '_ofl' flattens the output GEMM's alone (probe_ofl_e85f108.txt)
     "hopper_gated_x3_tma_128x128x64_w8_s3_lncm_r32_fl": _config(
         dict(_TMA_X3, STORE="layernorm"), ln=(32, 4, 1), contract="tf32x3", tma=1,
         gemm=("hopper_gated", 64, 128, 32, 4, 4, 1) + ("m128_n128_k32_w8_s4_ps_fl",) * 2),
@@ -304,8 +302,7 @@ _BF16 = {
 # LayerNorm of 32 rows a program since ad466b4's H200 probe: 7.18 ms against 7.41 at N = 1024.
 AF3_CLASS = lambda s: s["N"] >= 256  # noqa: E731
 FUSABLE = lambda s: AF3_CLASS(s) and max(s["C"], s["H"]) <= _fused.MAX_WIDTH  # noqa: E731
-# FP32 from N = 256: the gated first GEMM, the contraction by TMA, o left channel-major for a 32-row LayerNorm, the
-# output GEMM's tile loop flattened (on an H100 at N = 1024 7,141-7,272 us against 7,342-7,366, at 256 360 against 372)
+# FP32 from N = 256: the gated GEMM, the TMA contraction, o channel-major for the LayerNorm, the output GEMM flattened
 TILES = {"fp32": TileTable(NAME, _FP32, base="fused_m64_n128_k32_w4_s4", rule=(("hopper_gated_x3_tma_128x128x64_w8_s3_lncm_r32_ofl", AF3_CLASS),)),
          "bf16": TileTable(NAME, _BF16, base="cublas_permute_128x128", rule=(("fused_r64_h32_tma2_r64_fsig_ab_g64_cublas", FUSABLE),))}
 FIRST = TILES["fp32"]["cublas_permute"]
