@@ -108,10 +108,10 @@ _BF16 = {
     "fused_ab_g64_cublas": _config(_BF16_TRI, gemm=(128, 128, 64, 8, 3),
                                    fused={k: _AF3_BF16_RULE[k] for k in _fused.keys()}),
 }
-# From N = 256 the gated first GEMM and the contraction by TMA (off Hopper the x3 config's roads): on an H200 (ad466b4's
-# probe, D = H = 128) 7.22 ms against 8.96 at N = 1024 and 358 us against 437 at N = 256
 # bf16: the fused road where it holds (D == H) from N = 256, as the AlphaFold column's bf16 rule
 FUSABLE = lambda s: s["D"] == s["H"] and af3_tiles.FUSABLE(dict(s, C=s["D"]))  # noqa: E731
+# fp32: from N = 256 the gated first GEMM and the contraction by TMA (off Hopper the x3 config's roads): on an H200
+# (ad466b4's probe, D = H = 128) 7.22 ms against 8.96 at N = 1024 and 358 us against 437 at N = 256
 TILES = {"fp32": TileTable(NAME, _FP32, base="m64_n128_k32_w4_s4", rule=(("gated_x3_tma_128x128x64_w8_s3", af3_tiles.AF3_CLASS),)),
          "bf16": TileTable(NAME, _BF16, base="m128_n128_k64_w8_s3", rule=(("fused_ab_g64_cublas", FUSABLE),))}
 
