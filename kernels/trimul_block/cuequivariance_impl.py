@@ -94,16 +94,13 @@ class _Column:
         self.precision = precision
 
     def prepare(self, *inputs):
-        why = limits(dict(H=inputs[6].shape[0]))  # gamma_out: [H]
+        H, C = inputs[6].shape[0], inputs[0].shape[-1]  # gamma_out: [H]; z: [..., C]
+        why = limits(dict(H=H))
         if why:  # refused here, so the library never sees a width it may compute wrong
             raise MageInputError("trimul_block", "gamma_out", why)  # why names the library
-        why = limits(dict(H=HIDDEN_MULTIPLE, C=inputs[0].shape[-1]))  # z: [..., C]
-        if why:  # refused here, where the library would fail an assertion without a message
+        why = (ieee_limits if self.precision == "IEEE" else limits)(dict(H=H, C=C))  # H passed: what is left is C's
+        if why:  # refused here, where the library would fail an assertion or raise without naming an argument
             raise MageInputError("trimul_block", "z", why)
-        if self.precision == "IEEE":
-            why = ieee_limits(dict(H=inputs[6].shape[0], C=inputs[0].shape[-1]))
-            if why:
-                raise MageInputError("trimul_block", "z", why)
         torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32-class: tf32x3, not TF32
         return library_arguments(*inputs), inputs[0].dim() == 4
 

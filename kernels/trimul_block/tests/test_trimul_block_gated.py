@@ -12,7 +12,7 @@ from kernels.trimul_block import _gated_in
 from kernels.trimul_block import triton_block as tb
 from mage import ops, registry
 from mage.check import describe_mismatch, outside
-from tests.support.kernel_checks import Counted, assert_refuses, cpu_only, gpu, gpu_failures, rel_err
+from tests.support.kernel_checks import Counted, Keywords, assert_refuses, cpu_only, gpu, gpu_failures, rel_err
 
 from . import test_trimul_block as tbt  # (its launch recorder, over meta tensors)
 
@@ -84,22 +84,12 @@ def test_a_tile_name_not_in_the_hopper_table_is_refused(key):
     assert key in str(e)
 
 
-class _Spy:
-    """A Triton kernel whose launches' keyword arguments (its constexprs and launch options) are recorded, then run."""
-
-    def __init__(self, kernel, seen: list):
-        self.kernel, self.seen = kernel, seen
-
-    def __getitem__(self, grid):
-        return lambda *a, **k: self.seen.append(k) or self.kernel[grid](*a, **k)
-
-
 @cpu_only
 def test_the_named_tiles_reach_both_hopper_gemms(monkeypatch):
     from kernels.matmul import triton_hopper as hop
     name = next(n for d, n in GATED if d == "fp32" and tb.TILES[d][n]["OUT_TILES"] and tb.TILES[d][n]["GATED_TILES"])
     gated_seen, out_seen, gemm = [], [], hop.gemm
-    monkeypatch.setattr(_gated_in, "_gated_in_kernel", _Spy(_gated_in._gated_in_kernel, gated_seen))
+    monkeypatch.setattr(_gated_in, "_gated_in_kernel", Keywords(_gated_in._gated_in_kernel, gated_seen))
     monkeypatch.setattr(hop, "gemm", lambda *a, **k: out_seen.append(k) or gemm(*a, **k))
     calls = _run(monkeypatch, "fp32", name, dict(N=9, C=8, H=8))
     out = hop.TILES["fp32x3"][tb.TILES["fp32"][name]["OUT_TILES"]]

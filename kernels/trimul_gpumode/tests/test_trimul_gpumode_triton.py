@@ -17,7 +17,7 @@ from kernels.trimul_gpumode.spec import ARGS, CONTEST, NAME, SPEC, contest_failu
 from mage import registry
 from mage.check import check
 from mage.check import describe_mismatch, outside
-from tests.support.kernel_checks import Counted, assert_refuses, check_shapes, cpu_only, gpu, rel_err
+from tests.support.kernel_checks import Counted, Keywords, assert_refuses, check_shapes, cpu_only, gpu, rel_err
 
 
 def _impl(dtype="fp32"):
@@ -94,16 +94,6 @@ def test_the_gated_first_gemm_agrees_with_float64(name, dist, poisoned, monkeypa
 FUSED = tg.TILES["bf16"]["fused_ab_g64_cublas"]
 
 
-class _Keywords:
-    """A kernel whose launches' keywords are recorded, then run."""
-
-    def __init__(self, kernel, calls: list):
-        self.kernel, self.calls = kernel, calls
-
-    def __getitem__(self, grid):
-        return lambda *a, **kw: self.calls.append(kw) or self.kernel[grid](*a, **kw)
-
-
 @cpu_only
 @pytest.mark.parametrize("dtype", ("bf16", "fp32"))
 @pytest.mark.parametrize("dist", ("normal", "heavy"))
@@ -112,8 +102,8 @@ def test_the_fused_road_computes_the_task_form(dtype, dist, poisoned, monkeypatc
     # task's float64 reference, elementwise and norm-wise; its first and last kernels are the ones that ran
     from kernels.trimul_block import _fused
     first, last = [], []
-    monkeypatch.setattr(_fused, "_in_kernel", _Keywords(_fused._in_kernel, first))
-    monkeypatch.setattr(_fused, "_out_kernel", _Keywords(_fused._out_kernel, last))
+    monkeypatch.setattr(_fused, "_in_kernel", Keywords(_fused._in_kernel, first))
+    monkeypatch.setattr(_fused, "_out_kernel", Keywords(_fused._out_kernel, last))
     for s in (dict(B=2, N=6, D=16, H=16), dict(B=1, N=9, D=32, H=32, nomask=1), dict(B=1, N=7, D=20, H=20)):
         inputs = SPEC.inputs(s, seed=7, dist=dist, dtype=dtype)
         got, want = tg.trimul_gpumode(*inputs, **FUSED), SPEC.reference(*inputs)
