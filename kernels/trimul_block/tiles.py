@@ -61,12 +61,9 @@ _FP32 = {
                                            gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3"),
     "fused_m64_n128_k32_w4_s4_x3_128": _config(TRIANGLE_TILES["fp32x3"]["permute_128x128x32_c1_w8_s3"],
                                                ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3"),
-    # the contraction by TMA, persistent (kernels/triangle/_hopper), with matmul's Hopper fp32x3 tiles (its best at
-    # 4096^3, 128x128x64 with 8 warps and 3 stages) and the x3 config's own. Compiled for sm_90a (registers; shared
-    # memory): 250 and 192 KB, 128x128x32 w8 s4 243 and 128 KB, 128x64x32 w4 s4 237 and 88 KB; 128x256x32 spilled
-    # (360 bytes) and is left out. On an H100 (same probe) 128x128x64: the contraction 2.86 ms against the rule's 3.30
-    # at N = 1024, the block 8.88 against 9.30; a tie at N = 256. Not the rule: its pointer fallback on a card without
-    # TMA would need 192 KB of shared memory (kernels/NOTES.md)
+    # the contraction by TMA, persistent (kernels/triangle/_hopper), with matmul's Hopper fp32x3 tiles and the x3
+    # config's own (128x256x32 spilled, left out). On an H100 128x128x64 took the block from 9.30 to 8.88 ms at
+    # N = 1024, a tie at 256; its pointer fallback would need 192 KB of shared memory off Hopper (kernels/NOTES.md)
     **{f"fused_m64_n128_k32_w4_s4_x3_tma_{bi}x{bj}x{bk}_w{w}_s{s}":
        _config(dict(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], BLOCK_I=bi, BLOCK_J=bj, BLOCK_K=bk,
                     num_warps=w, num_stages=s), ln=(8, 4, 1), gemm=("fused", 64, 128, 32, 4, 4), contract="tf32x3",
@@ -77,9 +74,8 @@ _FP32 = {
     # both projections on matmul's Hopper GEMM (TMA, warpgroup MMA, persistent; its own tiles)
     "hopper_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1), gemm=("hopper",),
                          contract="tf32x3"),
-    # the gates and the mask in the first projection's epilogue (``_gated_in``), the contraction as in the x3 config
-    # above or by TMA; without TMA both are that config. On an H100 (N = 256 / 512 / 1024): 392 / 1,692 / 8,117 us,
-    # by TMA 388 / 1,634 / 7,692, against 459 / 1,975 / 9,277 (data/h100/fused/probe_fp32*_c9a0de8.txt)
+    # the gates and the mask in the first projection's epilogue (``_gated_in``), the contraction as above or by TMA; on
+    # an H100 at N = 1024 8,117 us, by TMA 7,692, against 9,277 (data/h100/fused/probe_fp32*_c9a0de8.txt)
     "hopper_gated_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], ln=(8, 4, 1),
                                gemm=("hopper_gated", 64, 128, 32, 4, 4), contract="tf32x3"),
     "hopper_gated_x3_tma_128x128x64_w8_s3": _config(_TMA_X3, ln=(8, 4, 1), gemm=("hopper_gated", 64, 128, 32, 4, 4),
@@ -89,18 +85,16 @@ _FP32 = {
     **{f"hopper_gated_x3_tma_128x128x64_w8_s3_lncm{'_r32' if rows == 32 else ''}":
        _config(dict(_TMA_X3, STORE="layernorm"), ln=(rows, 4, 1), gemm=("hopper_gated", 64, 128, 32, 4, 4),
                contract="tf32x3", tma=1) for rows in (8, 32)},
-    # and the Hopper GEMMs' tile loops flattened into their K loops (K = 128: four steps a tile at BLOCK_K 32): a tile's
-    # loads go out during the last one's epilogue. On an H100 (N = 1024) the output GEMM 15% faster, the gated one 13%
-    # slower (data/h100/fused/probe_fl_a6f663d.txt): '_ofl' flattens the output GEMM's alone (probe_ofl_e85f108.txt)
+    # and the Hopper GEMMs' tile loops flattened (a tile's loads during the last one's epilogue): on an H100 the output
+    # GEMM 15% faster, the gated one 13% slower (fused/probe_fl_a6f663d.txt), so '_ofl' flattens the output GEMM's alone
     "hopper_gated_x3_tma_128x128x64_w8_s3_lncm_r32_fl": _config(
         dict(_TMA_X3, STORE="layernorm"), ln=(32, 4, 1), contract="tf32x3", tma=1,
         gemm=("hopper_gated", 64, 128, 32, 4, 4, 1) + ("m128_n128_k32_w8_s4_ps_fl",) * 2),
     "hopper_gated_x3_tma_128x128x64_w8_s3_lncm_r32_ofl": _config(
         dict(_TMA_X3, STORE="layernorm"), ln=(32, 4, 1), contract="tf32x3", tma=1,
         gemm=("hopper_gated", 64, 128, 32, 4, 4, 1, "", "m128_n128_k32_w8_s4_ps_fl")),
-    # three launches (_fused), the projections tf32x3, the contraction tf32x3 on the triangle's kernel (its
-    # tiles as above). Compiled for sm_90a: Triton's tf32x3 splits the [pairs, C] operand in registers, so
-    # at FP32 a program takes chunks of 16-32 columns with 8 warps (4 warps and 32 columns spill)
+    # three launches (_fused), projections and contraction tf32x3; Triton splits the [pairs, C] operand in registers,
+    # so a program takes chunks of 16-32 columns with 8 warps (4 warps and 32 columns spill on sm_90a)
     "fused_r64_h32_w8_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
                                    fused=_fused.keys(bmm="triton", in_h=32, in_warps=8, fin_c=32, fin_warps=8)),
     # and its contraction by TMA (kernels/triangle/_hopper), with matmul's Hopper fp32x3 tiles
@@ -108,8 +102,7 @@ _FP32 = {
                                             BLOCK_J=128, BLOCK_K=64, num_warps=8, num_stages=3), contract="tf32x3",
                                        fused=_fused.keys(bmm="triton", in_h=32, in_warps=8, fin_c=32, fin_warps=8),
                                        tma=1),
-    # (another, 128 pairs a program with 16-column chunks, failed its check at random shapes on two GPUs
-    # while passing under the interpreter; no rule picked it, and it was withdrawn until a GPU run finds why)
+    # (128 pairs with 16-column chunks failed at random shapes on two GPUs, passing under the interpreter: withdrawn)
     "fused_r64_h16_x3": _config(TRIANGLE_TILES["fp32x3"]["permute_128x64x32_c1_w4_s4"], contract="tf32x3",
                                 fused=_fused.keys(bmm="triton", in_h=16, fin_c=16)),
 }
@@ -246,14 +239,11 @@ _BF16 = {
                                   (64, 128, 8, 2, True))},
     # the first kernel's products formed [channels, pairs], the order a and b lie in, so neither a transpose nor a
     # gate/value split (_fused_cm): the grid kernel's profile found its shared-memory stores 10.7-way conflicted and
-    # its integer pipe the busiest. Compiled for sm_90a at C = H = 128 (registers; shared memory), as measured: r64
-    # h64 w4 126 and 48 KB (127 with TMA stores), w8 76 (76); r128 h64 w8 123 and 80 KB (128 with TMA stores); the
-    # rule's last kernel
+    # its integer pipe the busiest (each compiles for sm_90a unspilled: tests/test_trimul_block_sm90.py); rule's last
     # 'cm8' (IN_CM=2): a chunk's gates and values as one product of alternate blocks of 8 rows, split within each
-    # thread's registers (the TTGIR has no change of layout for it), two weight tiles and two products a chunk, not
-    # four: r64 h64 w4 119 registers and 65 KB (113 with TMA stores), w8 with TMA stores 79, r128 w8 124 and 96 KB. On an H100 at N = 1024 none beat the rule's first
-    # kernel, 564-569 us: 'cm' r64 w4 576-577, the rest 617-798 (data/h100/fused/probe_cm_28f5d7c.txt; a profile found
-    # the conflicts gone and the kernel as latency-bound as before: kernels/NOTES.md)
+    # thread's registers, two weight tiles and two products a chunk, not four. On an H100 at N = 1024 none beat the
+    # rule's first kernel, 564-569 us: 'cm' r64 w4 576-577, the rest 617-798 (data/h100/fused/probe_cm_28f5d7c.txt; a
+    # profile found the conflicts gone and the kernel as latency-bound as before: kernels/NOTES.md)
     **{f"fused_cm{'8' if cm == 2 else ''}_r{r}_h64_w{w}{'_ts' if ts else ''}_r64_cublas":
        _config(_PERMUTE_BF16, fused=_fused.keys(cm=cm, in_r=r, in_h=64, in_warps=w, tstore=ts, gc=64, fin_r=64,
                                                 fin_c=64, fin_tma=True, sig="fast"))
