@@ -70,14 +70,14 @@ def _tf32_round(x):
 
 
 @gluon.jit
-def _loader(a_desc, b_desc, raw_a, raw_b, bars, M, N, K, NUM_SMS: gl.constexpr):
+def _loader(a_desc, b_desc, raw_a, raw_b, bars, M, N, K, nprog):
     raw_full, raw_empty, _, _ = bars
     BK: gl.constexpr = raw_a.type.shape[2]
     RAW: gl.constexpr = raw_a.type.shape[0]
     tiles_m, tiles_n, k_steps = gl.cdiv(M, _BM), gl.cdiv(N, _BN), gl.cdiv(K, BK)
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     it = 0
-    for t in range(gl.program_id(0), tiles_m * tiles_n, NUM_SMS):
+    for t in range(gl.program_id(0), tiles_m * tiles_n, nprog):
         tm, tn = _tile(t, tiles_m, tiles_n, _GROUP_M)
         for ks in range(k_steps):
             s = it % RAW
@@ -90,7 +90,7 @@ def _loader(a_desc, b_desc, raw_a, raw_b, bars, M, N, K, NUM_SMS: gl.constexpr):
 
 
 @gluon.jit
-def _splitter(raw_a, raw_b, bars, a_hi, a_lo, bt_hi, bt_lo, M, N, K, NUM_SMS: gl.constexpr, X3: gl.constexpr):
+def _splitter(raw_a, raw_b, bars, a_hi, a_lo, bt_hi, bt_lo, M, N, K, nprog, X3: gl.constexpr):
     raw_full, raw_empty, split_ready, split_empty = bars
     BK: gl.constexpr = raw_a.type.shape[2]
     RAW: gl.constexpr = raw_a.type.shape[0]
@@ -102,7 +102,7 @@ def _splitter(raw_a, raw_b, bars, a_hi, a_lo, bt_hi, bt_lo, M, N, K, NUM_SMS: gl
     b_cols: gl.constexpr = gl.BlockedLayout([4, 1], [1, 32], [1, W], [0, 1])
     tiles, k_steps = gl.cdiv(M, _BM) * gl.cdiv(N, _BN), gl.cdiv(K, BK)
     it = 0
-    for t in range(gl.program_id(0), tiles, NUM_SMS):
+    for t in range(gl.program_id(0), tiles, nprog):
         for ks in range(k_steps):
             rs, ss = it % RAW, it % SPL
             mbarrier.wait(raw_full.index(rs), (it // RAW) & 1)
@@ -130,7 +130,7 @@ def _splitter(raw_a, raw_b, bars, a_hi, a_lo, bt_hi, bt_lo, M, N, K, NUM_SMS: gl
 
 
 @gluon.jit
-def _products(C, stride_cm, stride_cn, raw_a, bars, a_hi, a_lo, bt_hi, bt_lo, M, N, K, NUM_SMS: gl.constexpr,
+def _products(C, stride_cm, stride_cn, raw_a, bars, a_hi, a_lo, bt_hi, bt_lo, M, N, K, nprog,
               X3: gl.constexpr):
     raw_full, raw_empty, split_ready, split_empty = bars
     BK: gl.constexpr = raw_a.type.shape[2]
@@ -141,7 +141,7 @@ def _products(C, stride_cm, stride_cn, raw_a, bars, a_hi, a_lo, bt_hi, bt_lo, M,
     tiles_m, tiles_n, k_steps = gl.cdiv(M, _BM), gl.cdiv(N, _BN), gl.cdiv(K, BK)
     zero = gl.zeros([_BM, _BN], gl.float32, acc_layout)
     it = 0
-    for t in range(gl.program_id(0), tiles_m * tiles_n, NUM_SMS):
+    for t in range(gl.program_id(0), tiles_m * tiles_n, nprog):
         tm, tn = _tile(t, tiles_m, tiles_n, _GROUP_M)
         acc = zero
         if X3:
@@ -184,7 +184,7 @@ def _products(C, stride_cm, stride_cn, raw_a, bars, a_hi, a_lo, bt_hi, bt_lo, M,
 
 
 @gluon.jit
-def _gluon_gemm_kernel(a_desc, b_desc, C, M, N, K, stride_cm, stride_cn, NUM_SMS: gl.constexpr, X3: gl.constexpr,
+def _gluon_gemm_kernel(a_desc, b_desc, C, M, N, K, stride_cm, stride_cn, nprog, X3: gl.constexpr,
                        RAW: gl.constexpr, SPL: gl.constexpr, SPLIT_WARPS: gl.constexpr, LOAD_REGS: gl.constexpr,
                        SPLIT_REGS: gl.constexpr):
     BK: gl.constexpr = a_desc.block_type.shape[1]
@@ -214,9 +214,9 @@ def _gluon_gemm_kernel(a_desc, b_desc, C, M, N, K, stride_cm, stride_cn, NUM_SMS
     bars = (raw_full, raw_empty, split_ready, split_empty)
     # the argument tuples are written in the call: a tuple bound to a name first turns its constexprs into tensors
     gl.warp_specialize([
-        (_products, (C, stride_cm, stride_cn, raw_a, bars, a_hi, a_lo, bt_hi, bt_lo, M, N, K, NUM_SMS, X3)),
-        (_loader, (a_desc, b_desc, raw_a, raw_b, bars, M, N, K, NUM_SMS)),
-        (_splitter, (raw_a, raw_b, bars, a_hi, a_lo, bt_hi, bt_lo, M, N, K, NUM_SMS, X3)),
+        (_products, (C, stride_cm, stride_cn, raw_a, bars, a_hi, a_lo, bt_hi, bt_lo, M, N, K, nprog, X3)),
+        (_loader, (a_desc, b_desc, raw_a, raw_b, bars, M, N, K, nprog)),
+        (_splitter, (raw_a, raw_b, bars, a_hi, a_lo, bt_hi, bt_lo, M, N, K, nprog, X3)),
     ], [1, SPLIT_WARPS], [LOAD_REGS, SPLIT_REGS])
 
 
@@ -249,7 +249,7 @@ def gemm(A, B, *, precision="fp32x3", out=None, config=None, num_sms=None):
     sms = num_sms or torch.cuda.get_device_properties(A.device).multi_processor_count
     tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
     _gluon_gemm_kernel[(min(sms, tiles),)](
-        a_desc, b_desc, out, M, N, K, out.stride(0), out.stride(1), NUM_SMS=min(sms, tiles),
+        a_desc, b_desc, out, M, N, K, out.stride(0), out.stride(1), min(sms, tiles),
         X3=precision == "fp32x3", RAW=raw, SPL=spl, SPLIT_WARPS=4, LOAD_REGS=REGS[0], SPLIT_REGS=REGS[1],
         num_warps=8)
     return out
@@ -261,7 +261,7 @@ def matmul(A, B, out=None, dtype=None, config=None):
     return gemm(A, B, precision=dtype, out=out, config=config)
 
 
-def resources(precision: str, config: str, num_sms: int = 132) -> dict:
+def resources(precision: str, config: str) -> dict:
     """{'registers' (the launch's; setmaxnreg moves each partition's), 'stack', 'shared', 'ceilings' (the
     partitions' setmaxnreg values)} of one config compiled for sm_90a, here, without a GPU."""
     import re
@@ -273,9 +273,9 @@ def resources(precision: str, config: str, num_sms: int = 132) -> dict:
     bk, raw, spl = CONFIGS[precision][config]
     desc = lambda block: f"tensordesc<fp32[{block[0]}, {block[1]}],{_layout(block)!r}>"  # noqa: E731
     sig = dict(a_desc=desc((BM, bk)), b_desc=desc((bk, BN)), C="*fp32", M="i32", N="i32", K="i32",
-               stride_cm="i32", stride_cn="i32")
+               stride_cm="i32", stride_cn="i32", nprog="i32")
     # as the JIT specialises a launch at 4096^3: C's column stride 1 a constant, the rest multiples of 16
-    cx = dict(stride_cn=1, NUM_SMS=num_sms, X3=precision == "fp32x3", RAW=raw, SPL=spl, SPLIT_WARPS=4,
+    cx = dict(stride_cn=1, X3=precision == "fp32x3", RAW=raw, SPL=spl, SPLIT_WARPS=4,
               LOAD_REGS=REGS[0], SPLIT_REGS=REGS[1])
     sig.update({k: "constexpr" for k in cx})
     names = list(sig)
