@@ -69,5 +69,36 @@ def _compile(job: dict) -> dict:
     return dict(registers=field("REG"), stack=field("STACK"), shared=k.metadata.shared)
 
 
+def gluon_resources(fn, signature: dict, constexprs: dict, aligned=(), num_warps: int = 4) -> dict:
+    """A Gluon kernel compiled for sm_90a here (Gluon has no interpreter, so it compiles in this process unless
+    TRITON_INTERPRET is set: the caller runs it in a child then): {'registers' (the launch's; each
+    partition's ``setmaxnreg`` moves it), 'stack', 'shared', 'ceilings' (the setmaxnreg values in the PTX),
+    'local' (spill loads and stores in the SASS), 'waits' (each wgmma wait's group count, in order),
+    'used' (the highest register each register budget's code touches, from the SASS)}."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    names = list(signature)
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    k = triton.compile(GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=1))
+    with tempfile.TemporaryDirectory() as d:
+        cubin = Path(d) / "k.cubin"
+        cubin.write_bytes(k.asm["cubin"])
+        usage = subprocess.run([str(_BIN), "--dump-resource-usage", str(cubin)], capture_output=True, text=True,
+                               check=True).stdout
+        sass = subprocess.run([str(_BIN), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    used, budget = {}, "entry"
+    for line in sass.splitlines():  # code after a USETMAXREG runs under that budget, until the next one
+        if m := re.search(r"USETMAXREG\.\w+\.CTAPOOL\s+(?:UP\d,\s*)?(0x[0-9a-f]+)", line):
+            budget = int(m.group(1), 16)
+        elif regs := [int(r) for r in re.findall(r"\bR(\d+)\b", line)]:
+            used[budget] = max(used.get(budget, 0), max(regs) + 1)
+    field = lambda key: int(re.search(rf"{key}:(\d+)", usage).group(1))  # noqa: E731
+    return dict(registers=field("REG"), stack=field("STACK"), shared=k.metadata.shared,
+                ceilings=[int(v) for v in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", k.asm["ptx"])],
+                local=len(re.findall(r"\b(?:LDL|STL)\b", sass)),
+                waits=re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass), used=used)
+
+
 if __name__ == "__main__":  # the child process: one job as JSON in, its resources as JSON out
     print(json.dumps(_compile(json.loads(sys.argv[1]))))

@@ -23,7 +23,6 @@ check the host's argument handling; the GPU tests check it against float64.
 """
 from __future__ import annotations
 
-import functools
 
 import torch
 import triton
@@ -262,38 +261,17 @@ def matmul(A, B, out=None, dtype=None, config=None):
 
 
 def resources(precision: str, config: str) -> dict:
-    """{'registers' (the launch's; setmaxnreg moves each partition's), 'stack', 'shared', 'ceilings' (the
-    partitions' setmaxnreg values)} of one config compiled for sm_90a, here, without a GPU."""
-    import re
-    import subprocess
-    import tempfile
-    from pathlib import Path
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
+    """One config compiled for sm_90a here, as the JIT specialises a launch at 4096^3 (C's column stride 1 a
+    constant, the other sizes multiples of 16): ``kernels._triton.sm90.gluon_resources``."""
+    from kernels._triton import sm90
     bk, raw, spl = CONFIGS[precision][config]
     desc = lambda block: f"tensordesc<fp32[{block[0]}, {block[1]}],{_layout(block)!r}>"  # noqa: E731
-    sig = dict(a_desc=desc((BM, bk)), b_desc=desc((bk, BN)), C="*fp32", M="i32", N="i32", K="i32",
-               stride_cm="i32", stride_cn="i32", nprog="i32")
-    # as the JIT specialises a launch at 4096^3: C's column stride 1 a constant, the rest multiples of 16
-    cx = dict(stride_cn=1, X3=precision == "fp32x3", RAW=raw, SPL=spl, SPLIT_WARPS=4,
-              LOAD_REGS=REGS[0], SPLIT_REGS=REGS[1])
-    sig.update({k: "constexpr" for k in cx})
-    names = list(sig)
-    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in ("C", "M", "N", "K", "stride_cm")}
-    k = triton.compile(GluonASTSource(fn=_gluon_gemm_kernel, signature=sig, constexprs=cx, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8, num_stages=1))
-    bin_ = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "k.cubin").write_bytes(k.asm["cubin"])
-        usage = subprocess.run([str(bin_), "--dump-resource-usage", str(Path(d) / "k.cubin")], capture_output=True,
-                               text=True, check=True).stdout
-        sass = subprocess.run([str(bin_), "-sass", str(Path(d) / "k.cubin")], capture_output=True, text=True,
-                              check=True).stdout
-    field = lambda key: int(re.search(rf"{key}:(\d+)", usage).group(1))  # noqa: E731
-    return dict(registers=field("REG"), stack=field("STACK"), shared=k.metadata.shared,
-                ceilings=[int(v) for v in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", k.asm["ptx"])],
-                local=len(re.findall(r"\b(?:LDL|STL)\b", sass)),
-                waits=re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass))
+    cx = dict(stride_cn=1, X3=precision == "fp32x3", RAW=raw, SPL=spl, SPLIT_WARPS=4, LOAD_REGS=REGS[0],
+              SPLIT_REGS=REGS[1])
+    sig = dict(a_desc=desc((BM, bk)), b_desc=desc((bk, BN)), C="*fp32", M="i32", N="i32", K="i32", stride_cm="i32",
+               nprog="i32", **{k: "constexpr" for k in cx})
+    sig = {a: sig[a] for a in _gluon_gemm_kernel.arg_names}  # the kernel's order: attributes go by index
+    return sm90.gluon_resources(_gluon_gemm_kernel, sig, cx, aligned=("C", "M", "N", "K", "stride_cm"), num_warps=8)
 
 
 # A column of its own beside 'triton_hopper' (same family): the book shows which road gave each row.
