@@ -149,7 +149,7 @@ def timing(N=1024, B=1, configs=None):
     print(f"timing at B={B} N={N} on {torch.cuda.get_device_name()}:")
     us, n = kernel_us(lambda: project_first(z, mask, gamma, beta, w_in, b_in, pa, pb, pg), "_in_kernel")
     print(f"  rule _in_kernel               {us:9.1f} us  ({n} launches profiled)")
-    for cfg in configs or [dict(), dict(PIPE=False), dict(S=3, STB=1)]:
+    for cfg in configs or [dict(), dict(PIPE=False), dict(STB=1)]:
         us, n = kernel_us(lambda: K.first_kernel(z, mask, gamma, beta, w_in, b_in, a, b, g, EPS, **cfg),
                           "first_in_kernel")
         print(f"  gluon first_in_kernel {str(cfg or 'default'):>24} {us:9.1f} us  ({n} launches profiled)")
@@ -166,7 +166,7 @@ if __name__ == "__main__":
     for B, N in cases:
         for kind in ("normal", "heavy"):
             ok &= check(B, N, kind)
-    for cfg in (dict(PIPE=False), dict(S=3, STB=1)):
+    for cfg in (dict(PIPE=False), dict(STB=1)):
         ok &= check(1, 96, "heavy", do_project=False, **cfg)
         ok &= check(2, 36, "normal", do_project=False, **cfg)
     print("ALL OK" if ok else "SOME FAILED")

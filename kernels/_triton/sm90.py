@@ -69,12 +69,13 @@ def _compile(job: dict) -> dict:
     return dict(registers=field("REG"), stack=field("STACK"), shared=k.metadata.shared)
 
 
-def gluon_resources(fn, signature: dict, constexprs: dict, aligned=(), num_warps: int = 4) -> dict:
+def gluon_resources(fn, signature: dict, constexprs: dict, aligned=(), num_warps: int = 4, ptx_counts=()) -> dict:
     """A Gluon kernel compiled for sm_90a here (Gluon has no interpreter, so it compiles in this process unless
     TRITON_INTERPRET is set: the caller runs it in a child then): {'registers' (the launch's; each
     partition's ``setmaxnreg`` moves it), 'stack', 'shared', 'ceilings' (the setmaxnreg values in the PTX),
     'local' (spill loads and stores in the SASS), 'waits' (each wgmma wait's group count, in order),
-    'used' (the highest register each register budget's code touches, from the SASS)}."""
+    'used' (the highest register each register budget's code touches, from the SASS), 'counts' (how often each
+    of ``ptx_counts``, PTX instruction names, occurs in the PTX)}."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     names = list(signature)
@@ -97,7 +98,8 @@ def gluon_resources(fn, signature: dict, constexprs: dict, aligned=(), num_warps
     return dict(registers=field("REG"), stack=field("STACK"), shared=k.metadata.shared,
                 ceilings=[int(v) for v in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", k.asm["ptx"])],
                 local=len(re.findall(r"\b(?:LDL|STL)\b", sass)),
-                waits=re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass), used=used)
+                waits=re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass), used=used,
+                counts={p: k.asm["ptx"].count(p + " ") for p in ptx_counts})
 
 
 if __name__ == "__main__":  # the child process: one job as JSON in, its resources as JSON out

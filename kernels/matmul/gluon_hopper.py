@@ -98,7 +98,9 @@ def _splitter(raw_a, raw_b, bars, a_hi, a_lo, bt_hi, bt_lo, M, N, K, nprog, X3: 
     # 4 consecutive k a thread on both sides: 16-byte reads of A's K-major rows and 16-byte writes of the
     # K-major parts; for B the lanes walk N, so the reads of its N-major raw tile do not conflict
     a_rows: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (BK // 4), BK // 4], [W, 1], [1, 0])
-    b_cols: gl.constexpr = gl.BlockedLayout([4, 1], [1, 32], [1, W], [0, 1])
+    # warps along k too: with them along N (a layout 128 columns wide over a slice of 32) every warp repeated the
+    # whole slice, four times the loads, roundings and stores a step (a review read it in the PTX)
+    b_cols: gl.constexpr = gl.BlockedLayout([4, 1], [1, 32], [W, 1], [0, 1])
     tiles, k_steps = gl.cdiv(M, _BM) * gl.cdiv(N, _BN), gl.cdiv(K, BK)
     it = 0
     for t in range(gl.program_id(0), tiles, nprog):
@@ -111,13 +113,14 @@ def _splitter(raw_a, raw_b, bars, a_hi, a_lo, bt_hi, bt_lo, M, N, K, nprog, X3: 
                     x = raw_a.index(rs).slice(r, _SPLIT_ROWS, dim=0).load(a_rows)
                     hi = _tf32_round(x)
                     a_hi.index(ss).slice(r, _SPLIT_ROWS, dim=0).store(hi)
-                    a_lo.index(ss).slice(r, _SPLIT_ROWS, dim=0).store(x - hi)  # exact in FP32
+                    # x - hi is exact in FP32; rounded to TF32 too (as Triton's tf32x3 does), not cut by the tensor cores
+                    a_lo.index(ss).slice(r, _SPLIT_ROWS, dim=0).store(_tf32_round(x - hi))
             for c in gl.static_range(0, _BN, _SPLIT_ROWS):
                 y = raw_b.index(rs).slice(c, _SPLIT_ROWS, dim=1).load(b_cols)  # [BK, SPLIT_ROWS]
                 if X3:
                     hi = _tf32_round(y)
                     bt_hi.index(ss).slice(c, _SPLIT_ROWS, dim=0).permute((1, 0)).store(hi)
-                    bt_lo.index(ss).slice(c, _SPLIT_ROWS, dim=0).permute((1, 0)).store(y - hi)
+                    bt_lo.index(ss).slice(c, _SPLIT_ROWS, dim=0).permute((1, 0)).store(_tf32_round(y - hi))
                 else:
                     bt_hi.index(ss).slice(c, _SPLIT_ROWS, dim=0).permute((1, 0)).store(y)
             # these stores are the generic proxy's; wgmma reads through the async proxy
@@ -176,7 +179,8 @@ def _products(C, stride_cm, stride_cn, raw_a, bars, a_hi, a_lo, bt_hi, bt_lo, M,
             mbarrier.arrive(raw_empty.index((it + RAW - 1) % RAW), count=1)
         # C from the products' registers by masked stores: a TMA store's staging tile (64 KB) does not fit
         # beside the rings at BK 32; the loads of the next tile are already in flight meanwhile
-        rows = tm * _BM + gl.arange(0, _BM, layout=gl.SliceLayout(1, acc_layout))
+        # 64-bit row offsets: (M - 1) N reaches 2^31 at sizes a GPU holds (an 8 GB C)
+        rows = (tm * _BM).to(gl.int64) + gl.arange(0, _BM, layout=gl.SliceLayout(1, acc_layout))
         cols = tn * _BN + gl.arange(0, _BN, layout=gl.SliceLayout(0, acc_layout))
         mask = (rows < M)[:, None] & (cols < N)[None, :]
         gl.store(C + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc, mask=mask)
@@ -271,7 +275,8 @@ def resources(precision: str, config: str) -> dict:
     sig = dict(a_desc=desc((BM, bk)), b_desc=desc((bk, BN)), C="*fp32", M="i32", N="i32", K="i32", stride_cm="i32",
                nprog="i32", **{k: "constexpr" for k in cx})
     sig = {a: sig[a] for a in _gluon_gemm_kernel.arg_names}  # the kernel's order: attributes go by index
-    return sm90.gluon_resources(_gluon_gemm_kernel, sig, cx, aligned=("C", "M", "N", "K", "stride_cm"), num_warps=8)
+    return sm90.gluon_resources(_gluon_gemm_kernel, sig, cx, aligned=("C", "M", "N", "K", "stride_cm"), num_warps=8,
+                                ptx_counts=("cvt.rna.tf32.f32",))
 
 
 # A column of its own beside 'triton_hopper' (same family): the book shows which road gave each row.

@@ -125,6 +125,7 @@ def _consumer(z_smem, w_smem, stg, par, z_full, z_empty, w_bar, a_desc, b_desc, 
 def first_in_kernel(z_desc, w_desc, a_desc, b_desc, g_desc, M, GAMMA, BETA, BIAS, R, NN, nprog, eps,
                     S: gl.constexpr, STB: gl.constexpr, SIG: gl.constexpr, PIPE: gl.constexpr,
                     LOAD_REGS: gl.constexpr, CONS_REGS: gl.constexpr):
+    gl.static_assert(S % 2 == 0)  # each consumer owns the stages of its tiles' parity (see first_kernel)
     gl.static_assert(z_desc.block_type.shape[0] == _BR)
     gl.static_assert(z_desc.block_type.shape[1] == _C)
     gl.static_assert(w_desc.block_type.shape[0] == _C)
@@ -190,6 +191,10 @@ def first_kernel(z, mask, gamma, beta, w_in, b_in, a_out, b_out, g_out, eps, num
     C = z.shape[-1]
     N = z.shape[-2]
     B = z.shape[0] if z.dim() == 4 else 1
+    if z.dim() not in (3, 4) or z.shape[-3] != N:
+        raise MageInputError(BLOCK, "z", f"must be [B, N, N, C] or [N, N, C], got {tuple(z.shape)}")
+    if mask.numel() != B * N * N or tuple(mask.shape[-2:]) != (N, N):
+        raise MageInputError(BLOCK, "mask", f"must be [B, N, N] with z's B and N, got {tuple(mask.shape)}")
     H = (w_in.shape[1] - C) // 4
     if C != C_WIDTH or H != C_WIDTH or tuple(w_in.shape) != (C, 4 * H + C) or b_in.numel() != 4 * H + C:
         raise MageInputError(BLOCK, "w_in", f"must be [{C_WIDTH}, {5 * C_WIDTH}] (C = H = {C_WIDTH} only), got "
@@ -198,6 +203,9 @@ def first_kernel(z, mask, gamma, beta, w_in, b_in, a_out, b_out, g_out, eps, num
     if NN % 8 or NN < BR:
         raise MageInputError(BLOCK, "z", f"N^2 must be a multiple of 8 (TMA's 16-byte rows of a and b) and at least "
                              f"{BR}, got N = {N}")
+    if c["S"] % 2:  # the consumers take alternate tiles, so each owns the stages of its parity: an odd count would let
+        # a consumer's first wait pass on a fresh stage's barrier before its tile arrived
+        raise MageInputError(BLOCK, "config", f"S (z's stages) must be even, got {c['S']}")
     if c["S"] * BR * C * 2 + 5 * C * C * 2 + 2 * c["STB"] * BR * NB * 2 > 227 * 1024:
         raise MageInputError(BLOCK, "config", f"S = {c['S']} and STB = {c['STB']} ask more than 227 KB of shared memory")
     for t, shape in ((a_out, (B, H, N, N)), (b_out, (B, H, N, N)), (g_out, (R, C))):

@@ -40,9 +40,15 @@ def test_every_config_compiles_for_sm90a_without_spills():
         assert r["shared"] <= sm90.SHARED_LIMIT, where
         # the products' warps keep a raised ceiling; the loader and split warps give registers back
         assert max(r["ceilings"]) >= 200 and min(r["ceilings"]) <= G.REGS[0], where
+        assert max(r["used"].values()) <= max(r["ceilings"]), where
         # fp32x3: one wait a step with two groups left in flight (only the large product is waited for); the
         # full drain only after the loop. TF32: one product in flight, as a pipelined chain has
         assert r["waits"] == (["0x2", "0x0"] if precision == "fp32x3" else ["0x1", "0x0"]), where
+        # each of a step's A and B elements rounded twice (hi, and lo) by one of the 128 split threads, once: the
+        # split warps' first layout repeated B's slice in every warp (four times the work)
+        bk = G.CONFIGS[precision][name][0]
+        want = 2 * (G.BM * bk + bk * G.BN) // 128 if precision == "fp32x3" else 0
+        assert r["counts"]["cvt.rna.tf32.f32"] == want, where
 
 
 def test_ieee_fp32_and_bf16_are_refused_by_name(monkeypatch):
@@ -63,3 +69,18 @@ def test_the_column_says_why_it_cannot_run_here():
         assert not impl.interpret  # Gluon has no interpreter: never a CPU column
         if not G.available():
             assert "Hopper" in impl.available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not G.available(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("precision", G.MODES)
+def test_gpu_rows_past_two_to_the_31_elements_land_where_they_belong(precision):
+    # C's last rows start past 2^31 elements: 32-bit row offsets wrapped them onto earlier rows
+    M, K, N = 65_536 + 64, 8, 32_768
+    A, B = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+    out = torch.empty(M, N, device="cuda")
+    out[-128:].fill_(float("nan"))
+    G.matmul(A, B, out=out, dtype=precision)
+    want = A[-128:].double() @ B.double()
+    err = float((out[-128:].double() - want).norm() / want.norm())
+    assert err < (1e-6 if precision == "fp32x3" else 1e-2), err

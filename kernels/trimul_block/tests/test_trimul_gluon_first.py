@@ -62,6 +62,14 @@ def test_widths_dtypes_and_sizes_are_refused_by_name():
         K.first_kernel(z[:, :7, :7], mask[:, :7, :7], gamma, beta, w_in, b_in, *out(), 1e-5)
     with pytest.raises(MageInputError, match="trimul_block.*'config'"):
         K.first_kernel(z, mask, gamma, beta, w_in, b_in, *out(), 1e-5, S=4, STB=2)
+    # an odd count of z's stages: a consumer's first wait would pass on a stage its tile had not reached
+    for stages in (1, 3):
+        with pytest.raises(MageInputError, match="trimul_block.*'config'.*even"):
+            K.first_kernel(z, mask, gamma, beta, w_in, b_in, *out(), 1e-5, S=stages, STB=1)
+    with pytest.raises(MageInputError, match="trimul_block.*'z'"):  # not square: its rows are not B N N pairs
+        K.first_kernel(z[:, :, :4], mask, gamma, beta, w_in, b_in, *out(), 1e-5)
+    with pytest.raises(MageInputError, match="trimul_block.*'mask'"):
+        K.first_kernel(z, mask[:, :4], gamma, beta, w_in, b_in, *out(), 1e-5)
     with pytest.raises(MageInputError, match="trimul_block.*'out'"):
         K.first_kernel(z, mask, gamma, beta, w_in, b_in, *out()[:2], torch.empty((64, C)), 1e-5)
 
