@@ -23,9 +23,7 @@ RULE = "fused_r64_h32_tma2_r64_fsig_ab_g64_cublas"
 EPS = 1e-5
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# the project's first kernel, launched exactly as _fused.update launches it for the rule's config (grid road)
-# ----------------------------------------------------------------------------------------------------------------------
+# the rule's first kernel, launched as _fused.update launches it for the rule's config (the grid road)
 
 def project_first(z, mask, gamma, beta, w_in, b_in, at, bt, g, eps=EPS):
     from kernels._triton import common
@@ -53,9 +51,6 @@ def project_first(z, mask, gamma, beta, w_in, b_in, at, bt, g, eps=EPS):
     return at, bt, g
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# inputs
-# ----------------------------------------------------------------------------------------------------------------------
 
 def make_inputs(B, N, kind, seed=0, C=128, H=128, dev="cuda"):
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -79,9 +74,6 @@ def poisoned(B, N, C=128, H=128, dev="cuda"):
     return a, torch.full_like(a, float("nan")), torch.full((B * N * N, C), float("nan"), dtype=torch.bfloat16, device=dev)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# comparisons
-# ----------------------------------------------------------------------------------------------------------------------
 
 def _ulps(x, ref):
     """|x - ref| in units of bf16's spacing at |ref| (2^(e-7))."""
@@ -121,9 +113,6 @@ def check(B, N, kind, do_project=True, **config):
     return ok
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# timing
-# ----------------------------------------------------------------------------------------------------------------------
 
 def kernel_us(fn, match, iters=20, warmup=5):
     from torch.profiler import ProfilerActivity, profile

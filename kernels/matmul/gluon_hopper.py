@@ -23,7 +23,6 @@ check the host's argument handling; the GPU tests check it against float64.
 """
 from __future__ import annotations
 
-
 import torch
 import triton
 from triton.experimental import gluon
@@ -63,7 +62,7 @@ def _tile(t, tiles_m, tiles_n, GROUP: gl.constexpr):
 
 @gluon.jit
 def _tf32_round(x):
-    # round to nearest (ties away) to TF32's 10 mantissa bits, as cuBLAS's and Triton's tf32x3 do
+    # round to nearest (ties away) to TF32's 10 mantissa bits, as Triton's tf32x3 does
     hi = gl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], dtype=gl.int32, is_pure=True, pack=1)
     return hi.to(gl.float32, bitcast=True)
 

@@ -17,9 +17,6 @@ _NPAR = gl.constexpr(8 * C_WIDTH)  # b_in, gamma, beta (bf16) in one shared vect
 _PG = gl.constexpr(5 * C_WIDTH)  # gamma's offset there (beta's: + C)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# helpers
-# ----------------------------------------------------------------------------------------------------------------------
 
 
 @constexpr_function
@@ -111,6 +108,3 @@ def _stage_store(desc, buf, val, c0, c1, second, p1, TRANSPOSE: gl.constexpr, ST
     tma.async_copy_shared_to_global(desc, [c0, c1], buf)
     if second:
         tma.async_copy_shared_to_global(desc, [c0 + _C, p1], buf)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
