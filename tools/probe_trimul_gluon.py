@@ -25,7 +25,7 @@ EPS = 1e-5
 
 # the rule's first kernel, launched as _fused.update launches it for the rule's config (the grid road)
 
-def project_first(z, mask, gamma, beta, w_in, b_in, at, bt, g, eps=EPS):
+def project_first(z, mask, gamma, beta, w_in, b_in, at, bt, g):
     from kernels._triton import common
     from kernels.trimul_block import _fused as F
     from kernels.trimul_block.tiles import TILES
@@ -41,13 +41,8 @@ def project_first(z, mask, gamma, beta, w_in, b_in, at, bt, g, eps=EPS):
     wi, bb, wd2, wd1, wb, wg = F.first_weights(w_in, b_in, wi, bb, C, H, c, F._width(C))
     offs_64 = max(at.numel(), R * C) >= common.INT32_LIMIT
     flags = dict(BF16=True, EMULATE=False, PRECISION="ieee", OFFS_64=offs_64)
-    ad, bd, gd = F.store_descriptors(at, bt, g, B, NN, C, H, c)
-    tiles = B * common.cdiv(NN, c["IN_R"])
-    F._in_kernel[(tiles,)](zc, gi, bi, wi, bb, m, at, bt, g, wd2, wd1, wb, wg, ad, bd, gd, NN, C, H, eps,
-                           BLOCK_R=c["IN_R"], WIDTH=F._width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"], TMA=c["IN_TMA"],
-                           TSTORE=ad is not None, SIG=F._sig(c), GATE=True, AB=c["IN_AB"],
-                           GCHUNK=c["IN_GC"] or c["IN_H"], LNFAST=c["IN_LNFAST"], num_warps=c["IN_WARPS"],
-                           num_stages=c["F_STAGES"], **F._maxnreg(c), **flags)
+    F.first_grid(zc, m, gi, bi, wi, bb, at, bt, g, (wd2, wd1, wb, wg), F.store_descriptors(at, bt, g, B, NN, C, H, c),
+                 NN, C, H, c, flags)
     return at, bt, g
 
 

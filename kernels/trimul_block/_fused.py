@@ -5,9 +5,8 @@ projection kernel, cuBLAS's batched GEMM and a finishing kernel):
 1. ``_in_kernel``: a program takes IN_R pairs with all their C channels: LayerNorm, then the five
    projections against w_in in chunks of IN_H columns (a gate chunk and its value chunk together),
    sigmoid-gated, masked and stored channel-major, a and b [B, H, N, N] (the contraction's operands,
-   k innermost), and the output gate as sigmoid(g) [B N^2, C]. z is read once and p [B N^2, 4H + C]
-   never exists: the steps road writes it and reads it back twice, at N = 1024 and bf16 2.7 GB of the
-   5 GB its passes move.
+   k innermost), and the output gate as sigmoid(g) [B N^2, C]. z is read once and p [B N^2, 4H + C] never
+   exists (the steps road writes it and reads it back twice: 2.7 GB of its 5 GB at N = 1024 and bf16).
 2. the contraction o_c = a_c b_c^T channel by channel, channel-major [B, H, N, N] (no transposing copy):
    the triangle's batched GEMM (``BMM='triton'``, a launch a complex) or cuBLAS's (``BMM='cublas'``).
 3. ``_out_kernel``: FIN_R pairs' H channels read from the channel-major o, LayerNorm over them, the
@@ -22,7 +21,6 @@ says. At bf16 fewer values are rounded: p's gates and values, and the output pro
 stay FP32 inside a kernel, where the steps road stores each in bf16.
 """
 from __future__ import annotations
-
 
 import torch
 import triton
@@ -202,10 +200,9 @@ def _out_kernel(
 def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b_out, out, c: dict,
            launch: dict, sdt, gate_first: bool = False) -> torch.Tensor:
     """The update into ``out`` by this road; ``sdt``: the dtype the kernels store (FP32 under the
-    interpreter at bf16: see triton_block.trimul_block). ``gate_first``: the GPU MODE task's form
-    (kernels/trimul_gpumode), whose output gate multiplies LN(o) before the output projection; its caller
-    passes C == H, the weights in this block's layout and zero biases, and a config whose last kernel reads g
-    (not FIN_ZGATE, not FIN_PIPE)."""
+    interpreter at bf16: see triton_block.trimul_block). ``gate_first``: the GPU MODE task's form (its output
+    gate multiplies LN(o) before the output projection); its caller passes C == H, the weights in this block's
+    layout, zero biases, and a config whose last kernel reads g (not FIN_ZGATE, not FIN_PIPE)."""
     N, C, H = z.shape[-3], z.shape[-1], gamma_out.shape[0]
     B = z.shape[0] if z.dim() == 4 else 1
     R, NN = B * N * N, N * N
@@ -235,11 +232,7 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
                                       BLOCK_R=c["IN_R"], CW=_width(C), HW=_width(H),
                                       num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **flags)
     else:
-        _in_kernel[(tiles,)](zc, gi, bi, wi, bb, m, at, bt, at if zgate else g, wd2, wd1, wb, wg, ad, bd, gd, NN, C,
-                             H, EPS, BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"],
-                             TMA=c["IN_TMA"], TSTORE=ad is not None, SIG=_sig(c), GATE=not zgate, AB=c["IN_AB"],
-                             GCHUNK=c["IN_GC"] or c["IN_H"], LNFAST=c["IN_LNFAST"],
-                             num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **_maxnreg(c), **flags)
+        first_grid(zc, m, gi, bi, wi, bb, at, bt, g, (wd2, wd1, wb, wg), (ad, bd, gd), NN, C, H, c, flags)
     _contract(at, bt, o, c, launch, offs_64)
     if emulate:
         o.copy_(o.to(z.dtype))  # the GPU stores o in bf16: the same values, rounded to nearest even
@@ -261,6 +254,16 @@ def update(z, mask, gamma_in, beta_in, w_in, b_in, gamma_out, beta_out, w_out, b
     if not direct:
         out.view(R, C).copy_(y)  # bf16 values already: an exact copy
     return out
+
+
+def first_grid(zc, m, gi, bi, wi, bb, at, bt, g, wds, sds, NN, C, H, c: dict, flags: dict) -> None:
+    """``_in_kernel`` into a, b and g (None: FIN_ZGATE); ``wds``, ``sds``: first_weights' and store_descriptors'."""
+    (wd2, wd1, wb, wg), (ad, bd, gd) = wds, sds
+    _in_kernel[(at.shape[0] * common.cdiv(NN, c["IN_R"]),)](
+        zc, gi, bi, wi, bb, m, at, bt, at if g is None else g, wd2, wd1, wb, wg, ad, bd, gd, NN, C, H, EPS,
+        BLOCK_R=c["IN_R"], WIDTH=_width(C), CHUNK=c["IN_H"], JOIN=c["IN_JOIN"], TMA=c["IN_TMA"], TSTORE=ad is not None,
+        SIG=_sig(c), GATE=g is not None, AB=c["IN_AB"], GCHUNK=c["IN_GC"] or c["IN_H"], LNFAST=c["IN_LNFAST"],
+        num_warps=c["IN_WARPS"], num_stages=c["F_STAGES"], **_maxnreg(c), **flags)
 
 
 def _maxnreg(c: dict) -> dict:
