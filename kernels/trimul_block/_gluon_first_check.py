@@ -40,10 +40,6 @@ def reference_first(z, mask, gamma, beta, w_in, b_in, eps):
     return cm(a), cm(b), g
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# compile for sm_90a on the CPU
-# ----------------------------------------------------------------------------------------------------------------------
-
 def compile_variant(**config) -> dict:
     """The kernel with ``config`` (DEFAULT otherwise) compiled for sm_90a here: ``kernels._triton.sm90.gluon_resources``,
     as the JIT specialises a launch whose pointers and sizes are multiples of 16."""
